@@ -1,0 +1,146 @@
+"""The one place where settings are read.
+
+Every setting comes from an ``IMP_`` environment variable and can be overridden by a CLI flag of the same name
+(``--home``, ``--catalog-url``, ``--warehouse``, ``--spark-master``). Nothing host-specific is hard-coded: the
+defaults are derived from ``IMP_HOME``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from imp_core.errors import ConfigError
+
+ENV_HOME = "IMP_HOME"
+ENV_CATALOG_URL = "IMP_CATALOG_URL"
+ENV_WAREHOUSE = "IMP_WAREHOUSE"
+ENV_SPARK_MASTER = "IMP_SPARK_MASTER"
+ENV_SHUFFLE_PARTITIONS = "IMP_SHUFFLE_PARTITIONS"
+ENV_STATE_RETENTION = "IMP_STATE_RETENTION"
+ENV_OPTIMIZATIONS = "IMP_OPTIMIZATIONS"
+
+
+@dataclass(frozen=True)
+class Optimizations:
+    """Switches for the maintenance optimizations (all on by default once measured to help).
+
+    ``IMP_OPTIMIZATIONS`` takes a comma list such as ``-bloom,-netting`` to switch some off, or ``none``.
+    """
+
+    selection_pushdown: bool = True
+    join_key_pushdown: bool = True
+    bloom_filters: bool = True
+    netting: bool = True
+    aggregate_selection: bool = True
+    small_side_in_memory: bool = True
+    topk_buffer: int = 0  # 0 = keep every input (exact, the paper's 5.2.7); l >= k keeps only the best l
+    minmax_buffer: int = 0  # 0 = keep every value; l keeps the best l values per group
+    small_side_rows: int = 100_000
+
+    @classmethod
+    def parse(cls, text: str | None) -> Optimizations:
+        opts = cls()
+        if not text:
+            return opts
+        names = {
+            "pushdown": "selection_pushdown",
+            "keys": "join_key_pushdown",
+            "bloom": "bloom_filters",
+            "netting": "netting",
+            "aggsel": "aggregate_selection",
+            "smallside": "small_side_in_memory",
+        }
+        if text.strip() == "none":
+            return replace(opts, **{v: False for v in names.values()})
+        changes: dict[str, object] = {}
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            if "=" in part:
+                key, _, value = part.partition("=")
+                if key not in ("topk_buffer", "minmax_buffer", "small_side_rows"):
+                    raise ConfigError(f"{ENV_OPTIMIZATIONS}: unknown setting {key!r}; use topk_buffer=N, "
+                                      f"minmax_buffer=N or small_side_rows=N")
+                try:
+                    changes[key] = int(value)
+                except ValueError as e:
+                    raise ConfigError(f"{ENV_OPTIMIZATIONS}: {key} must be an integer, got {value!r}") from e
+                continue
+            on = not part.startswith("-")
+            name = part.lstrip("+-")
+            if name not in names:
+                raise ConfigError(f"{ENV_OPTIMIZATIONS}: unknown optimization {name!r}; known: "
+                                  f"{', '.join(sorted(names))}")
+            changes[names[name]] = on
+        return replace(opts, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved settings for one process."""
+
+    home: Path
+    catalog_url: str | None = None
+    warehouse: Path | None = None
+    spark_master: str = "local[*]"
+    shuffle_partitions: int = 8
+    state_retention: int = 5
+    optimizations: Optimizations = field(default_factory=Optimizations)
+
+    @property
+    def warehouse_path(self) -> Path:
+        return self.warehouse if self.warehouse is not None else self.home / "warehouse"
+
+    @property
+    def embedded_pgdata(self) -> Path:
+        return self.home / "pgdata"
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: object) -> Settings:
+        """Read ``IMP_*`` variables, then apply non-None ``overrides`` (CLI flags win over the environment)."""
+        env = dict(os.environ if env is None else env)
+        home = Path(env.get(ENV_HOME) or Path.home() / ".imp").expanduser()
+        warehouse = env.get(ENV_WAREHOUSE)
+        values: dict[str, object] = {
+            "home": home,
+            "catalog_url": env.get(ENV_CATALOG_URL) or None,
+            "warehouse": Path(warehouse).expanduser() if warehouse else None,
+            "spark_master": env.get(ENV_SPARK_MASTER) or "local[*]",
+            "shuffle_partitions": _int(env, ENV_SHUFFLE_PARTITIONS, 8),
+            "state_retention": _int(env, ENV_STATE_RETENTION, 5),
+            "optimizations": Optimizations.parse(env.get(ENV_OPTIMIZATIONS)),
+        }
+        for key, value in overrides.items():
+            if value is None:
+                continue
+            if key in ("home", "warehouse"):
+                value = Path(str(value)).expanduser()
+            values[key] = value
+        settings = cls(**values)  # type: ignore[arg-type]
+        if settings.state_retention < 1:
+            raise ConfigError(f"{ENV_STATE_RETENTION} must be at least 1 (keep state of the latest version), "
+                              f"got {settings.state_retention}")
+        return settings
+
+
+def _int(env: dict[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError as e:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from e
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password replaced by ``***``, for error messages and logs."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

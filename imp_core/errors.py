@@ -1,0 +1,86 @@
+"""One error hierarchy for the whole platform.
+
+Every error a user can cause ends as one of these, with a message that says what happened, to what (table,
+version, sketch, column) and what to do. Third-party exceptions are wrapped at the boundary with ``raise ... from e``
+so the CLI can print a single line and exit non-zero without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class ImpError(Exception):
+    """Root of every error the platform raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(ImpError):
+    """A setting (environment variable or flag) is missing or invalid."""
+
+    exit_code = 2
+
+
+class UsageError(ImpError):
+    """A command was called with arguments that cannot work (bad flag values, unknown names)."""
+
+    exit_code = 2
+
+
+class PlanError(ImpError):
+    """A query or plan is malformed: unknown table/column, ambiguous name, type mismatch."""
+
+    exit_code = 3
+
+
+class UnsupportedError(PlanError):
+    """A SQL construct or plan shape the platform does not support (rejected at registration)."""
+
+
+class UnsafeSketchError(PlanError):
+    """The partition column is not safe for the query: a sketch on it could make the query wrong."""
+
+
+class SourceError(ImpError):
+    """A table source cannot deliver what was asked: not a Delta table, no CDF, version out of range."""
+
+    exit_code = 4
+
+
+class ChangeFeedUnavailableError(SourceError):
+    """The change feed for a version range cannot be read (CDF disabled for a version, or vacuumed).
+
+    Incremental maintenance cannot proceed; a recapture can.
+    """
+
+
+class SchemaChangedError(SourceError):
+    """A table's schema changed incompatibly since the sketch was registered."""
+
+
+class StateError(ImpError):
+    """Operator state is missing, corrupt, or written by an incompatible format version.
+
+    Incremental maintenance cannot proceed; a recapture can.
+    """
+
+    exit_code = 5
+
+
+class CatalogError(ImpError):
+    """The sketch catalog cannot be reached, is at the wrong schema revision, or refused a write."""
+
+    exit_code = 6
+
+
+class NotFoundError(CatalogError):
+    """A sketch, table or version named by the user does not exist in the catalog."""
+
+    exit_code = 7
+
+
+class ConcurrentMaintenanceError(CatalogError):
+    """Another maintainer committed the version this run wanted to commit."""
+
+
+class BufferExhaustedError(StateError):
+    """A bounded MIN/MAX or top-k buffer ran out under deletions; the sketch must be recaptured."""

@@ -1,0 +1,280 @@
+"""Relational-algebra plan nodes (paper Fig. 4): scan, select, project, join, aggregate, distinct, top-k.
+
+Nodes are frozen, slotted values with tuple children. Each validates its expressions against its child's schema in
+the constructor (a ``PlanError`` names the unknown column) and derives its output schema once. Rewrites build new
+nodes. Column names inside a plan are unique: scans expose ``alias.column``, projections and aggregations expose the
+names they are given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from imp_core.errors import PlanError
+from imp_core.plan.expr import BOOL, NULL, AggCall, Col, Expr, conjuncts
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    name: str
+    dtype: pa.DataType
+
+
+@dataclass(frozen=True, slots=True)
+class SortKey:
+    expr: Expr
+    descending: bool = False
+    nulls_first: bool | None = None  # None = SQL default (NULLS LAST for ASC, FIRST for DESC in Spark: smallest)
+
+    @property
+    def effective_nulls_first(self) -> bool:
+        # Spark and DuckDB: NULLs are the smallest values -> first for ASC, last for DESC.
+        if self.nulls_first is None:
+            return not self.descending
+        return self.nulls_first
+
+
+class Plan:
+    """Base class of plan nodes."""
+
+    __slots__ = ()
+    schema: tuple[Field, ...]
+
+    @property
+    def children(self) -> tuple[Plan, ...]:
+        return ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.schema)
+
+    def field(self, name: str) -> Field:
+        for f in self.schema:
+            if f.name == name:
+                return f
+        raise PlanError(f"column {name} does not exist; available: {', '.join(self.names)}")
+
+    def walk(self) -> Iterator[Plan]:
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
+    def scans(self) -> list[Scan]:
+        return [n for n in self.walk() if isinstance(n, Scan)]
+
+    def tables(self) -> set[str]:
+        return {s.table for s in self.scans()}
+
+    def is_stateless(self) -> bool:
+        """True when no aggregation, distinct or top-k is in this subtree (Spark can evaluate it from tables)."""
+        return not any(isinstance(n, (Aggregate, Distinct, TopK)) for n in self.walk())
+
+    def _set_schema(self, schema: tuple[Field, ...]) -> None:
+        names = [f.name for f in schema]
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise PlanError(f"duplicate output column name(s) {', '.join(dup)}; give them distinct aliases")
+        object.__setattr__(self, "schema", schema)
+
+    def _check(self, e: Expr, child: Plan, where: str) -> None:
+        available = set(child.names)
+        for c in e.columns():
+            if c not in available:
+                raise PlanError(f"{where}: column {c} does not exist; available: {', '.join(child.names)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Scan(Plan):
+    """Access to a registered table under an alias; outputs ``alias.column`` for each column."""
+
+    table: str
+    alias: str
+    columns: tuple[Field, ...]  # the table's columns (plain names)
+    schema: tuple[Field, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._set_schema(tuple(Field(f"{self.alias}.{c.name}", c.dtype) for c in self.columns))
+
+    def qualified(self, column: str) -> str:
+        return f"{self.alias}.{column}"
+
+
+@dataclass(frozen=True, slots=True)
+class Select(Plan):
+    child: Plan
+    predicate: Expr
+    schema: tuple[Field, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._check(self.predicate, self.child, "WHERE/HAVING")
+        if self.predicate.dtype not in (BOOL, NULL):
+            raise PlanError(f"a filter condition must be boolean, got {self.predicate.dtype}")
+        if self.predicate.has_aggregate():
+            raise PlanError("aggregate functions are not allowed in WHERE; use HAVING")
+        self._set_schema(self.child.schema)
+
+    @property
+    def children(self) -> tuple[Plan, ...]:
+        return (self.child,)
+
+
+@dataclass(frozen=True, slots=True)
+class Project(Plan):
+    child: Plan
+    items: tuple[tuple[str, Expr], ...]
+    schema: tuple[Field, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name, e in self.items:
+            self._check(e, self.child, f"SELECT item {name}")
+            if e.has_aggregate():
+                raise PlanError(f"SELECT item {name}: aggregate outside an aggregation")
+        self._set_schema(tuple(Field(n, e.dtype) for n, e in self.items))
+
+    @property
+    def children(self) -> tuple[Plan, ...]:
+        return (self.child,)
+
+    def is_rename_only(self) -> bool:
+        return all(isinstance(e, Col) for _, e in self.items)
+
+
+@dataclass(frozen=True, slots=True)
+class Join(Plan):
+    """Inner join (cross product when ``condition`` is None)."""
+
+    left: Plan
+    right: Plan
+    condition: Expr | None = None
+    schema: tuple[Field, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        schema = self.left.schema + self.right.schema
+        self._set_schema(schema)
+        if self.condition is not None:
+            available = {f.name for f in schema}
+            for c in self.condition.columns():
+                if c not in available:
+                    raise PlanError(f"JOIN condition: column {c} does not exist")
+            if self.condition.dtype not in (BOOL, NULL):
+                raise PlanError("a JOIN condition must be boolean")
+
+    @property
+    def children(self) -> tuple[Plan, ...]:
+        return (self.left, self.right)
+
+    def equi_keys(self) -> tuple[list[str], list[str], list[Expr]]:
+        """Split the condition into equi-join key pairs (left col, right col) and a residual theta part."""
+        left_names, right_names = set(self.left.names), set(self.right.names)
+        lk: list[str] = []
+        rk: list[str] = []
+        rest: list[Expr] = []
+        from imp_core.plan.expr import Binary
+
+        for c in conjuncts(self.condition):
+            if isinstance(c, Binary) and c.op == "=" and isinstance(c.left, Col) and isinstance(c.right, Col):
+                a, b = c.left.name, c.right.name
+                if a in left_names and b in right_names and c.left.dtype == c.right.dtype:
+                    lk.append(a)
+                    rk.append(b)
+                    continue
+                if b in left_names and a in right_names and c.left.dtype == c.right.dtype:
+                    lk.append(b)
+                    rk.append(a)
+                    continue
+            rest.append(c)
+        return lk, rk, rest
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate(Plan):
+    """Group by ``keys`` and compute ``aggs``; output = key names then aggregate names."""
+
+    child: Plan
+    keys: tuple[tuple[str, Expr], ...]
+    aggs: tuple[tuple[str, AggCall], ...]
+    schema: tuple[Field, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name, e in self.keys:
+            self._check(e, self.child, f"GROUP BY {name}")
+            if e.has_aggregate():
+                raise PlanError("aggregate functions are not allowed in GROUP BY")
+        for name, a in self.aggs:
+            if not isinstance(a, AggCall):
+                raise PlanError(f"aggregate {name} is not an aggregate call")
+            if a.arg is not None:
+                self._check(a.arg, self.child, f"aggregate {name}")
+        self._set_schema(tuple(Field(n, e.dtype) for n, e in self.keys) +
+                         tuple(Field(n, a.dtype) for n, a in self.aggs))
+
+    @property
+    def children(self) -> tuple[Plan, ...]:
+        return (self.child,)
+
+
+@dataclass(frozen=True, slots=True)
+class Distinct(Plan):
+    child: Plan
+    schema: tuple[Field, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._set_schema(self.child.schema)
+
+    @property
+    def children(self) -> tuple[Plan, ...]:
+        return (self.child,)
+
+
+@dataclass(frozen=True, slots=True)
+class TopK(Plan):
+    """The first ``k`` rows in ``order`` (bag semantics with ties as in the paper's Fig. 4)."""
+
+    child: Plan
+    order: tuple[SortKey, ...]
+    k: int
+    schema: tuple[Field, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.k < 0:
+            raise PlanError(f"LIMIT must not be negative, got {self.k}")
+        if not self.order:
+            raise PlanError("top-k needs at least one ORDER BY key")
+        for key in self.order:
+            self._check(key.expr, self.child, "ORDER BY")
+        self._set_schema(self.child.schema)
+
+    @property
+    def children(self) -> tuple[Plan, ...]:
+        return (self.child,)
+
+
+def explain(plan: Plan, indent: int = 0) -> str:
+    """A readable tree of the plan, for ``imp sketch show`` and error messages."""
+    pad = "  " * indent
+    if isinstance(plan, Scan):
+        line = f"Scan {plan.table} AS {plan.alias}"
+    elif isinstance(plan, Select):
+        line = f"Select {plan.predicate}"
+    elif isinstance(plan, Project):
+        line = "Project " + ", ".join(f"{e} AS {n}" if not (isinstance(e, Col) and e.name == n) else n
+                                      for n, e in plan.items)
+    elif isinstance(plan, Join):
+        line = f"Join ON {plan.condition}" if plan.condition is not None else "CrossProduct"
+    elif isinstance(plan, Aggregate):
+        line = (f"Aggregate keys=[{', '.join(n for n, _ in plan.keys)}] "
+                f"aggs=[{', '.join(f'{a} AS {n}' for n, a in plan.aggs)}]")
+    elif isinstance(plan, Distinct):
+        line = "Distinct"
+    elif isinstance(plan, TopK):
+        line = (f"TopK k={plan.k} order=[" +
+                ", ".join(f"{s.expr}{' DESC' if s.descending else ''}" for s in plan.order) + "]")
+    else:
+        line = type(plan).__name__
+    out = [pad + line]
+    for c in plan.children:
+        out.append(explain(c, indent + 1))
+    return "\n".join(out)

@@ -1,0 +1,283 @@
+"""Delta Lake tables as sources: versions, files with statistics, pinned scans, and the change feed.
+
+Delta commit versions are the snapshot identifiers of the whole platform. The log is read with delta-rs; Spark reads
+the Parquet files of a pinned version (no Delta jars needed). Change rows leave this module as Arrow with a signed
+multiplicity column ``__mult`` (+1 insert / update post-image, -1 delete / update pre-image): the Delta-specific
+``_change_type`` names never leak further.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from imp_core.errors import ChangeFeedUnavailableError, SourceError, UnsupportedError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+MULT = "__mult"
+VERSION = "__version"
+CDF_PROPERTY = "delta.enableChangeDataFeed"
+
+_INSERT_TYPES = ("insert", "update_postimage")
+_DELETE_TYPES = ("delete", "update_preimage")
+# Operations that may change table properties; the CDF flag is re-checked at each of these versions.
+_METADATA_OPERATIONS = {"SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "CREATE TABLE", "CREATE OR REPLACE TABLE",
+                        "REPLACE TABLE", "REPLACE TABLE AS SELECT", "CREATE TABLE AS SELECT", "CHANGE COLUMN",
+                        "ADD COLUMNS", "RENAME COLUMN", "DROP COLUMNS", "UPGRADE PROTOCOL"}
+
+
+def _deltalake() -> Any:
+    import deltalake
+
+    return deltalake
+
+
+@dataclass(frozen=True)
+class FileStats:
+    """One data file of a pinned version with its per-column statistics (None where Delta has none)."""
+
+    uri: str
+    size_bytes: int
+    num_records: int | None
+    min_values: dict[str, Any]
+    max_values: dict[str, Any]
+    null_counts: dict[str, int | None]
+    partition_values: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Commit:
+    version: int
+    timestamp: dt.datetime | None
+    operation: str
+    rows: int | None
+
+
+class DeltaSource:
+    """A registered table: a name (used in SQL) and the path of a Delta table."""
+
+    def __init__(self, name: str, path: str | Path) -> None:
+        self.name = name
+        self.path = str(path)
+
+    def __repr__(self) -> str:
+        return f"DeltaSource({self.name!r}, {self.path!r})"
+
+    # -- opening -------------------------------------------------------------------------------------------------
+
+    def _open(self, version: int | None = None) -> Any:
+        dl = _deltalake()
+        try:
+            if version is None:
+                return dl.DeltaTable(self.path)
+            return dl.DeltaTable(self.path, version=version)
+        except dl.exceptions.TableNotFoundError as e:
+            raise SourceError(f"table {self.name}: {self.path} is not a Delta table (no _delta_log found); "
+                              f"check the path or create the table with deltalake/Spark") from e
+        except Exception as e:  # noqa: BLE001 - delta-rs raises generic errors for bad versions
+            if version is not None:
+                current = self.current_version()
+                if version < 0 or version > current:
+                    raise SourceError(f"table {self.name}: version {version} is out of range "
+                                      f"(the table has versions 0..{current})") from e
+                raise SourceError(f"table {self.name}: version {version} can no longer be read (its log was "
+                                  f"cleaned up?): {_one_line(e)}") from e
+            raise SourceError(f"table {self.name}: cannot open Delta table at {self.path}: {_one_line(e)}") from e
+
+    @cached_property
+    def _latest(self) -> Any:
+        return self._open()
+
+    def refresh(self) -> None:
+        self.__dict__.pop("_latest", None)
+
+    def current_version(self) -> int:
+        """The latest committed version (re-read from the log on every call)."""
+        self.refresh()
+        return int(self._latest.version())
+
+    def table_at(self, version: int) -> Any:
+        return self._open(version)
+
+    def check_version(self, version: int) -> None:
+        current = self.current_version()
+        if version < 0 or version > current:
+            raise SourceError(f"table {self.name}: version {version} is out of range (the table has versions "
+                              f"0..{current})")
+
+    # -- schema and metadata -------------------------------------------------------------------------------------
+
+    def schema(self, version: int | None = None) -> pa.Schema:
+        table = self._latest if version is None else self._open(version)
+        schema = pa.schema(table.schema().to_arrow())
+        return pa.schema([pa.field(f.name, _plain_type(f.type), f.nullable) for f in schema])
+
+    def partition_columns(self, version: int | None = None) -> list[str]:
+        table = self._latest if version is None else self._open(version)
+        return list(table.metadata().partition_columns)
+
+    def cdf_enabled(self, version: int | None = None) -> bool:
+        table = self._latest if version is None else self._open(version)
+        return str(table.metadata().configuration.get(CDF_PROPERTY, "false")).lower() == "true"
+
+    def require_readable_by_spark(self, version: int | None = None) -> None:
+        """Refuse table features that make reading the Parquet files directly give wrong rows."""
+        table = self._latest if version is None else self._open(version)
+        config = table.metadata().configuration
+        mode = str(config.get("delta.columnMapping.mode", "none")).lower()
+        if mode != "none":
+            raise UnsupportedError(f"table {self.name} uses column mapping mode {mode!r}; the platform reads "
+                                   f"Parquet files directly and needs column mapping 'none'")
+        features = table.protocol().reader_features or []
+        if "deletionVectors" in features:
+            actions = pa.table(table.get_add_actions(flatten=True))
+            dv_cols = [c for c in actions.column_names if c.lower().startswith("deletionvector")]
+            if any(actions.column(c).null_count < len(actions) for c in dv_cols):
+                raise UnsupportedError(f"table {self.name} has files with deletion vectors; purge them "
+                                       f"(REORG TABLE {self.name} APPLY (PURGE)) or disable deletion vectors")
+
+    def require_cdf(self) -> None:
+        if not self.cdf_enabled():
+            raise ChangeFeedUnavailableError(
+                f"table {self.name} does not have Change Data Feed enabled; enable it with "
+                f"ALTER TABLE ... SET TBLPROPERTIES ({CDF_PROPERTY} = true) or write the table with "
+                f"configuration {{'{CDF_PROPERTY}': 'true'}}")
+
+    # -- files and statistics ------------------------------------------------------------------------------------
+
+    def files(self, version: int) -> list[FileStats]:
+        table = self._open(version)
+        actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+        root = self.path.rstrip("/")
+        out = []
+        for a in actions:
+            mins = {k[4:]: v for k, v in a.items() if k.startswith("min.")}
+            maxs = {k[4:]: v for k, v in a.items() if k.startswith("max.")}
+            nulls = {k[11:]: v for k, v in a.items() if k.startswith("null_count.")}
+            parts = {k[10:]: v for k, v in a.items() if k.startswith("partition.")}
+            path = a["path"]
+            uri = path if "://" in path or path.startswith("/") else f"{root}/{path}"
+            out.append(FileStats(uri, int(a["size_bytes"]), a.get("num_records"), mins, maxs, nulls, parts))
+        return out
+
+    # -- change feed ---------------------------------------------------------------------------------------------
+
+    def commits(self, after: int, upto: int) -> list[Commit]:
+        """The commits ``(after, upto]`` in version order, with the rows each wrote when the log says so."""
+        table = self._latest
+        out = []
+        for h in table.history():
+            v = int(h["version"])
+            if after < v <= upto:
+                metrics = h.get("operationMetrics") or {}
+                rows = None
+                for key in ("num_added_rows", "numOutputRows", "num_deleted_rows", "num_updated_rows",
+                            "num_inserted_rows", "num_copied_rows"):
+                    if key in metrics:
+                        rows = (rows or 0) + int(metrics[key])
+                ts = h.get("timestamp")
+                out.append(Commit(v, dt.datetime.fromtimestamp(ts / 1000, tz=dt.timezone.utc) if ts else None,
+                                  str(h.get("operation", "")), rows))
+        return sorted(out, key=lambda c: c.version)
+
+    def check_cdf_range(self, after: int, upto: int) -> None:
+        """Fail unless the change feed covers every version in ``(after, upto]``."""
+        self.check_version(upto)
+        if after < -1 or after > upto:
+            raise SourceError(f"table {self.name}: bad change range ({after}, {upto}]")
+        if after == upto:
+            return
+        if not self.cdf_enabled(upto):
+            raise ChangeFeedUnavailableError(f"table {self.name} has Change Data Feed disabled at version {upto}; "
+                                             f"changes ({after}, {upto}] cannot be read incrementally")
+        check = {after + 1}
+        for c in self.commits(after, upto):
+            if c.operation.upper() in _METADATA_OPERATIONS:
+                check.add(c.version)
+        for v in sorted(check):
+            if v > upto:
+                continue
+            if not self.cdf_enabled(v):
+                raise ChangeFeedUnavailableError(
+                    f"table {self.name} had Change Data Feed disabled at version {v}; changes ({after}, {upto}] "
+                    f"cannot be read incrementally")
+
+    def changes(self, after: int, upto: int, columns: list[str] | None = None) -> pa.Table:
+        """Change rows of versions ``(after, upto]`` with ``__mult`` (+1/-1) and ``__version`` columns."""
+        self.check_cdf_range(after, upto)
+        schema = self.schema(upto)
+        wanted = columns if columns is not None else schema.names
+        missing = [c for c in wanted if c not in schema.names]
+        if missing:
+            raise SourceError(f"table {self.name}: column(s) {', '.join(missing)} do not exist at version {upto}")
+        if after == upto:
+            return _empty_changes(schema, wanted)
+        try:
+            reader = self._latest.load_cdf(starting_version=after + 1, ending_version=upto,
+                                           columns=list(wanted) + ["_change_type", "_commit_version"])
+            raw = pa.RecordBatchReader.from_stream(reader).read_all()
+        except Exception as e:  # noqa: BLE001
+            raise ChangeFeedUnavailableError(
+                f"table {self.name}: the change feed for versions {after + 1}..{upto} cannot be read (vacuumed or "
+                f"expired?): {_one_line(e)}") from e
+        kind = raw.column("_change_type").cast(pa.string())
+        is_insert = pc.is_in(kind, pa.array(_INSERT_TYPES))
+        is_delete = pc.is_in(kind, pa.array(_DELETE_TYPES))
+        unknown = pc.sum(pc.invert(pc.or_(is_insert, is_delete))).as_py() or 0
+        if unknown:
+            raise SourceError(f"table {self.name}: change feed has {unknown} rows of an unknown change type")
+        mult = pc.if_else(is_insert, pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64()))
+        cols = [raw.column(c).cast(schema.field(c).type) for c in wanted]
+        fields = [schema.field(c) for c in wanted]
+        return pa.table(cols + [mult, raw.column("_commit_version").cast(pa.int64())],
+                        schema=pa.schema(fields + [pa.field(MULT, pa.int64(), False), pa.field(VERSION, pa.int64())]))
+
+    # -- Spark ---------------------------------------------------------------------------------------------------
+
+    def scan(self, spark: SparkSession, version: int, files: list[FileStats] | None = None) -> DataFrame:
+        """The table at ``version`` as a Spark DataFrame (optionally only the given files)."""
+        self.require_readable_by_spark(version)
+        from imp_core.spark.types import arrow_schema_to_spark
+
+        schema = self.schema(version)
+        files = self.files(version) if files is None else files
+        spark_schema = arrow_schema_to_spark(schema)
+        if not files:
+            return spark.createDataFrame([], spark_schema)
+        uris = [f.uri for f in files]
+        reader = spark.read.schema(spark_schema)
+        if self.partition_columns(version):
+            reader = reader.option("basePath", self.path)
+        return reader.parquet(*uris)
+
+
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    """Normalize view and large types so that downstream code sees one representation."""
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or t == pa.string_view():
+        return pa.string()
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_timestamp(t) and t.unit != "us":
+        return pa.timestamp("us", tz=t.tz)
+    return t
+
+
+def _empty_changes(schema: pa.Schema, columns: list[str]) -> pa.Table:
+    fields = [schema.field(c) for c in columns]
+    return pa.schema(fields + [pa.field(MULT, pa.int64(), False), pa.field(VERSION, pa.int64())]).empty_table()
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__

@@ -1,0 +1,78 @@
+"""Merge μ (paper 5.1): per-fragment counts over the query result, emitting the sketch delta.
+
+State ``S[ρ]`` = number of result rows (with multiplicity) whose annotation contains ρ. A fragment enters the sketch
+when its count goes 0 → non-zero (``Δ+ ρ``) and leaves it when it goes non-zero → 0 (``Δ− ρ``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from imp_core.engine.annotation import FRAG, MULT, pairs
+from imp_core.engine.operators.base import StatefulOperator
+from imp_core.errors import StateError
+
+
+@dataclass(frozen=True)
+class SketchDelta:
+    """Global fragment ids entering (``added``) and leaving (``removed``) the sketch."""
+
+    added: tuple[int, ...]
+    removed: tuple[int, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not self.added and not self.removed
+
+
+class Merge(StatefulOperator):
+    kind = "merge"
+
+    def __init__(self, op_id: str, total_fragments: int, fingerprint: str = "") -> None:
+        super().__init__(op_id)
+        self.total = total_fragments
+        self.fingerprint = fingerprint
+        self.reset()
+
+    def reset(self) -> None:
+        self.counts = np.zeros(self.total, dtype=np.int64)
+
+    def process(self, delta: pl.DataFrame) -> SketchDelta:
+        if delta.height == 0 or self.total == 0:
+            return SketchDelta((), ())
+        p = pairs(delta, [])
+        frag = p.get_column(FRAG).to_numpy().astype(np.int64, copy=False)
+        mult = p.get_column(MULT).to_numpy().astype(np.int64, copy=False)
+        if frag.size and (frag.min() < 0 or frag.max() >= self.total):
+            raise StateError(f"operator {self.op_id}: fragment id outside the partition; recapture the sketch")
+        change = np.bincount(frag, weights=mult, minlength=self.total).astype(np.int64)
+        return self.apply_counts(change)
+
+    def apply_counts(self, change: np.ndarray) -> SketchDelta:
+        before = self.counts
+        after = before + change
+        if (after < 0).any():
+            raise StateError(f"operator {self.op_id}: a fragment count became negative — the change feed deleted "
+                             f"result rows the state never saw; recapture the sketch")
+        added = np.flatnonzero((before == 0) & (after != 0))
+        removed = np.flatnonzero((before != 0) & (after == 0))
+        self.counts = after
+        return SketchDelta(tuple(int(i) for i in added), tuple(int(i) for i in removed))
+
+    def sketch(self) -> set[int]:
+        return {int(i) for i in np.flatnonzero(self.counts)}
+
+    def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
+        return {"total": self.total}, {"counts": pl.DataFrame({"count": self.counts})}
+
+    def set_state_frames(self, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
+        if int(meta.get("total", -1)) != self.total or "counts" not in frames:
+            raise StateError(f"operator {self.op_id}: saved merge state is for a different partition; recapture")
+        self.counts = frames["counts"].get_column("count").to_numpy().astype(np.int64).copy()
+
+    def canonical(self) -> dict[str, pl.DataFrame]:
+        return {"counts": pl.DataFrame({"count": self.counts})}

@@ -1,0 +1,141 @@
+"""Top-k (paper 5.2.7): the first ``k`` rows in an order, with bag semantics and ties as in the paper's Fig. 4.
+
+``τ_{k,O}(R) = {t^m | pos(t) < k, m = min(R(t), k − pos(t))}`` where ``pos(t)`` is the multiplicity of rows strictly
+before ``t`` in the order, so rows tied on the order keys share one position (every tied row is kept: a safe
+superset for any tie-breaking a SQL engine may choose).
+
+State: every input row with its annotation and multiplicity (the paper's ordered map ``S[o][⟨t, P⟩]``), as one
+frame. Changes: fold the delta into the state (``S'[o][⟨t,P⟩] = S[o][⟨t,P⟩] + n − m``), then emit ``Δ− τ(S)`` and
+``Δ+ τ(S')`` with the rows common to both cancelled out.
+With a bounded buffer (``buffer`` = l ≥ k) only the best l rows are kept; when deletions leave fewer than k rows of
+a once-larger input, the operator raises ``BufferExhaustedError`` and the sketch is recaptured.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from imp_core.engine.annotation import MULT, SET, SET_DTYPE, as_sets
+from imp_core.engine.evaluate import compile_expr
+from imp_core.engine.operators.base import StatefulOperator
+from imp_core.errors import BufferExhaustedError, StateError
+from imp_core.plan.nodes import SortKey
+
+N = "__n"
+SKEY = "__skey"
+
+
+class TopKOp(StatefulOperator):
+    kind = "topk"
+
+    def __init__(self, op_id: str, order: tuple[SortKey, ...], k: int, schema: dict[str, pl.DataType],
+                 fingerprint: str = "", buffer: int = 0) -> None:
+        super().__init__(op_id)
+        self.order = order
+        self.k = k
+        self.schema = dict(schema)
+        self.fingerprint = fingerprint
+        self.buffer = max(buffer, k) if buffer else 0
+        self._order_exprs = [compile_expr(s.expr).alias(f"__o{i}") for i, s in enumerate(order)]
+        self.reset()
+
+    def reset(self) -> None:
+        self.rows = pl.DataFrame(schema={**self.schema, SET: SET_DTYPE, SKEY: pl.String, N: pl.Int64})
+        self.truncated = False  # True when the buffer dropped rows of the input
+
+    @property
+    def data_cols(self) -> list[str]:
+        return list(self.schema)
+
+    def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
+        return {"k": self.k, "buffer": self.buffer, "truncated": self.truncated}, {"rows": self.rows}
+
+    def set_state_frames(self, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
+        if int(meta.get("k", -1)) != self.k or "rows" not in frames:
+            raise StateError(f"operator {self.op_id}: saved top-k state is for a different query; recapture")
+        self.rows = frames["rows"]
+        self.truncated = bool(meta.get("truncated", False))
+
+    def canonical(self) -> dict[str, pl.DataFrame]:
+        cols = [c for c in self.rows.columns if c != SET]
+        return {"rows": self.rows.sort(cols, nulls_last=True) if self.rows.height else self.rows}
+
+    # -- the top-k of a multiset -----------------------------------------------------------------------------------
+
+    def _sorted(self, rows: pl.DataFrame) -> pl.DataFrame:
+        r = rows.with_columns(self._order_exprs)
+        by = [f"__o{i}" for i in range(len(self.order))]
+        return r.sort(by=by + [SKEY], descending=[s.descending for s in self.order] + [False],
+                      nulls_last=[not s.effective_nulls_first for s in self.order] + [False], maintain_order=True)
+
+    def top(self, rows: pl.DataFrame | None = None) -> pl.DataFrame:
+        """The current top-k rows with their output multiplicity in ``__mult``."""
+        rows = self.rows if rows is None else rows
+        if rows.height == 0 or self.k == 0:
+            return rows.head(0).select([*self.data_cols, SET, SKEY]).with_columns(pl.lit(0, pl.Int64).alias(MULT))
+        s = self._sorted(rows)
+        by = [f"__o{i}" for i in range(len(self.order))]
+        change = pl.lit(False)
+        for c in by:
+            change = change | pl.col(c).ne_missing(pl.col(c).shift(1))
+        s = s.with_columns(change.fill_null(True).cum_sum().alias("__grp"))
+        grp = s.group_by("__grp", maintain_order=True).agg(pl.col(N).sum().alias("__gn"))
+        grp = grp.with_columns((pl.col("__gn").cum_sum() - pl.col("__gn")).alias("__pos"))
+        s = s.join(grp.select("__grp", "__pos"), on="__grp", how="left")
+        s = s.filter(pl.col("__pos") < self.k)
+        s = s.with_columns(pl.min_horizontal(pl.col(N), pl.lit(self.k) - pl.col("__pos")).alias(MULT))
+        return s.select([*self.data_cols, SET, SKEY, MULT])
+
+    # -- incremental maintenance -----------------------------------------------------------------------------------
+
+    def process(self, delta: pl.DataFrame) -> pl.DataFrame:
+        if delta.height == 0:
+            return self._empty()
+        d = as_sets(delta)
+        d = d.with_columns(pl.col(SET).cast(pl.List(pl.String)).list.join(",").alias(SKEY))
+        d = d.group_by([*self.data_cols, SKEY]).agg(pl.col(MULT).sum().alias("__dn"), pl.col(SET).first())
+        old_top = self.top()
+        keys = [*self.data_cols, SKEY]
+        hit = self.rows.join(d.select(keys), on=keys, how="semi", nulls_equal=True)
+        merged = d.join(hit.select([*keys, N]), on=keys, how="left", nulls_equal=True).with_columns(
+            (pl.col(N).fill_null(0) + pl.col("__dn")).alias(N))
+        if merged.filter(pl.col(N) < 0).height:
+            if self.truncated:
+                raise BufferExhaustedError(f"operator {self.op_id}: the top-k buffer no longer holds a deleted row; "
+                                           f"the sketch must be recaptured")
+            raise StateError(f"operator {self.op_id}: the change feed deleted rows the top-k state never saw; "
+                             f"recapture the sketch")
+        rest = self.rows.join(d.select(keys), on=keys, how="anti", nulls_equal=True)
+        self.rows = pl.concat([rest, merged.filter(pl.col(N) > 0).select(self.rows.columns)])
+        if self.buffer:
+            self._trim()
+        new_top = self.top()
+        return self._diff(old_top, new_top)
+
+    def _trim(self) -> None:
+        """Keep only the best ``buffer`` rows (by multiplicity); remember that the input was cut."""
+        total = int(self.rows.get_column(N).sum() or 0)
+        if self.truncated and total < self.k:
+            raise BufferExhaustedError(f"operator {self.op_id}: deletions left {total} rows in a top-{self.k} buffer "
+                                       f"of {self.buffer}; the sketch must be recaptured")
+        if total <= self.buffer:
+            return
+        s = self._sorted(self.rows).with_columns((pl.col(N).cum_sum() - pl.col(N)).alias("__before"))
+        s = s.filter(pl.col("__before") < self.buffer)
+        self.rows = s.select(self.rows.columns)
+        self.truncated = True
+
+    def _diff(self, old_top: pl.DataFrame, new_top: pl.DataFrame) -> pl.DataFrame:
+        both = pl.concat([old_top.with_columns(-pl.col(MULT)), new_top])
+        keys = [*self.data_cols, SKEY]
+        out = both.group_by(keys).agg(pl.col(MULT).sum(), pl.col(SET).first())
+        out = out.filter(pl.col(MULT) != 0)
+        return out.select([*self.data_cols, MULT, SET])
+
+    def current_output(self) -> pl.DataFrame:
+        return self.top().select([*self.data_cols, MULT, SET])
+
+    def _empty(self) -> pl.DataFrame:
+        return pl.DataFrame(schema={**self.schema, MULT: pl.Int64, SET: SET_DTYPE})

@@ -1,0 +1,66 @@
+"""The SparkSession, started only when a step needs it.
+
+Local mode (``local[*]``) is the default; a cluster is a master URL (``IMP_SPARK_MASTER``). Under ``spark-submit``
+the session the submitter configured is used as is. Sessions get the settings the engine's semantics rely on:
+non-ANSI arithmetic (NULL on division by zero, like the in-memory evaluator), UTC session time zone, Arrow transfer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING
+
+from imp_core.config import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+_SEMANTICS = {
+    "spark.sql.ansi.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
+    "spark.sql.caseSensitive": "true",
+    "spark.sql.parquet.datetimeRebaseModeInRead": "CORRECTED",
+    "spark.sql.legacy.timeParserPolicy": "CORRECTED",
+}
+
+
+def get_spark(settings: Settings | None = None) -> SparkSession:
+    """Return the active session or start one for ``settings.spark_master``."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        apply_semantics(active)
+        return active
+    settings = settings or Settings.from_env()
+    os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
+    builder = (SparkSession.builder.appName("imp")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+               .config("spark.sql.adaptive.enabled", "true")
+               .config("spark.driver.memory", os.environ.get("IMP_SPARK_DRIVER_MEMORY", "4g"))
+               .config("spark.sql.warehouse.dir", str(settings.home / "spark-warehouse"))
+               .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={settings.home}"))
+    if not os.environ.get("SPARK_SUBMIT_PYSPARK"):  # not under spark-submit: we choose the master
+        builder = builder.master(settings.spark_master)
+    for key, value in _SEMANTICS.items():
+        builder = builder.config(key, value)
+    log.info("starting Spark (%s)", settings.spark_master)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    apply_semantics(spark)
+    return spark
+
+
+def apply_semantics(spark: SparkSession) -> None:
+    for key, value in _SEMANTICS.items():
+        try:
+            spark.conf.set(key, value)
+        except Exception:  # noqa: BLE001 - static confs cannot be changed on a running session
+            pass

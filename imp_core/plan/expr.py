@@ -163,7 +163,16 @@ class Lit(Expr):
         raise UnsupportedError(f"unsupported literal {value!r}")
 
     def __str__(self) -> str:
-        return repr(self.value)
+        v = self.value
+        if v is None:
+            return "NULL"
+        if isinstance(v, bool):
+            return str(v).upper()
+        if isinstance(v, dt.datetime):
+            return f"TIMESTAMP '{v.isoformat(sep=' ')}'"
+        if isinstance(v, dt.date):
+            return f"DATE '{v.isoformat()}'"
+        return repr(v) if isinstance(v, str) else str(v)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +182,9 @@ class Interval(Expr):
     value: int
     unit: str  # day | month | year | hour | minute | second | week
     dtype: pa.DataType = field(default=pa.month_day_nano_interval(), compare=False)
+
+    def __str__(self) -> str:
+        return f"INTERVAL '{self.value}' {self.unit.upper()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +206,9 @@ class Unary(Expr):
 
     def children(self) -> tuple[Expr, ...]:
         return (self.arg,)
+
+    def __str__(self) -> str:
+        return f"(-{self.arg})" if self.op == "neg" else f"(NOT {self.arg})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +262,9 @@ class IsNull(Expr):
     def children(self) -> tuple[Expr, ...]:
         return (self.arg,)
 
+    def __str__(self) -> str:
+        return f"({self.arg} IS {'NOT ' if self.negated else ''}NULL)"
+
 
 @dataclass(frozen=True, slots=True)
 class InList(Expr):
@@ -261,6 +279,9 @@ class InList(Expr):
 
     def children(self) -> tuple[Expr, ...]:
         return (self.arg, *self.items)
+
+    def __str__(self) -> str:
+        return f"({self.arg} {'NOT ' if self.negated else ''}IN ({', '.join(map(str, self.items))}))"
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +299,9 @@ class Between(Expr):
     def children(self) -> tuple[Expr, ...]:
         return (self.arg, self.low, self.high)
 
+    def __str__(self) -> str:
+        return f"({self.arg} {'NOT ' if self.negated else ''}BETWEEN {self.low} AND {self.high})"
+
 
 @dataclass(frozen=True, slots=True)
 class Like(Expr):
@@ -293,6 +317,10 @@ class Like(Expr):
 
     def children(self) -> tuple[Expr, ...]:
         return (self.arg,)
+
+    def __str__(self) -> str:
+        op = "ILIKE" if self.case_insensitive else "LIKE"
+        return f"({self.arg} {'NOT ' if self.negated else ''}{op} {self.pattern!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +346,10 @@ class Case(Expr):
             out.append(self.default)
         return tuple(out)
 
+    def __str__(self) -> str:
+        whens = " ".join(f"WHEN {c} THEN {v}" for c, v in self.whens)
+        return f"CASE {whens}{'' if self.default is None else f' ELSE {self.default}'} END"
+
 
 @dataclass(frozen=True, slots=True)
 class Cast(Expr):
@@ -330,6 +362,9 @@ class Cast(Expr):
 
     def children(self) -> tuple[Expr, ...]:
         return (self.arg,)
+
+    def __str__(self) -> str:
+        return f"CAST({self.arg} AS {self.to})"
 
 
 # name -> (min args, max args); result types are derived in Func.__post_init__
@@ -382,6 +417,9 @@ class Func(Expr):
     def children(self) -> tuple[Expr, ...]:
         return self.args
 
+    def __str__(self) -> str:
+        return f"{self.name}({', '.join(map(str, self.args))})"
+
 
 @dataclass(frozen=True, slots=True)
 class Extract(Expr):
@@ -398,6 +436,9 @@ class Extract(Expr):
 
     def children(self) -> tuple[Expr, ...]:
         return (self.arg,)
+
+    def __str__(self) -> str:
+        return f"EXTRACT({self.field_.upper()} FROM {self.arg})"
 
 
 @dataclass(frozen=True, slots=True)

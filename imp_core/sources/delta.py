@@ -224,8 +224,10 @@ class DeltaSource:
         if after == upto:
             return _empty_changes(schema, wanted)
         try:
+            # delta-rs resolves names through DataFusion, which lower-cases unquoted identifiers
+            quoted = ['"' + c.replace('"', '""') + '"' for c in wanted]
             reader = self._latest.load_cdf(starting_version=after + 1, ending_version=upto,
-                                           columns=list(wanted) + ["_change_type", "_commit_version"])
+                                           columns=quoted + ["_change_type", "_commit_version"])
             raw = pa.RecordBatchReader.from_stream(reader).read_all()
         except Exception as e:  # noqa: BLE001
             raise ChangeFeedUnavailableError(

@@ -248,13 +248,15 @@ class PlanCompiler:
     """
 
     def __init__(self, spark: SparkSession, scan_df: Callable[[Scan], DataFrame],
-                 annotation: Callable[[Scan], tuple[str, Partition, int] | None], *, fragments_in_spark: bool,
-                 materialize: Callable[[Plan], DataFrame | None] | None = None) -> None:
+                 annotation: Callable[[Scan], tuple[str, Partition, int] | None] | None = None, *,
+                 fragments_in_spark: bool = True, materialize: Callable[[Plan], DataFrame | None] | None = None,
+                 plain: bool = False) -> None:
         self.spark = spark
         self.scan_df = scan_df
-        self.annotation = annotation
+        self.annotation = annotation or (lambda scan: None)
         self.fragments_in_spark = fragments_in_spark
         self.materialize = materialize
+        self.plain = plain  # no annotations, no multiplicities: the query as a user runs it
 
     def compile(self, node: Plan) -> DataFrame:
         if self.materialize is not None:
@@ -270,6 +272,8 @@ class PlanCompiler:
     def visit_Scan(self, node: Scan) -> DataFrame:
         df = self.scan_df(node)
         cols = [F.col(q(c.name)).alias(node.qualified(c.name)) for c in node.columns]
+        if self.plain:
+            return df.select(*cols)
         ann = self.annotation(node)
         extra = [F.lit(1).cast("long").alias(MULT)]
         if ann is None:
@@ -290,6 +294,11 @@ class PlanCompiler:
         return child.select(*[compile_expr(e).alias(name) for name, e in node.items], *ann)
 
     def visit_Join(self, node: Join) -> DataFrame:
+        if self.plain:
+            left, right = self.compile(node.left), self.compile(node.right)
+            if node.condition is None:
+                return left.crossJoin(right)
+            return left.join(right, on=compile_expr(node.condition), how="inner")
         left = self.compile(node.left)
         right = self.compile(node.right).withColumnRenamed(MULT, "__mult_r")
         if "__sk" in right.columns:
@@ -307,3 +316,43 @@ class PlanCompiler:
         data = [col(n) for n in node.names]
         ann = [col(c) for c in joined.columns if is_ann(c)]
         return joined.select(*data, *ann)
+
+    # -- plain evaluation of stateful nodes (the use path) --------------------------------------------------------
+
+    def visit_Aggregate(self, node: Aggregate) -> DataFrame:
+        if not self.plain:
+            raise UnsupportedError("aggregation is evaluated from engine state, not compiled with annotations")
+        child = self.compile(node.child)
+        aggs = []
+        for name, a in node.aggs:
+            if a.arg is None:
+                value = F.count(F.lit(1))
+            else:
+                arg = compile_expr(a.arg)
+                value = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max}[a.func](arg)
+            aggs.append(value.cast(arrow_to_spark(a.dtype)).alias(name))
+        if not node.keys:
+            return child.agg(*aggs) if aggs else child.agg(F.count(F.lit(1))).select()
+        keys = [compile_expr(e).alias(name) for name, e in node.keys]
+        if not aggs:
+            return child.select(*keys).distinct()
+        return child.groupBy(*keys).agg(*aggs)
+
+    def visit_Distinct(self, node: Distinct) -> DataFrame:
+        if not self.plain:
+            raise UnsupportedError("distinct is evaluated from engine state, not compiled with annotations")
+        return self.compile(node.child).distinct()
+
+    def visit_TopK(self, node: TopK) -> DataFrame:
+        if not self.plain:
+            raise UnsupportedError("top-k is evaluated from engine state, not compiled with annotations")
+        child = self.compile(node.child)
+        order = []
+        for key in node.order:
+            c = compile_expr(key.expr)
+            nulls_first = key.effective_nulls_first
+            if key.descending:
+                order.append(c.desc_nulls_first() if nulls_first else c.desc_nulls_last())
+            else:
+                order.append(c.asc_nulls_first() if nulls_first else c.asc_nulls_last())
+        return child.orderBy(*order).limit(node.k)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imp_core.config import Settings
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+
+LOG4J_CONF = Path(__file__).parent / "conf" / "log4j2.properties"
 
 _SEMANTICS = {
     "spark.sql.ansi.enabled": "false",
@@ -46,7 +49,8 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
                .config("spark.sql.adaptive.enabled", "true")
                .config("spark.driver.memory", os.environ.get("IMP_SPARK_DRIVER_MEMORY", "4g"))
                .config("spark.sql.warehouse.dir", str(settings.home / "spark-warehouse"))
-               .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={settings.home}"))
+               .config("spark.driver.extraJavaOptions",
+                       f"-Dderby.system.home={settings.home} -Dlog4j2.configurationFile={LOG4J_CONF}"))
     if not os.environ.get("SPARK_SUBMIT_PYSPARK"):  # not under spark-submit: we choose the master
         builder = builder.master(settings.spark_master)
     for key, value in _SEMANTICS.items():

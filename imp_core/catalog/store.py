@@ -1,0 +1,933 @@
+"""The sketch catalog: registered tables, sketches, their immutable versions and operator state, maintenance runs.
+
+Everything the platform remembers between runs lives here, in Postgres. Each write method is one transaction, so a
+crashed run leaves either the whole new version (row and state) or nothing. The database itself refuses to change or
+delete a committed version (triggers in the ``0001_initial`` migration); the only sanctioned removal is deleting the
+operator state of versions older than the retention window.
+
+Concurrency: ``commit_version`` is optimistic (it names the version it builds on and fails with
+``ConcurrentMaintenanceError`` if another maintainer committed first); ``sketch_lock`` lets maintainers of one
+sketch queue up instead of racing, while different sketches proceed in parallel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import hashlib
+import json
+import socket
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from imp_core.catalog.migrations import upgrade_to_head
+from imp_core.config import redact_url
+from imp_core.errors import (
+    CatalogError,
+    ConcurrentMaintenanceError,
+    ImpError,
+    NotFoundError,
+    StateError,
+    UsageError,
+)
+
+if TYPE_CHECKING:
+    from imp_core.config import Settings
+
+METHODS = ("capture", "incremental", "recapture")
+FINAL_RUN_STATUSES = ("succeeded", "failed")
+
+# First half of the two-int advisory lock key for sketch locks ("imps"); the second half is the sketch id. A fixed
+# namespace keeps our locks apart from other applications' advisory locks in a shared database.
+_SKETCH_LOCK_NAMESPACE = 0x696D7073
+
+# Postgres SQLSTATEs we turn into user-facing errors.
+_UNIQUE_VIOLATION = "23505"
+_FOREIGN_KEY_VIOLATION = "23503"
+
+
+# --------------------------------------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class TableRecord:
+    """A registered Delta table and the latest version of it the platform has observed."""
+
+    name: str
+    path: str
+    registered_at: datetime
+    schema_json: Any
+    observed_version: int | None
+    observed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class SketchRecord:
+    """A registered sketch: the query and how its provenance is partitioned and maintained."""
+
+    id: int
+    name: str
+    sql: str
+    dialect: str | None
+    template_key: str
+    plan_json: Any
+    partitions: Any
+    safety: Any
+    strategy: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class NewVersion:
+    """A sketch version about to be committed (the catalog assigns its number).
+
+    Attributes:
+        table_versions: Delta version of each input table this sketch version reflects.
+        bits: One bitset per partitioned table (``Sketch.bits``).
+        fragments: Fragment ids per partitioned table (``Sketch.to_json``).
+        method: ``capture``, ``incremental`` or ``recapture``.
+        reason: Why a recapture happened (e.g. the change feed was vacuumed).
+        delta_rows: Change rows processed to produce this version.
+        duration_ms: Wall time of the capture or maintenance.
+        run_id: The maintenance run that produced it.
+    """
+
+    table_versions: Mapping[str, int]
+    bits: Mapping[str, bytes]
+    fragments: Mapping[str, Sequence[int]]
+    method: str
+    reason: str | None = None
+    delta_rows: int = 0
+    duration_ms: float | None = None
+    run_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise UsageError(f"unknown sketch version method {self.method!r}; use one of {', '.join(METHODS)}")
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    """A committed, immutable sketch version."""
+
+    sketch_id: int
+    version: int
+    table_versions: dict[str, int]
+    bits: dict[str, bytes]
+    fragments: dict[str, list[int]]
+    method: str
+    reason: str | None
+    delta_rows: int
+    duration_ms: float | None
+    run_id: int | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class StateBlob:
+    """Serialized state of one stateful operator, as handed back by the operator.
+
+    ``checksum`` (sha256 hex of ``payload``) is computed when the blob is written; a blob read back from the catalog
+    carries the stored checksum, already verified.
+    """
+
+    operator_id: str
+    format: str
+    format_version: int
+    payload: bytes
+    checksum: str | None = None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One capture or maintenance attempt."""
+
+    id: int
+    sketch_id: int | None
+    strategy: str | None
+    trigger: str | None
+    triggered_by: str | None
+    from_version: int | None
+    to_version: int | None
+    table_versions_from: dict[str, int] | None
+    table_versions_to: dict[str, int] | None
+    delta_rows: int | None
+    status: str
+    error: str | None
+    started_at: datetime
+    finished_at: datetime | None
+    timings: dict[str, Any] | None
+
+
+# --------------------------------------------------------------------------------------------------------- catalog
+
+
+class Catalog:
+    """Handle on one catalog database; thread-safe (a connection pool underneath)."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        """Wrap an engine whose database is already at the head schema revision; use :meth:`connect` instead."""
+        self._engine = engine
+
+    # -- lifecycle
+
+    @classmethod
+    def connect(cls, settings: Settings) -> Catalog:
+        """Open the catalog the settings point at and bring its schema up to date.
+
+        ``settings.catalog_url`` if set, else the embedded Postgres under ``IMP_HOME`` (started if needed).
+
+        Args:
+            settings: Resolved settings.
+
+        Returns:
+            A connected catalog at the head schema revision.
+
+        Raises:
+            CatalogError: The URL is invalid or unreachable (the message shows it with the password as ``***``),
+                the embedded server cannot start, or the schema was written by a newer imp.
+        """
+        if settings.catalog_url:
+            url = settings.catalog_url
+        else:
+            from imp_core.catalog.embedded import embedded_url
+
+            url = embedded_url(settings)
+        shown = redact_url(url)
+        try:
+            parsed = sa.make_url(url)
+            connect_args: dict[str, Any] = {}
+            if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "psycopg2":
+                # Fail within seconds on an unreachable host instead of the OS default of minutes.
+                connect_args = {"connect_timeout": 10, "application_name": "imp"}
+            engine = sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+        except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ValueError, ImportError) as e:
+            raise CatalogError(f"invalid catalog URL {shown}: {_scrub(str(e), url)}; set IMP_CATALOG_URL "
+                               f"(--catalog-url) to postgresql+psycopg2://USER:PASSWORD@HOST:PORT/DATABASE") from e
+        if engine.dialect.name != "postgresql":
+            engine.dispose()
+            raise CatalogError(f"catalog URL {shown} is not a Postgres URL; the sketch catalog needs Postgres "
+                               f"(postgresql+psycopg2://...), or unset IMP_CATALOG_URL to use the embedded one")
+        try:
+            with engine.begin() as conn:
+                upgrade_to_head(conn)
+        except ImpError:
+            engine.dispose()
+            raise
+        except sa.exc.OperationalError as e:
+            engine.dispose()
+            raise CatalogError(
+                f"cannot reach the sketch catalog at {shown}: {_db_message(e, url)}; check that the server is "
+                f"running and IMP_CATALOG_URL (--catalog-url) is right, or unset it to use the embedded catalog "
+                f"under IMP_HOME"
+            ) from e
+        except sa.exc.SQLAlchemyError as e:
+            engine.dispose()
+            raise CatalogError(f"could not bring the sketch catalog at {shown} to the current schema: "
+                               f"{_db_message(e, url)}") from e
+        return cls(engine)
+
+    @property
+    def url(self) -> str:
+        """The catalog URL with the password redacted (for display)."""
+        return redact_url(self._engine.url.render_as_string(hide_password=False))
+
+    @property
+    def engine(self) -> sa.Engine:
+        """The SQLAlchemy engine (for read-only tooling such as ``imp catalog sql``)."""
+        return self._engine
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._engine.dispose()
+
+    def __enter__(self) -> Catalog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- tables
+
+    def register_table(self, name: str, path: str, schema_json: Any = None, *, replace: bool = False) -> TableRecord:
+        """Register a Delta table under ``name``; re-registering the same path is a no-op (schema refreshed if given).
+
+        Args:
+            name: Name queries use for the table.
+            path: Location of the Delta table.
+            schema_json: The table schema as JSON, to detect incompatible schema changes later.
+            replace: Point an existing name at a different path (its observed version is forgotten: versions of a
+                different Delta table are not comparable).
+
+        Returns:
+            The registered table.
+
+        Raises:
+            UsageError: ``name`` is registered with another path and ``replace`` is false.
+        """
+        with self._transaction(f"register table {name!r}") as conn:
+            inserted = conn.execute(
+                sa.text("INSERT INTO source_table (name, path, schema_json) VALUES (:n, :p, CAST(:s AS jsonb)) "
+                        "ON CONFLICT (name) DO NOTHING RETURNING name"),
+                {"n": name, "p": path, "s": _json(schema_json)},
+            ).first()
+            if inserted is None:
+                existing = conn.execute(sa.text("SELECT path FROM source_table WHERE name = :n FOR UPDATE"),
+                                        {"n": name}).scalar_one()
+                if existing == path:
+                    if schema_json is not None:
+                        conn.execute(sa.text("UPDATE source_table SET schema_json = CAST(:s AS jsonb) WHERE name = :n"),
+                                     {"n": name, "s": _json(schema_json)})
+                elif replace:
+                    conn.execute(
+                        sa.text("UPDATE source_table SET path = :p, schema_json = CAST(:s AS jsonb), "
+                                "registered_at = now() WHERE name = :n"),
+                        {"n": name, "p": path, "s": _json(schema_json)},
+                    )
+                    conn.execute(sa.text("DELETE FROM table_observation WHERE table_name = :n"), {"n": name})
+                else:
+                    raise UsageError(f"table {name!r} is already registered at {existing}; pass replace=True "
+                                     f"(--replace) to point it at {path}, or register it under another name")
+            return self._table(conn, name)
+
+    def get_table(self, name: str) -> TableRecord:
+        """The registered table ``name``.
+
+        Raises:
+            NotFoundError: No table is registered under that name.
+        """
+        with self._transaction(f"read table {name!r}") as conn:
+            return self._table(conn, name)
+
+    def list_tables(self) -> list[TableRecord]:
+        """Every registered table, by name."""
+        with self._transaction("list tables") as conn:
+            rows = conn.execute(sa.text(_TABLE_SELECT + " ORDER BY t.name")).mappings()
+            return [_table_record(r) for r in rows]
+
+    def observe_table_version(self, name: str, version: int) -> None:
+        """Record that Delta version ``version`` of table ``name`` exists (drives ``is_stale`` in the catalog view).
+
+        Keeps the highest version seen, so a slow process reporting an older version cannot make a table look
+        older than it is.
+
+        Raises:
+            NotFoundError: The table is not registered.
+        """
+        try:
+            with self._transaction(f"record version {version} of table {name!r}") as conn:
+                conn.execute(
+                    sa.text("INSERT INTO table_observation (table_name, version) VALUES (:n, :v) "
+                            "ON CONFLICT (table_name) DO UPDATE SET "
+                            "version = greatest(table_observation.version, excluded.version), observed_at = now()"),
+                    {"n": name, "v": version},
+                )
+        except CatalogError as e:
+            if _sqlstate(e.__cause__) == _FOREIGN_KEY_VIOLATION:
+                raise self._table_not_found(name) from e
+            raise
+
+    # -- sketches
+
+    def create_sketch(
+        self,
+        name: str,
+        sql: str,
+        dialect: str | None,
+        template_key: str,
+        plan_json: Any,
+        partitions: Any,
+        safety: Any,
+        strategy: str,
+        first_version: NewVersion,
+        states: Sequence[StateBlob],
+        run_id: int | None = None,
+    ) -> SketchRecord:
+        """Register a sketch together with its captured version 1 and that version's operator state, atomically.
+
+        Args:
+            name: Unique among live sketches.
+            sql: The query.
+            dialect: SQL dialect of ``sql`` (sqlglot name).
+            template_key: Key of the query template the sketch answers.
+            plan_json: The analysed plan, for display and debugging.
+            partitions: The partition set (JSON).
+            safety: Result of the safety check (JSON).
+            strategy: Maintenance strategy (``lazy`` or ``eager``).
+            first_version: The captured sketch, committed as version 1.
+            states: Operator state of version 1.
+            run_id: The maintenance run that captured it (also linked to the new sketch); defaults to
+                ``first_version.run_id``.
+
+        Returns:
+            The new sketch.
+
+        Raises:
+            UsageError: A live sketch named ``name`` exists (the catalog is left unchanged).
+        """
+        run_id = run_id if run_id is not None else first_version.run_id
+        blobs = _prepared_states(states, name, 1)
+        with self._transaction(f"create sketch {name!r}") as conn:
+            try:
+                row = conn.execute(
+                    sa.text("INSERT INTO sketch (name, sql, dialect, template_key, plan_json, partitions, safety, "
+                            "strategy) VALUES (:name, :sql, :dialect, :tk, CAST(:plan AS jsonb), "
+                            "CAST(:parts AS jsonb), CAST(:safety AS jsonb), :strategy) RETURNING *"),
+                    {"name": name, "sql": sql, "dialect": dialect, "tk": template_key, "plan": _json(plan_json),
+                     "parts": _json(partitions), "safety": _json(safety), "strategy": strategy},
+                ).mappings().one()
+            except sa.exc.IntegrityError as e:
+                if _sqlstate(e) == _UNIQUE_VIOLATION:
+                    raise UsageError(f"sketch {name!r} already exists; pick another name or drop it "
+                                     f"(`imp sketch drop {name}`)") from e
+                raise
+            sketch = _sketch_record(row)
+            if run_id is not None:
+                conn.execute(sa.text("UPDATE maintenance_run SET sketch_id = :s WHERE id = :r AND sketch_id IS NULL"),
+                             {"s": sketch.id, "r": run_id})
+            self._insert_version(conn, sketch.id, 1, dataclasses.replace(first_version, run_id=run_id), blobs)
+            return sketch
+
+    def get_sketch(self, name: str) -> SketchRecord:
+        """The live sketch ``name``.
+
+        Raises:
+            NotFoundError: No live sketch has that name.
+        """
+        with self._transaction(f"read sketch {name!r}") as conn:
+            row = conn.execute(sa.text("SELECT * FROM sketch WHERE name = :n AND dropped_at IS NULL"),
+                               {"n": name}).mappings().first()
+            if row is None:
+                raise self._sketch_not_found(conn, name)
+            return _sketch_record(row)
+
+    def get_sketch_by_id(self, sketch_id: int) -> SketchRecord:
+        """The sketch with internal id ``sketch_id`` (dropped ones included: their versions stay readable).
+
+        Raises:
+            NotFoundError: No sketch has that id.
+        """
+        with self._transaction(f"read sketch {sketch_id}") as conn:
+            row = conn.execute(sa.text("SELECT * FROM sketch WHERE id = :i"), {"i": sketch_id}).mappings().first()
+            if row is None:
+                raise NotFoundError(f"no sketch has id {sketch_id}; see `imp sketch list`")
+            return _sketch_record(row)
+
+    def list_sketches(self) -> list[SketchRecord]:
+        """Every live sketch, by name."""
+        with self._transaction("list sketches") as conn:
+            rows = conn.execute(sa.text("SELECT * FROM sketch WHERE dropped_at IS NULL ORDER BY name")).mappings()
+            return [_sketch_record(r) for r in rows]
+
+    def drop_sketch(self, name: str) -> None:
+        """Drop the live sketch ``name``: its name becomes free, its versions stay for the record.
+
+        Its operator state is deleted (a dropped sketch is never maintained again).
+
+        Raises:
+            NotFoundError: No live sketch has that name.
+        """
+        with self._transaction(f"drop sketch {name!r}") as conn:
+            sketch_id = conn.execute(
+                sa.text("UPDATE sketch SET dropped_at = now() WHERE name = :n AND dropped_at IS NULL RETURNING id"),
+                {"n": name},
+            ).scalar()
+            if sketch_id is None:
+                raise self._sketch_not_found(conn, name)
+            conn.execute(sa.text("DELETE FROM operator_state WHERE sketch_id = :s"), {"s": sketch_id})
+
+    def sketch_catalog(self) -> list[dict[str, Any]]:
+        """The rows of the ``sketch_catalog`` view (one per live sketch, by name)."""
+        with self._transaction("read the sketch catalog view") as conn:
+            return [dict(r) for r in conn.execute(sa.text("SELECT * FROM sketch_catalog ORDER BY name")).mappings()]
+
+    def stale_sketches(self) -> list[str]:
+        """Names of live sketches whose latest version is behind an observed table version."""
+        with self._transaction("list stale sketches") as conn:
+            return list(conn.execute(sa.text("SELECT name FROM sketch_catalog WHERE is_stale ORDER BY name")).scalars())
+
+    # -- versions
+
+    def latest_version(self, sketch_id: int) -> VersionRecord:
+        """The latest committed version of a sketch.
+
+        Raises:
+            NotFoundError: The sketch does not exist.
+        """
+        with self._transaction(f"read the latest version of sketch {sketch_id}") as conn:
+            row = conn.execute(
+                sa.text("SELECT * FROM sketch_version WHERE sketch_id = :s ORDER BY version DESC LIMIT 1"),
+                {"s": sketch_id},
+            ).mappings().first()
+            if row is None:
+                raise NotFoundError(f"sketch {self._sketch_label(conn, sketch_id)} has no versions")
+            return _version_record(row)
+
+    def get_version(self, sketch_id: int, version: int) -> VersionRecord:
+        """Version ``version`` of a sketch.
+
+        Raises:
+            NotFoundError: The sketch or the version does not exist (the message gives the valid range).
+        """
+        with self._transaction(f"read version {version} of sketch {sketch_id}") as conn:
+            row = conn.execute(sa.text("SELECT * FROM sketch_version WHERE sketch_id = :s AND version = :v"),
+                               {"s": sketch_id, "v": version}).mappings().first()
+            if row is None:
+                raise self._version_not_found(conn, sketch_id, f"version {version}")
+            return _version_record(row)
+
+    def versions(self, sketch_id: int) -> list[VersionRecord]:
+        """Every version of a sketch, oldest first."""
+        with self._transaction(f"list versions of sketch {sketch_id}") as conn:
+            rows = conn.execute(sa.text("SELECT * FROM sketch_version WHERE sketch_id = :s ORDER BY version"),
+                                {"s": sketch_id}).mappings()
+            return [_version_record(r) for r in rows]
+
+    def version_as_of_table_version(self, sketch_id: int, table: str, table_version: int) -> VersionRecord:
+        """The latest sketch version that reflects table ``table`` at Delta version ``table_version`` or earlier.
+
+        Raises:
+            NotFoundError: The sketch does not read ``table``, or its first version is already past
+                ``table_version``.
+        """
+        with self._transaction(f"find the version of sketch {sketch_id} as of {table}@{table_version}") as conn:
+            row = conn.execute(
+                sa.text("SELECT * FROM sketch_version WHERE sketch_id = :s AND (table_versions ->> :t) IS NOT NULL "
+                        "AND (table_versions ->> :t)::bigint <= :tv ORDER BY version DESC LIMIT 1"),
+                {"s": sketch_id, "t": table, "tv": table_version},
+            ).mappings().first()
+            if row is None:
+                first = conn.execute(
+                    sa.text("SELECT table_versions FROM sketch_version WHERE sketch_id = :s ORDER BY version LIMIT 1"),
+                    {"s": sketch_id},
+                ).scalar()
+                label = self._sketch_label(conn, sketch_id)
+                if first is None:
+                    raise NotFoundError(f"sketch {label} has no versions")
+                if table not in first:
+                    raise NotFoundError(f"sketch {label} does not read table {table!r}; it reads "
+                                        f"{', '.join(sorted(first)) or 'no tables'}")
+                raise NotFoundError(f"sketch {label} has no version as of {table} version {table_version}: its first "
+                                    f"version reflects {table} version {first[table]}")
+            return _version_record(row)
+
+    def commit_version(
+        self, sketch_id: int, expected_previous: int, new: NewVersion, states: Sequence[StateBlob], retention: int
+    ) -> VersionRecord:
+        """Commit version ``expected_previous + 1`` of a sketch with its operator state, then apply retention.
+
+        One transaction: the version row, its state, and deleting operator state of versions older than the latest
+        ``retention`` (their version rows stay). Serialized per sketch by a row lock on the sketch, so the check
+        "nobody committed since ``expected_previous``" and the insert cannot interleave with another committer.
+
+        Args:
+            sketch_id: The sketch.
+            expected_previous: The version this one was computed from.
+            new: The new version.
+            states: Operator state of the new version.
+            retention: Keep operator state for this many latest versions (at least 1).
+
+        Returns:
+            The committed version.
+
+        Raises:
+            ConcurrentMaintenanceError: Another maintainer already committed after ``expected_previous``.
+            NotFoundError: The sketch does not exist or was dropped.
+            UsageError: ``retention`` is below 1, or two state blobs share an operator id.
+        """
+        if retention < 1:
+            raise UsageError(f"state retention must be at least 1 (keep state of the latest version), got {retention}")
+        version = expected_previous + 1
+        with self._transaction(f"commit version {version} of sketch {sketch_id}") as conn:
+            sketch = conn.execute(sa.text("SELECT name, dropped_at FROM sketch WHERE id = :s FOR UPDATE"),
+                                  {"s": sketch_id}).first()
+            if sketch is None:
+                raise NotFoundError(f"no sketch has id {sketch_id}; see `imp sketch list`")
+            if sketch.dropped_at is not None:
+                raise NotFoundError(f"sketch {sketch.name!r} was dropped while it was being maintained; "
+                                    f"nothing was committed")
+            latest = conn.execute(sa.text("SELECT max(version) FROM sketch_version WHERE sketch_id = :s"),
+                                  {"s": sketch_id}).scalar()
+            if latest != expected_previous:
+                raise ConcurrentMaintenanceError(
+                    f"sketch {sketch.name!r}: cannot commit version {version} on top of version {expected_previous}, "
+                    f"the latest committed version is {latest} (another maintainer got there first); "
+                    f"maintain again from version {latest}"
+                )
+            blobs = _prepared_states(states, sketch.name, version)
+            try:
+                record = self._insert_version(conn, sketch_id, version, new, blobs)
+            except sa.exc.IntegrityError as e:
+                # Only reachable if a writer bypassed the row lock; the primary key still keeps versions unique.
+                if _sqlstate(e) == _UNIQUE_VIOLATION:
+                    raise ConcurrentMaintenanceError(f"sketch {sketch.name!r}: version {version} was committed by "
+                                                     f"another maintainer; maintain again") from e
+                raise
+            conn.execute(sa.text("DELETE FROM operator_state WHERE sketch_id = :s AND version <= :v"),
+                         {"s": sketch_id, "v": version - retention})
+            return record
+
+    # -- operator state
+
+    def load_states(self, sketch_id: int, version: int) -> dict[str, StateBlob]:
+        """Operator state of a sketch version, by operator id, each verified against its checksum.
+
+        Returns:
+            Possibly empty (stateless plan, or state removed by retention; see :meth:`has_states`).
+
+        Raises:
+            StateError: A payload does not match its checksum.
+        """
+        with self._transaction(f"load operator state of sketch {sketch_id} version {version}") as conn:
+            rows = conn.execute(
+                sa.text("SELECT operator_id, format, format_version, payload, checksum FROM operator_state "
+                        "WHERE sketch_id = :s AND version = :v ORDER BY operator_id"),
+                {"s": sketch_id, "v": version},
+            ).all()
+            out: dict[str, StateBlob] = {}
+            for row in rows:
+                payload = bytes(row.payload)
+                if checksum(payload) != row.checksum:
+                    name = self._sketch_name(conn, sketch_id)
+                    raise StateError(
+                        f"operator state of sketch {name} version {version} is corrupt (checksum mismatch for "
+                        f"operator {row.operator_id}); run `imp sketch recapture {name}`"
+                    )
+                out[row.operator_id] = StateBlob(row.operator_id, row.format, row.format_version, payload,
+                                                 row.checksum)
+            return out
+
+    def has_states(self, sketch_id: int, version: int) -> bool:
+        """Whether any operator state is stored for this sketch version."""
+        with self._transaction(f"check operator state of sketch {sketch_id} version {version}") as conn:
+            return bool(conn.execute(
+                sa.text("SELECT EXISTS (SELECT 1 FROM operator_state WHERE sketch_id = :s AND version = :v)"),
+                {"s": sketch_id, "v": version},
+            ).scalar())
+
+    # -- locks
+
+    @contextmanager
+    def sketch_lock(self, sketch_id: int) -> Iterator[None]:
+        """Hold the maintenance lock of a sketch for the ``with`` block, waiting while another process holds it.
+
+        A Postgres session-level advisory lock on a dedicated connection: released when the block ends, or by the
+        server if this process dies. Outside any transaction, so a long maintenance does not hold one open.
+        """
+        with self._advisory(sketch_id, wait=True):
+            yield
+
+    @contextmanager
+    def try_sketch_lock(self, sketch_id: int) -> Iterator[bool]:
+        """Like :meth:`sketch_lock` but never waits: yields False (holding nothing) if another holder has it."""
+        with self._advisory(sketch_id, wait=False) as acquired:
+            yield acquired
+
+    @contextmanager
+    def _advisory(self, sketch_id: int, *, wait: bool) -> Iterator[bool]:
+        key = {"ns": _SKETCH_LOCK_NAMESPACE, "s": sketch_id}
+        conn: sa.Connection | None = None
+        try:
+            conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            if wait:
+                conn.execute(sa.text("SELECT pg_advisory_lock(:ns, :s)"), key)
+                acquired = True
+            else:
+                acquired = bool(conn.execute(sa.text("SELECT pg_try_advisory_lock(:ns, :s)"), key).scalar())
+        except sa.exc.SQLAlchemyError as e:
+            if conn is not None:
+                conn.invalidate()
+            raise CatalogError(f"could not take the maintenance lock of sketch {sketch_id} in the catalog at "
+                               f"{self.url}: {_db_message(e)}") from e
+        assert conn is not None
+        try:
+            yield acquired
+        finally:
+            try:
+                if acquired:
+                    conn.execute(sa.text("SELECT pg_advisory_unlock(:ns, :s)"), key)
+                conn.close()
+            except sa.exc.SQLAlchemyError:
+                # The lock may still be held by this session: never hand the connection back to the pool.
+                conn.invalidate()
+
+    # -- maintenance runs
+
+    def start_run(
+        self,
+        sketch_id: int | None,
+        strategy: str | None,
+        trigger: str,
+        triggered_by: str | None = None,
+        from_version: int | None = None,
+        table_versions_from: Mapping[str, int] | None = None,
+    ) -> int:
+        """Record the start of a capture or maintenance run (committed at once, so a crash leaves it ``running``).
+
+        Args:
+            sketch_id: The sketch, or None for a capture that will create it (``create_sketch(run_id=...)`` links it).
+            strategy: The maintenance strategy in effect.
+            trigger: What started it: ``cli``, ``airflow:<dag_id>/<run_id>``, ...
+            triggered_by: Who started it; defaults to ``user@host``.
+            from_version: Sketch version the run starts from.
+            table_versions_from: Table versions of that sketch version.
+
+        Returns:
+            The run id.
+        """
+        with self._transaction("start a maintenance run") as conn:
+            return int(conn.execute(
+                sa.text("INSERT INTO maintenance_run (sketch_id, strategy, trigger, triggered_by, from_version, "
+                        "table_versions_from) VALUES (:s, :st, :tr, :by, :fv, CAST(:tvf AS jsonb)) RETURNING id"),
+                {"s": sketch_id, "st": strategy, "tr": trigger, "by": triggered_by or default_triggered_by(),
+                 "fv": from_version, "tvf": _json(table_versions_from)},
+            ).scalar_one())
+
+    def finish_run(
+        self,
+        run_id: int,
+        status: str,
+        to_version: int | None = None,
+        table_versions_to: Mapping[str, int] | None = None,
+        delta_rows: int | None = None,
+        error: str | None = None,
+        timings: Mapping[str, Any] | None = None,
+    ) -> RunRecord:
+        """Record how a run ended.
+
+        Args:
+            run_id: From :meth:`start_run`.
+            status: ``succeeded`` or ``failed``.
+            to_version: Sketch version the run committed.
+            table_versions_to: Table versions of that sketch version.
+            delta_rows: Change rows processed.
+            error: The error message of a failed run.
+            timings: Phase name -> milliseconds.
+
+        Returns:
+            The finished run.
+
+        Raises:
+            UsageError: ``status`` is not a final status.
+            NotFoundError: No such run.
+            CatalogError: The run has already finished.
+        """
+        if status not in FINAL_RUN_STATUSES:
+            raise UsageError(f"a run finishes as {' or '.join(FINAL_RUN_STATUSES)}, not {status!r}")
+        with self._transaction(f"finish maintenance run {run_id}") as conn:
+            row = conn.execute(
+                sa.text("UPDATE maintenance_run SET status = :st, to_version = :tv, "
+                        "table_versions_to = CAST(:tvt AS jsonb), delta_rows = :dr, error = :err, "
+                        "timings = CAST(:tim AS jsonb), finished_at = now() "
+                        "WHERE id = :r AND status = 'running' RETURNING *"),
+                {"r": run_id, "st": status, "tv": to_version, "tvt": _json(table_versions_to), "dr": delta_rows,
+                 "err": error, "tim": _json(timings)},
+            ).mappings().first()
+            if row is None:
+                current = conn.execute(sa.text("SELECT status FROM maintenance_run WHERE id = :r"),
+                                       {"r": run_id}).scalar()
+                if current is None:
+                    raise NotFoundError(f"no maintenance run has id {run_id}; see `imp runs`")
+                raise CatalogError(f"maintenance run {run_id} already finished ({current})")
+            return _run_record(row)
+
+    def get_run(self, run_id: int) -> RunRecord:
+        """One maintenance run.
+
+        Raises:
+            NotFoundError: No such run.
+        """
+        with self._transaction(f"read maintenance run {run_id}") as conn:
+            row = conn.execute(sa.text("SELECT * FROM maintenance_run WHERE id = :r"), {"r": run_id}).mappings().first()
+            if row is None:
+                raise NotFoundError(f"no maintenance run has id {run_id}; see `imp runs`")
+            return _run_record(row)
+
+    def runs(self, sketch_id: int | None = None, limit: int = 50) -> list[RunRecord]:
+        """The most recent runs, newest first, of one sketch or of all."""
+        with self._transaction("list maintenance runs") as conn:
+            rows = conn.execute(
+                sa.text("SELECT * FROM maintenance_run WHERE CAST(:s AS integer) IS NULL OR sketch_id = :s "
+                        "ORDER BY id DESC LIMIT :lim"),
+                {"s": sketch_id, "lim": limit},
+            ).mappings()
+            return [_run_record(r) for r in rows]
+
+    # -- internals
+
+    @contextmanager
+    def _transaction(self, action: str) -> Iterator[sa.Connection]:
+        """One transaction; database failures become CatalogError saying what we were doing."""
+        try:
+            with self._engine.begin() as conn:
+                yield conn
+        except sa.exc.SQLAlchemyError as e:
+            raise CatalogError(f"could not {action} in the catalog at {self.url}: {_db_message(e)}") from e
+
+    def _insert_version(
+        self, conn: sa.Connection, sketch_id: int, version: int, new: NewVersion, blobs: list[dict[str, Any]]
+    ) -> VersionRecord:
+        row = conn.execute(
+            sa.text("INSERT INTO sketch_version (sketch_id, version, table_versions, bits, fragments, method, reason, "
+                    "delta_rows, duration_ms, run_id) VALUES (:s, :v, CAST(:tv AS jsonb), CAST(:bits AS jsonb), "
+                    "CAST(:frags AS jsonb), :m, :reason, :dr, :dur, :run) RETURNING *"),
+            {"s": sketch_id, "v": version,
+             "tv": _json({t: int(v) for t, v in new.table_versions.items()}),
+             "bits": _json({t: bytes(b).hex() for t, b in new.bits.items()}),
+             "frags": _json({t: sorted(int(f) for f in frags) for t, frags in new.fragments.items()}),
+             "m": new.method, "reason": new.reason, "dr": new.delta_rows, "dur": new.duration_ms, "run": new.run_id},
+        ).mappings().one()
+        if blobs:
+            conn.execute(
+                sa.text("INSERT INTO operator_state (sketch_id, version, operator_id, format, format_version, "
+                        "payload, checksum, size_bytes) VALUES (:s, :v, :op, :fmt, :fv, :payload, :sum, :size)"),
+                [{"s": sketch_id, "v": version, **b} for b in blobs],
+            )
+        return _version_record(row)
+
+    def _table(self, conn: sa.Connection, name: str) -> TableRecord:
+        row = conn.execute(sa.text(_TABLE_SELECT + " WHERE t.name = :n"), {"n": name}).mappings().first()
+        if row is None:
+            raise self._table_not_found(name, conn)
+        return _table_record(row)
+
+    def _table_not_found(self, name: str, conn: sa.Connection | None = None) -> NotFoundError:
+        if conn is None:
+            with self._engine.connect() as own:
+                return self._table_not_found(name, own)
+        names = list(conn.execute(sa.text("SELECT name FROM source_table ORDER BY name")).scalars())
+        known = f"registered tables: {_names(names)}" if names else "no tables are registered yet"
+        return NotFoundError(f"table {name!r} is not registered ({known}); register it with `imp table register`")
+
+    def _sketch_not_found(self, conn: sa.Connection, name: str) -> NotFoundError:
+        names = list(conn.execute(sa.text("SELECT name FROM sketch WHERE dropped_at IS NULL ORDER BY name")).scalars())
+        known = f"existing sketches: {_names(names)}" if names else "no sketches exist yet"
+        return NotFoundError(f"no sketch named {name!r} ({known}); create one with `imp sketch create`")
+
+    def _version_not_found(self, conn: sa.Connection, sketch_id: int, what: str) -> NotFoundError:
+        label = self._sketch_label(conn, sketch_id)
+        latest = conn.execute(sa.text("SELECT max(version) FROM sketch_version WHERE sketch_id = :s"),
+                              {"s": sketch_id}).scalar()
+        have = f"it has versions 1 to {latest}" if latest else "it has no versions"
+        return NotFoundError(f"sketch {label} has no {what}; {have}")
+
+    def _sketch_name(self, conn: sa.Connection, sketch_id: int) -> str:
+        name = conn.execute(sa.text("SELECT name FROM sketch WHERE id = :s"), {"s": sketch_id}).scalar()
+        return str(name) if name is not None else f"#{sketch_id}"
+
+    def _sketch_label(self, conn: sa.Connection, sketch_id: int) -> str:
+        name = conn.execute(sa.text("SELECT name FROM sketch WHERE id = :s"), {"s": sketch_id}).scalar()
+        if name is None:
+            raise NotFoundError(f"no sketch has id {sketch_id}; see `imp sketch list`")
+        return repr(name)
+
+
+# --------------------------------------------------------------------------------------------------------- helpers
+
+
+_TABLE_SELECT = (
+    "SELECT t.name, t.path, t.registered_at, t.schema_json, o.version AS observed_version, o.observed_at "
+    "FROM source_table t LEFT JOIN table_observation o ON o.table_name = t.name"
+)
+
+
+def default_triggered_by() -> str:
+    """``user@host`` of this process, for ``maintenance_run.triggered_by``."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no login name in some containers
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def checksum(payload: bytes) -> str:
+    """The checksum stored with operator state: sha256, hex."""
+    return hashlib.sha256(payload).hexdigest()
+
+
+def _prepared_states(states: Sequence[StateBlob], sketch: str, version: int) -> list[dict[str, Any]]:
+    seen: set[str] = set()
+    out = []
+    for blob in states:
+        if blob.operator_id in seen:
+            raise UsageError(f"two operator states for operator {blob.operator_id!r} of sketch {sketch!r} "
+                             f"version {version}; operator ids must be unique")
+        seen.add(blob.operator_id)
+        payload = bytes(blob.payload)
+        digest = checksum(payload)
+        if blob.checksum is not None and blob.checksum != digest:
+            raise StateError(f"operator state {blob.operator_id!r} of sketch {sketch!r} version {version} does not "
+                             f"match the checksum it came with; it was changed after it was produced")
+        out.append({"op": blob.operator_id, "fmt": blob.format, "fv": blob.format_version, "payload": payload,
+                    "sum": digest, "size": len(payload)})
+    return out
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def _names(names: list[str], limit: int = 20) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
+def _sqlstate(e: BaseException | None) -> str | None:
+    return getattr(getattr(e, "orig", None), "pgcode", None)
+
+
+def _db_message(e: BaseException, url: str | None = None) -> str:
+    orig = getattr(e, "orig", None)
+    text = str(orig if orig is not None else e).strip()
+    joined = ""
+    for line in (line.strip() for line in text.splitlines()):
+        if line:
+            # libpq puts its hint on a second line without punctuation before it.
+            joined += line if not joined else (" " if joined[-1] in ".?!:;" else ". ") + line
+    joined = joined or type(e).__name__
+    return _scrub(joined, url) if url else joined
+
+
+def _scrub(text: str, url: str) -> str:
+    """``text`` with the URL's password replaced by ``***`` (drivers sometimes echo connection strings)."""
+    text = text.replace(url, redact_url(url))
+    try:
+        password = sa.make_url(url).password
+    except Exception:
+        return text
+    return text.replace(str(password), "***") if password else text
+
+
+def _table_record(row: Mapping[str, Any]) -> TableRecord:
+    return TableRecord(row["name"], row["path"], row["registered_at"], row["schema_json"], row["observed_version"],
+                       row["observed_at"])
+
+
+def _sketch_record(row: Mapping[str, Any]) -> SketchRecord:
+    return SketchRecord(row["id"], row["name"], row["sql"], row["dialect"], row["template_key"], row["plan_json"],
+                        row["partitions"], row["safety"], row["strategy"], row["created_at"])
+
+
+def _version_record(row: Mapping[str, Any]) -> VersionRecord:
+    return VersionRecord(
+        sketch_id=row["sketch_id"],
+        version=row["version"],
+        table_versions={t: int(v) for t, v in row["table_versions"].items()},
+        bits={t: bytes.fromhex(h) for t, h in row["bits"].items()},
+        fragments={t: [int(f) for f in frags] for t, frags in row["fragments"].items()},
+        method=row["method"],
+        reason=row["reason"],
+        delta_rows=row["delta_rows"],
+        duration_ms=row["duration_ms"],
+        run_id=row["run_id"],
+        created_at=row["created_at"],
+    )
+
+
+def _run_record(row: Mapping[str, Any]) -> RunRecord:
+    return RunRecord(**{f: row[f] for f in RunRecord.__dataclass_fields__})

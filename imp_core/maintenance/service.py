@@ -1,0 +1,649 @@
+"""The maintenance service: register tables and sketches, capture, and keep sketches fresh.
+
+Only this module commits: the engine's operators hand back state, and each new sketch version is written together
+with its operator state in one catalog transaction (``Catalog.commit_version``). Work on one sketch is serialized by
+a Postgres advisory lock; a process killed at any point leaves the last committed version intact, and the next run
+starts from it.
+
+Strategies (IMP paper Section 2, 8.5):
+
+* ``lazy``: bring the sketch to the current table versions in one step, when it is needed;
+* ``eager``: consume pending table versions in commit order, in batches of at least ``batch_size`` change rows
+  (a version is never split), committing one sketch version per batch (the iOLAP mini-batch model), so a long
+  backlog becomes small resumable steps;
+* ``recapture``: full maintenance; also chosen automatically when incremental maintenance cannot proceed (change
+  feed vacuumed or disabled, state missing or corrupt, a top-k buffer exhausted), recorded with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+import pyarrow as pa
+
+from imp_core.config import Settings
+from imp_core.engine.pipeline import Pipeline
+from imp_core.engine.state import FORMAT, FORMAT_VERSION
+from imp_core.errors import (
+    ChangeFeedUnavailableError,
+    ImpError,
+    PlanError,
+    StateError,
+    UnsafeSketchError,
+    UsageError,
+)
+from imp_core.plan.expr import kind_of_type
+from imp_core.plan.nodes import Plan, explain
+from imp_core.plan.safety import require_safe
+from imp_core.plan.sql import Query, parse_query
+from imp_core.plan.template import template_key
+from imp_core.sketch.partition import Partition, PartitionSet, parse_bound
+from imp_core.sketch.sketch import Sketch
+from imp_core.sources.delta import MULT, VERSION, DeltaSource
+from imp_core.sources.schema import check_compatible, schema_from_json, schema_to_json
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from imp_core.catalog.store import Catalog, SketchRecord, VersionRecord
+
+log = logging.getLogger(__name__)
+
+STRATEGIES = ("lazy", "eager", "recapture")
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Loaded:
+    """A sketch ready to maintain: its record, plan, partitions and sources."""
+
+    record: SketchRecord
+    query: Query
+    partitions: PartitionSet
+    sources: dict[str, DeltaSource]
+    schemas: dict[str, pa.Schema]
+    assumptions: tuple[str, ...]
+
+    @property
+    def plan(self) -> Plan:
+        return self.query.plan
+
+    def used_columns(self, table: str) -> list[str]:
+        cols: list[str] = []
+        for scan in self.plan.scans():
+            if scan.table == table:
+                cols += [c.name for c in scan.columns if c.name not in cols]
+        return cols
+
+
+@dataclass
+class MaintenanceResult:
+    """What a maintenance call did."""
+
+    sketch: str
+    versions: list[VersionRecord] = field(default_factory=list)
+    delta_rows: int = 0
+    recaptured: str | None = None  # the reason, when a recapture happened
+    up_to_date: bool = False
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class SketchService:
+    """Facade over catalog, sources, engine and Spark for one process."""
+
+    def __init__(self, settings: Settings, catalog: Catalog | None = None, spark: SparkSession | None = None,
+                 progress: Progress | None = None) -> None:
+        self.settings = settings
+        self._catalog = catalog
+        self._spark = spark
+        self.progress = progress or (lambda msg: log.info(msg))
+
+    # -- lazily started parts ------------------------------------------------------------------------------------
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            from imp_core.catalog.store import Catalog
+
+            self._catalog = Catalog.connect(self.settings)
+        return self._catalog
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            from imp_core.spark.session import get_spark
+
+            self.progress("starting Spark")
+            self._spark = get_spark(self.settings)
+        return self._spark
+
+    def backend(self, sources: dict[str, DeltaSource]):  # noqa: ANN201
+        from imp_core.spark.backend import SparkBackend
+
+        return SparkBackend(self.spark, sources, self.settings.optimizations)
+
+    # -- tables --------------------------------------------------------------------------------------------------
+
+    def register_table(self, name: str, path: str, replace: bool = False):  # noqa: ANN201
+        """Register a Delta table under a name usable in SQL; it must have Change Data Feed enabled."""
+        if not name.replace("_", "").isalnum():
+            raise UsageError(f"table name {name!r} must be an identifier (letters, digits, underscores)")
+        source = DeltaSource(name, path)
+        version = source.current_version()
+        source.require_cdf()
+        source.require_readable_by_spark()
+        schema = source.schema()
+        record = self.catalog.register_table(name, str(path), schema_to_json(schema), replace=replace)
+        self.catalog.observe_table_version(name, version)
+        return record
+
+    def source(self, name: str) -> DeltaSource:
+        return DeltaSource(name, self.catalog.get_table(name).path)
+
+    def table_schemas(self) -> dict[str, pa.Schema]:
+        out = {}
+        for t in self.catalog.list_tables():
+            if t.schema_json:
+                out[t.name] = schema_from_json(t.schema_json)
+        return out
+
+    def current_schemas(self, tables: list[str]) -> dict[str, pa.Schema]:
+        return {t: self.source(t).schema() for t in tables}
+
+    # -- registration --------------------------------------------------------------------------------------------
+
+    def analyze(self, sql: str, dialect: str = "spark") -> Query:
+        """Parse ``sql`` against the registered tables (their current schemas)."""
+        registered = {t.name: t for t in self.catalog.list_tables()}
+        schemas: dict[str, pa.Schema] = {}
+        for name, rec in registered.items():
+            schemas[name] = DeltaSource(name, rec.path).schema()
+        if not schemas:
+            raise UsageError("no tables are registered; register one with `imp table register NAME PATH`")
+        return parse_query(sql, schemas, dialect)
+
+    def sign_oracle(self, sources: dict[str, DeltaSource], versions: dict[str, int]) -> Callable[[str, str], str | None]:
+        """Column signs from Delta file statistics (exact min/max per file) at the pinned versions."""
+        cache: dict[str, dict[str, str]] = {}
+
+        def oracle(table: str, column: str) -> str | None:
+            if table not in sources:
+                return None
+            if table not in cache:
+                signs: dict[str, str] = {}
+                files = sources[table].files(versions[table])
+                mins: dict[str, Any] = {}
+                maxs: dict[str, Any] = {}
+                complete: dict[str, bool] = {}
+                for f in files:
+                    for col in set(f.min_values) | set(f.max_values):
+                        lo, hi = f.min_values.get(col), f.max_values.get(col)
+                        nulls = f.null_counts.get(col)
+                        all_null = nulls is not None and f.num_records is not None and nulls == f.num_records
+                        if (lo is None or hi is None) and not all_null:
+                            complete[col] = False
+                            continue
+                        complete.setdefault(col, True)
+                        if lo is not None:
+                            mins[col] = lo if col not in mins else min(mins[col], lo)
+                            maxs[col] = hi if col not in maxs else max(maxs[col], hi)
+                for col, ok in complete.items():
+                    if not ok or col not in mins:
+                        continue
+                    try:
+                        if mins[col] >= 0:
+                            signs[col] = "+"
+                        elif maxs[col] <= 0:
+                            signs[col] = "-"
+                    except TypeError:
+                        continue
+                cache[table] = signs
+            return cache[table].get(column)
+
+        return oracle
+
+    def create_sketch(self, name: str, sql: str, on: list[str], fragments: int | None = None,
+                      bounds: list[str] | None = None, dialect: str = "spark", strategy: str = "lazy",
+                      trigger: str = "cli") -> tuple[SketchRecord, VersionRecord]:
+        """Parse, check safety, pick bounds, capture at pinned versions and commit version 1."""
+        if strategy not in ("lazy", "eager"):
+            raise UsageError(f"--strategy must be lazy or eager, got {strategy!r}")
+        if (fragments is None) == (bounds is None):
+            raise UsageError("give exactly one of --fragments N or --bounds b0,b1,...,bn")
+        if bounds is not None and len(bounds) != len(on):
+            raise UsageError(f"give one --bounds per --on ({len(on)} partitioned columns, {len(bounds)} --bounds)")
+        if fragments is not None and fragments < 1:
+            raise UsageError(f"--fragments must be at least 1, got {fragments}")
+        if not name or not name.replace("_", "").replace("-", "").isalnum():
+            raise UsageError(f"sketch name {name!r} must consist of letters, digits, '-' and '_'")
+        started = time.perf_counter()
+        query = self.analyze(sql, dialect)
+        plan = query.plan
+        tables = sorted(plan.tables())
+        sources = {t: self.source(t) for t in tables}
+        for s in sources.values():
+            s.require_cdf()
+            s.require_readable_by_spark()
+        versions = {t: sources[t].current_version() for t in tables}
+        schemas = {t: sources[t].schema(versions[t]) for t in tables}
+
+        targets: dict[str, str] = {}
+        for item in on:
+            table, _, column = item.partition(".")
+            if not column:
+                raise UsageError(f"--on {item!r}: write TABLE.COLUMN")
+            if table not in schemas:
+                raise UsageError(f"--on {item}: table {table} is not used by the query (it reads "
+                                 f"{', '.join(tables)})")
+            if column not in schemas[table].names:
+                raise PlanError(f"--on {item}: column {column} does not exist in table {table}; columns: "
+                                f"{', '.join(schemas[table].names)}")
+            if table in targets:
+                raise UsageError(f"--on {item}: table {table} is partitioned twice; one partition per table")
+            targets[table] = column
+        oracle = self.sign_oracle(sources, versions)
+        report = require_safe(plan, targets, oracle)
+
+        parts = []
+        for i, (table, column) in enumerate(targets.items()):
+            kind = kind_of_type(schemas[table].field(column).type)
+            if kind not in ("int", "float", "decimal", "date", "timestamp", "string"):
+                raise UsageError(f"cannot partition on {table}.{column} of type {schemas[table].field(column).type}")
+            if bounds is not None:
+                values = tuple(parse_bound(b, kind) for b in bounds[i].split(","))
+            else:
+                from imp_core.spark.bounds import equi_depth_bounds
+
+                self.progress(f"computing {fragments} equi-depth bounds on {table}.{column}")
+                df = sources[table].scan(self.spark, versions[table])
+                values = equi_depth_bounds(df, column, fragments or 1, kind)
+            parts.append(Partition(table, column, values, kind))
+        partitions = PartitionSet(tuple(parts))
+
+        key, constants = template_key(sql, dialect)
+        run_id = self.catalog.start_run(None, "capture", trigger, from_version=None, table_versions_from=versions)
+        try:
+            pipeline = Pipeline(plan, partitions, topk_buffer=self.settings.optimizations.topk_buffer)
+            self.progress(f"capturing sketch {name} on Spark at versions {versions}")
+            t0 = time.perf_counter()
+            pipeline.capture(self.backend(sources), dict(versions))
+            capture_ms = (time.perf_counter() - t0) * 1000
+            sketch = Sketch.from_global(partitions, pipeline.sketch())
+            from imp_core.catalog.store import NewVersion
+
+            first = NewVersion(table_versions=versions, bits=sketch.bits(partitions), fragments=sketch.to_json(),
+                               method="capture", delta_rows=0, duration_ms=capture_ms, run_id=run_id)
+            plan_json = {"explain": explain(plan), "fingerprint": pipeline.fingerprint,
+                         "schemas": {t: schema_to_json(s) for t, s in schemas.items()},
+                         "output_names": list(query.output_names), "constants": [str(c) for c in constants]}
+            record = self.catalog.create_sketch(name, sql, dialect, key, plan_json, partitions.to_json(),
+                                                report.to_json(), strategy, first, self._blobs(pipeline), run_id)
+        except BaseException as e:
+            self.catalog.finish_run(run_id, "failed", error=_one_line(e))
+            raise
+        version = self.catalog.latest_version(record.id)
+        self.catalog.finish_run(run_id, "succeeded", to_version=1, table_versions_to=versions, delta_rows=0,
+                                timings={"capture_ms": capture_ms, "total_ms": (time.perf_counter() - started) * 1000})
+        for t, v in versions.items():
+            self.catalog.observe_table_version(t, v)
+        return record, version
+
+    # -- loading ---------------------------------------------------------------------------------------------------
+
+    def load(self, name: str) -> Loaded:
+        record = self.catalog.get_sketch(name)
+        plan_json = record.plan_json or {}
+        schemas = {t: schema_from_json(s) for t, s in plan_json.get("schemas", {}).items()}
+        query = parse_query(record.sql, schemas, record.dialect or "spark")
+        partitions = PartitionSet.from_json(record.partitions)
+        sources = {t: self.source(t) for t in query.plan.tables()}
+        safety = record.safety or {}
+        return Loaded(record, query, partitions, sources, schemas, tuple(safety.get("assumptions", ())))
+
+    def _pipeline(self, loaded: Loaded) -> Pipeline:
+        pipeline = Pipeline(loaded.plan, loaded.partitions, topk_buffer=self.settings.optimizations.topk_buffer)
+        expected = (loaded.record.plan_json or {}).get("fingerprint")
+        if expected and expected != pipeline.fingerprint:
+            raise StateError(f"sketch {loaded.record.name}: the plan built from its SQL no longer matches the one "
+                             f"captured (imp was upgraded?); recapture the sketch")
+        return pipeline
+
+    def _blobs(self, pipeline: Pipeline):  # noqa: ANN202
+        from imp_core.catalog.store import StateBlob
+
+        return [StateBlob(op_id, FORMAT, FORMAT_VERSION, blob) for op_id, blob in pipeline.state_blobs().items()]
+
+    # -- maintenance -----------------------------------------------------------------------------------------------
+
+    def current_versions(self, loaded: Loaded) -> dict[str, int]:
+        out = {}
+        for t, s in loaded.sources.items():
+            out[t] = s.current_version()
+            self.catalog.observe_table_version(t, out[t])
+        return out
+
+    def is_stale(self, name: str) -> bool:
+        loaded = self.load(name)
+        latest = self.catalog.latest_version(loaded.record.id)
+        return any(v > latest.table_versions.get(t, -1) for t, v in self.current_versions(loaded).items())
+
+    def maintain(self, name: str, strategy: str | None = None, batch_size: int | None = None,
+                 trigger: str = "cli", allow_recapture: bool = True) -> MaintenanceResult:
+        """Bring sketch ``name`` to the current table versions with the given strategy."""
+        loaded = self.load(name)
+        strategy = strategy or loaded.record.strategy or "lazy"
+        if strategy not in STRATEGIES:
+            raise UsageError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        if batch_size is not None and batch_size < 1:
+            raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
+        result = MaintenanceResult(name)
+        with self.catalog.sketch_lock(loaded.record.id):
+            latest = self.catalog.latest_version(loaded.record.id)
+            target = self.current_versions(loaded)
+            if strategy == "recapture":
+                result.versions.append(self._recapture(loaded, latest, target, "requested", trigger))
+                result.recaptured = "requested"
+                return result
+            if all(target[t] <= latest.table_versions.get(t, -1) for t in target):
+                result.up_to_date = True
+                return result
+            self._check_schemas(loaded, target)
+            run_id = self.catalog.start_run(loaded.record.id, strategy, trigger, from_version=latest.version,
+                                            table_versions_from=latest.table_versions)
+            try:
+                if strategy == "lazy":
+                    batches = [target]
+                else:
+                    batches = self._eager_batches(loaded, latest.table_versions, target,
+                                                  batch_size or max(1, _DEFAULT_BATCH))
+                pipeline: Pipeline | None = None
+                for i, batch_target in enumerate(batches):
+                    self.progress(f"sketch {name}: maintaining batch {i + 1}/{len(batches)} -> {batch_target}")
+                    try:
+                        if pipeline is None:
+                            pipeline = self._load_state(loaded, latest)
+                        version, rows = self._incremental(loaded, pipeline, latest, batch_target, run_id)
+                    except (ChangeFeedUnavailableError, StateError) as e:
+                        if not allow_recapture:
+                            raise
+                        reason = _one_line(e)
+                        self.progress(f"sketch {name}: incremental maintenance cannot proceed ({reason}); "
+                                      f"recapturing")
+                        version = self._recapture(loaded, latest, target, reason, trigger, run_id=run_id)
+                        result.recaptured = reason
+                        result.versions.append(version)
+                        break
+                    result.versions.append(version)
+                    result.delta_rows += rows
+                    latest = version
+                last = result.versions[-1] if result.versions else latest
+                self.catalog.finish_run(run_id, "succeeded", to_version=last.version,
+                                        table_versions_to=last.table_versions, delta_rows=result.delta_rows)
+            except BaseException as e:
+                self.catalog.finish_run(run_id, "failed", error=_one_line(e))
+                raise
+        return result
+
+    def _check_schemas(self, loaded: Loaded, target: dict[str, int]) -> None:
+        for table, source in loaded.sources.items():
+            registered = loaded.schemas.get(table)
+            if registered is None:
+                continue
+            current = source.schema(target[table])
+            check_compatible(table, registered, current, set(loaded.used_columns(table)), loaded.record.name)
+
+    def _load_state(self, loaded: Loaded, latest: VersionRecord) -> Pipeline:
+        pipeline = self._pipeline(loaded)
+        if not self.catalog.has_states(loaded.record.id, latest.version):
+            raise StateError(f"sketch {loaded.record.name} version {latest.version} has no operator state "
+                             f"(removed by retention?)")
+        blobs = self.catalog.load_states(loaded.record.id, latest.version)
+        pipeline.load_state_blobs({k: b.payload for k, b in blobs.items()})
+        if pipeline.sketch() != Sketch(latest.fragments).to_global(loaded.partitions):
+            raise StateError(f"sketch {loaded.record.name} version {latest.version}: the saved merge state does not "
+                             f"match the saved sketch")
+        return pipeline
+
+    def _incremental(self, loaded: Loaded, pipeline: Pipeline, latest: VersionRecord, target: dict[str, int],
+                     run_id: int) -> tuple[VersionRecord, int]:
+        """One batch: one pass per changed table (in name order), then commit the new version."""
+        from imp_core.catalog.store import NewVersion
+
+        t0 = time.perf_counter()
+        backend = self.backend(loaded.sources)
+        reached = dict(latest.table_versions)
+        rows = 0
+        for table in sorted(target):
+            start, end = reached.get(table, -1), target[table]
+            if end <= start:
+                continue
+            source = loaded.sources[table]
+            raw = source.changes(start, end, loaded.used_columns(table))
+            changes = pl.from_arrow(raw)
+            assert isinstance(changes, pl.DataFrame)
+            self._check_assumptions(loaded, table, changes)
+            reached[table] = end
+            pipeline.maintain_pass(table, changes.drop(VERSION), backend, dict(reached),
+                                   netting=self.settings.optimizations.netting)
+            rows += changes.height
+        sketch = Sketch.from_global(loaded.partitions, pipeline.sketch())
+        duration = (time.perf_counter() - t0) * 1000
+        new = NewVersion(table_versions=reached, bits=sketch.bits(loaded.partitions), fragments=sketch.to_json(),
+                         method="incremental", delta_rows=rows, duration_ms=duration, run_id=run_id)
+        version = self.catalog.commit_version(loaded.record.id, latest.version, new, self._blobs(pipeline),
+                                              self.settings.state_retention)
+        return version, rows
+
+    def _check_assumptions(self, loaded: Loaded, table: str, changes: pl.DataFrame) -> None:
+        """The safety verdict relied on column signs; an inserted row that breaks one makes the column unsafe."""
+        for a in loaded.assumptions:
+            col_ref, op, _ = a.split(" ")
+            t, _, column = col_ref.partition(".")
+            if t != table or column not in changes.columns:
+                continue
+            inserted = changes.filter(pl.col(MULT) > 0).get_column(column)
+            bad = inserted.filter(inserted < 0) if op == ">=" else inserted.filter(inserted > 0)
+            if bad.len():
+                raise UnsafeSketchError(
+                    f"sketch {loaded.record.name} is safe only while {a}, but new rows of {table} have "
+                    f"{column} = {bad[0]}; the sketch can no longer be maintained — drop it and register it on a "
+                    f"safe column")
+
+    def _eager_batches(self, loaded: Loaded, start: dict[str, int], target: dict[str, int],
+                       batch_size: int) -> list[dict[str, int]]:
+        """Pending table versions in commit order, cut into batches of >= ``batch_size`` change rows."""
+        from imp_core.maintenance.batches import Commit, plan_batches
+
+        commits: list[Commit] = []
+        for table, source in loaded.sources.items():
+            lo, hi = start.get(table, -1), target[table]
+            if hi <= lo:
+                continue
+            source.check_cdf_range(lo, hi)
+            counts = _rows_per_version(source, lo, hi)
+            stamps = {c.version: c.timestamp for c in source.commits(lo, hi)}
+            for v in range(lo + 1, hi + 1):
+                ts = stamps.get(v)
+                commits.append(Commit(table, v, ts.timestamp() if ts else float(v), counts.get(v, 0)))
+        return plan_batches(start, commits, batch_size)
+
+    def _recapture(self, loaded: Loaded, latest: VersionRecord, target: dict[str, int], reason: str,
+                   trigger: str, run_id: int | None = None) -> VersionRecord:
+        from imp_core.catalog.store import NewVersion
+
+        own_run = run_id is None
+        if own_run:
+            run_id = self.catalog.start_run(loaded.record.id, "recapture", trigger, from_version=latest.version,
+                                            table_versions_from=latest.table_versions)
+        try:
+            self._check_schemas(loaded, target)
+            t0 = time.perf_counter()
+            pipeline = self._pipeline(loaded)
+            self.progress(f"recapturing sketch {loaded.record.name} on Spark at versions {target}")
+            pipeline.capture(self.backend(loaded.sources), dict(target))
+            sketch = Sketch.from_global(loaded.partitions, pipeline.sketch())
+            new = NewVersion(table_versions=target, bits=sketch.bits(loaded.partitions), fragments=sketch.to_json(),
+                             method="recapture", reason=reason, delta_rows=0,
+                             duration_ms=(time.perf_counter() - t0) * 1000, run_id=run_id)
+            version = self.catalog.commit_version(loaded.record.id, latest.version, new, self._blobs(pipeline),
+                                                  self.settings.state_retention)
+        except BaseException as e:
+            if own_run:
+                self.catalog.finish_run(run_id, "failed", error=_one_line(e))  # type: ignore[arg-type]
+            raise
+        if own_run:
+            self.catalog.finish_run(run_id, "succeeded", to_version=version.version,  # type: ignore[arg-type]
+                                    table_versions_to=target, delta_rows=0)
+        return version
+
+    def recapture(self, name: str, reason: str = "requested", trigger: str = "cli") -> VersionRecord:
+        return self.maintain(name, strategy="recapture", trigger=trigger).versions[-1]
+
+    def maintain_all(self, strategy: str = "eager", batch_size: int | None = None,
+                     trigger: str = "cli") -> list[MaintenanceResult]:
+        out = []
+        for record in self.catalog.list_sketches():
+            if self.is_stale(record.name):
+                out.append(self.maintain(record.name, strategy, batch_size, trigger))
+        return out
+
+    # -- use -------------------------------------------------------------------------------------------------------
+
+    def find_sketch(self, sql: str, dialect: str = "spark") -> str | None:
+        """A live sketch that can answer ``sql``: same template and the same constants."""
+        key, constants = template_key(sql, dialect)
+        wanted = [str(c) for c in constants]
+        for record in self.catalog.list_sketches():
+            if record.template_key != key:
+                continue
+            if (record.plan_json or {}).get("constants") == wanted:
+                return record.name
+        return None
+
+    def query(self, sql: str, dialect: str = "spark", use_sketch: bool = True, capture: bool = False,
+              on: list[str] | None = None, fragments: int = 100, trigger: str = "cli"):  # noqa: ANN201
+        """Run ``sql`` on Spark, with a fresh sketch when one can answer it (lazily maintained first)."""
+        from imp_core.use.query import QueryResult, collect, execute
+
+        t0 = time.perf_counter()
+        query = self.analyze(sql, dialect)
+        tables = sorted(query.plan.tables())
+        sources = {t: self.source(t) for t in tables}
+        notes: list[str] = []
+        name = self.find_sketch(sql, dialect) if use_sketch else None
+        if name is None and use_sketch and capture:
+            from imp_core.plan.safety import safe_columns
+
+            targets = on
+            if not targets:
+                versions0 = {t: sources[t].current_version() for t in tables}
+                safe = safe_columns(query.plan, self.sign_oracle(sources, versions0))
+                if not safe:
+                    raise UnsafeSketchError("no column of the query's tables is safe for a sketch; run the query "
+                                            "without --capture")
+                targets = [safe[0]]
+            name = _auto_name(self.catalog, sql)
+            self.create_sketch(name, sql, targets, fragments=fragments, dialect=dialect, trigger=trigger)
+            notes.append(f"registered sketch {name} on {', '.join(targets)}")
+        sketch_info = None
+        partitions = sketch = None
+        versions = {t: sources[t].current_version() for t in tables}
+        if name is not None:
+            result = self.maintain(name, strategy="lazy", trigger=trigger)
+            if result.versions:
+                notes.append(f"maintained sketch {name} to version {result.versions[-1].version}"
+                             + (f" (recaptured: {result.recaptured})" if result.recaptured else ""))
+            record = self.catalog.get_sketch(name)
+            latest = self.catalog.latest_version(record.id)
+            partitions = PartitionSet.from_json(record.partitions)
+            sketch = Sketch({t: tuple(f) for t, f in latest.fragments.items()})
+            versions = {t: latest.table_versions[t] for t in tables}
+            sketch_info = {"name": name, "version": latest.version}
+        elif use_sketch:
+            notes.append("no sketch can answer this query; ran it without one (add --capture to register one)")
+        df, scanned = execute(self.spark, query.plan, sources, versions, partitions, sketch)
+        rows = collect(df, list(query.output_names))
+        return QueryResult(list(query.output_names), rows, sketch_info, scanned, time.perf_counter() - t0, notes)
+
+    # -- reading ---------------------------------------------------------------------------------------------------
+
+    def describe(self, name: str, version: int | None = None, as_of: tuple[str, int] | None = None) -> dict[str, Any]:
+        """``imp sketch show --json``: stable keys other tools parse."""
+        record = self.catalog.get_sketch(name)
+        if version is not None:
+            v = self.catalog.get_version(record.id, version)
+        elif as_of is not None:
+            v = self.catalog.version_as_of_table_version(record.id, as_of[0], as_of[1])
+        else:
+            v = self.catalog.latest_version(record.id)
+        partitions = PartitionSet.from_json(record.partitions)
+        sketch = Sketch({t: tuple(f) for t, f in v.fragments.items()})
+        share = sketch.covered_share(partitions)
+        return {
+            "name": record.name,
+            "sql": record.sql,
+            "version": v.version,
+            "method": v.method,
+            "reason": v.reason,
+            "table_versions": dict(v.table_versions),
+            "partitions": [{"table": p.table, "column": p.column, "bounds": p.to_json()["bounds"],
+                            "fragments": list(sketch.fragments.get(p.table, ())),
+                            "fragment_count": p.fragments, "covered_share": share[p.table]}
+                           for p in partitions.partitions],
+            "strategy": record.strategy,
+            "template_key": record.template_key,
+            "safety": record.safety,
+            "delta_rows": v.delta_rows,
+            "duration_ms": v.duration_ms,
+            "created_at": v.created_at.isoformat() if v.created_at else None,
+        }
+
+    def history(self, name: str) -> list[dict[str, Any]]:
+        record = self.catalog.get_sketch(name)
+        out = []
+        for v in self.catalog.versions(record.id):
+            out.append({"version": v.version, "method": v.method, "reason": v.reason,
+                        "table_versions": dict(v.table_versions), "fragments": v.fragments,
+                        "delta_rows": v.delta_rows, "duration_ms": v.duration_ms, "run_id": v.run_id,
+                        "has_state": self.catalog.has_states(record.id, v.version),
+                        "created_at": v.created_at.isoformat() if v.created_at else None})
+        return out
+
+
+_DEFAULT_BATCH = 1000
+
+
+def _auto_name(catalog: Catalog, sql: str) -> str:
+    import hashlib
+
+    base = "q_" + hashlib.sha256(sql.encode()).hexdigest()[:8]
+    existing = {r.name for r in catalog.list_sketches()}
+    name, i = base, 2
+    while name in existing:
+        name, i = f"{base}_{i}", i + 1
+    return name
+
+
+def _rows_per_version(source: DeltaSource, after: int, upto: int) -> dict[int, int]:
+    table = source.changes(after, upto, columns=[])
+    if table.num_rows == 0:
+        return {}
+    counts = pl.from_arrow(table.select([VERSION])).group_by(VERSION).len()  # type: ignore[union-attr]
+    return dict(zip(counts.get_column(VERSION).to_list(), counts.get_column("len").to_list()))
+
+
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, ImpError):
+        text = str(e)
+    else:
+        text = f"{type(e).__name__}: {e}"
+    lines = text.strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+__all__ = ["SketchService", "MaintenanceResult", "Loaded", "STRATEGIES"]

@@ -1,0 +1,377 @@
+"""Safety check: is every sketch on a range partition of these columns sufficient for the query?
+
+A sketch is *safe* when running the query over only the sketch's fragments (``D_P``) returns the same answer as over
+the whole database (PBDS, Niu et al.; IMP paper Section 4.4). Restricting a table to some fragments is harmless for
+monotone operators, but an aggregation may then see only *part* of a group that is not in the provenance, and a later
+``HAVING`` or top-k might accept that partial group. The check tracks, bottom-up, what evaluating each subplan over
+``D_P`` can produce:
+
+``EXACT``  the same rows as over ``D``;
+``SUB``    a sub-bag of them that still holds every row the parents need (a partitioned scan; monotone operators);
+``PART``   every needed row exactly, plus *extra* rows (partial groups) whose aggregate columns are off in a known
+           direction (``<=``: never above the true value, e.g. COUNT or SUM of non-negative values; ``>=``; ``?``).
+           ``anchored`` means each extra row has a counterpart in the full result (true right after an aggregation).
+
+Rules (documented with examples in docs/SAFETY.md):
+
+* an aggregation over ``SUB`` is ``SUB`` when its group keys determine the partition column (each group lies in one
+  fragment, so it is present entirely or not at all); otherwise ``PART``;
+* a selection over ``PART`` keeps it anchored only if it can never accept a partial row whose full version it rejects
+  (``HAVING SUM(x) > c`` with ``x >= 0``: a partial sum is smaller, so it fails too); otherwise anchoring is lost;
+* a top-k over ``PART`` is exact when partial rows can only rank worse (``ORDER BY SUM(x) DESC`` with ``x >= 0``);
+* joins keep anchoring when their condition only uses exact columns;
+* the final result is safe when it is ``EXACT``, ``SUB`` or anchored ``PART`` (the whole result is needed then, so
+  no partial row can remain).
+
+Sign knowledge (``x >= 0``) comes from an oracle (Delta statistics at registration); every sign the verdict relied on
+is returned as an *assumption* that maintenance re-checks on each batch of changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from imp_core.errors import UnsafeSketchError
+from imp_core.plan.expr import (
+    AggCall,
+    Binary,
+    Case,
+    Cast,
+    Col,
+    Expr,
+    Func,
+    Lit,
+    Unary,
+    conjuncts,
+    is_numeric,
+    kind_of_type,
+)
+from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK
+
+SignOracle = Callable[[str, str], str | None]  # (table, column) -> "+" (>= 0), "-" (<= 0) or None
+
+_PARTITIONABLE = ("int", "float", "decimal", "date", "timestamp", "string")
+
+
+@dataclass(frozen=True)
+class Rel:
+    tag: str  # exact | sub | part
+    dirs: dict[str, str] = field(default_factory=dict)  # part: column -> "<=" | ">=" | "?"
+    anchored: bool = True
+    det: dict[str, frozenset[str]] = field(default_factory=dict)  # partitioned scan alias -> determining columns
+    signs: dict[str, tuple[str, frozenset[str]]] = field(default_factory=dict)  # column -> (sign, base columns)
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class SafetyReport:
+    safe: bool
+    reason: str
+    assumptions: tuple[str, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {"safe": self.safe, "reason": self.reason, "assumptions": list(self.assumptions)}
+
+
+class _Analysis:
+    def __init__(self, partitioned: dict[str, str], oracle: SignOracle | None) -> None:
+        self.partitioned = partitioned  # table -> column
+        self.oracle = oracle
+        self.assumptions: set[str] = set()
+
+    # -- signs ----------------------------------------------------------------------------------------------------
+
+    def sign(self, e: Expr, rel: Rel) -> str | None:
+        """'+' if ``e`` is never negative, '-' if never positive, else None."""
+        return self.signed(e, rel)[0]
+
+    def signed(self, e: Expr, rel: Rel) -> tuple[str | None, frozenset[str]]:
+        """The sign of ``e`` and the base columns (``table.column``) whose sign it relies on."""
+        none: tuple[str | None, frozenset[str]] = (None, frozenset())
+        if isinstance(e, Lit):
+            try:
+                if e.value is None or isinstance(e.value, (bool, str)):
+                    return none
+                return ("+" if e.value >= 0 else "-"), frozenset()
+            except TypeError:
+                return none
+        if isinstance(e, Col):
+            return rel.signs.get(e.name, none)
+        if isinstance(e, Unary) and e.op == "neg":
+            s, deps = self.signed(e.arg, rel)
+            return ({"+": "-", "-": "+"}.get(s) if s else None), deps
+        if isinstance(e, Binary) and e.op in ("+", "*", "/", "-"):
+            (a, da), (b, db) = self.signed(e.left, rel), self.signed(e.right, rel)
+            deps = da | db
+            if e.op == "+":
+                return (a if a is not None and a == b else None), deps
+            if e.op == "-":
+                return ("+" if (a == "+" and b == "-") else ("-" if (a == "-" and b == "+") else None)), deps
+            if a is None or b is None:
+                return none
+            return ("+" if a == b else "-"), deps
+        if isinstance(e, Func) and e.name == "abs":
+            return "+", frozenset()
+        if isinstance(e, (Func, Case)) or (isinstance(e, Cast) and is_numeric(e.to)):
+            if isinstance(e, Func) and e.name not in ("coalesce", "greatest", "least"):
+                return none
+            parts = ([e.arg] if isinstance(e, Cast) else list(e.args) if isinstance(e, Func) else
+                     [v for _, v in e.whens] + ([e.default] if e.default is not None else []))
+            results = [self.signed(p, rel) for p in parts]
+            signs = {r[0] for r in results}
+            if len(signs) == 1 and None not in signs:
+                return signs.pop(), frozenset().union(*(r[1] for r in results))
+        return none
+
+    # -- directions of partial values -------------------------------------------------------------------------------
+
+    def direction(self, e: Expr, rel: Rel) -> str:  # noqa: C901
+        """How ``e`` over a partial row relates to its full version: '=', '<=', '>=' or '?'."""
+        if not (e.columns() & set(rel.dirs)):
+            return "="
+        if isinstance(e, Col):
+            return rel.dirs.get(e.name, "=")
+        if isinstance(e, Binary) and e.op in ("+", "-"):
+            a, b = self.direction(e.left, rel), self.direction(e.right, rel)
+            if e.op == "-":
+                b = _flip(b)
+            return _combine(a, b)
+        if isinstance(e, Binary) and e.op in ("*", "/"):
+            a, b = self.direction(e.left, rel), self.direction(e.right, rel)
+            if b == "=" and isinstance(e.right, Lit):
+                s = self.sign(e.right, rel)
+                return a if s == "+" else (_flip(a) if s == "-" else "?")
+            if a == "=" and isinstance(e.left, Lit) and e.op == "*":
+                s = self.sign(e.left, rel)
+                return b if s == "+" else (_flip(b) if s == "-" else "?")
+            return "?"
+        if isinstance(e, Unary) and e.op == "neg":
+            return _flip(self.direction(e.arg, rel))
+        if isinstance(e, Cast) and is_numeric(e.to):
+            return self.direction(e.arg, rel)
+        return "?"
+
+    def accepts_only_if_full(self, p: Expr, rel: Rel, positive: bool = True) -> bool:
+        """True if ``p(partial row)`` implies ``p(full row)`` (``positive``), or the converse when not."""
+        if not (p.columns() & set(rel.dirs)):
+            return True
+        if isinstance(p, Binary) and p.op in ("and", "or"):
+            return (self.accepts_only_if_full(p.left, rel, positive)
+                    and self.accepts_only_if_full(p.right, rel, positive))
+        if isinstance(p, Unary) and p.op == "not":
+            return self.accepts_only_if_full(p.arg, rel, not positive)
+        if isinstance(p, Binary) and p.op in (">", ">=", "<", "<="):
+            left, right = self.direction(p.left, rel), self.direction(p.right, rel)
+            if p.op in (">", ">="):  # needs left - right to only grow from partial to full
+                grow = _combine(left, _flip(right))
+            else:
+                grow = _flip(_combine(left, _flip(right)))
+            if not positive:
+                grow = _flip(grow)
+            return grow in ("=", "<=")
+        return False
+
+    # -- relations ----------------------------------------------------------------------------------------------------
+
+    def rel(self, node: Plan) -> Rel:
+        fn = getattr(self, f"visit_{type(node).__name__}")
+        return fn(node)
+
+    def visit_Scan(self, node: Scan) -> Rel:
+        signs = {}
+        if self.oracle is not None:
+            for c in node.columns:
+                if is_numeric(c.dtype):
+                    s = self.oracle(node.table, c.name)
+                    if s:
+                        signs[node.qualified(c.name)] = (s, frozenset({f"{node.table}.{c.name}"}))
+        if node.table in self.partitioned:
+            col = node.qualified(self.partitioned[node.table])
+            return Rel("sub", det={node.alias: frozenset({col})}, signs=signs)
+        return Rel("exact", signs=signs)
+
+    def visit_Select(self, node: Select) -> Rel:
+        child = self.rel(node.child)
+        det = _with_equalities(child.det, node.predicate)
+        if child.tag != "part":
+            return Rel(child.tag, child.dirs, child.anchored, det, child.signs)
+        ok = self.accepts_only_if_full(node.predicate, child)
+        why = child.why if ok else f"the condition {node.predicate} can accept a partial group"
+        return Rel("part", child.dirs, child.anchored and ok, det, child.signs, why)
+
+    def visit_Project(self, node: Project) -> Rel:
+        child = self.rel(node.child)
+        det = {alias: frozenset(n for n, e in node.items if isinstance(e, Col) and e.name in cols)
+               for alias, cols in child.det.items()}
+        signs = {}
+        dirs = {}
+        for name, e in node.items:
+            s, deps = self.signed(e, child)
+            if s:
+                signs[name] = (s, deps)
+            if child.tag == "part":
+                d = self.direction(e, child)
+                if d != "=":
+                    dirs[name] = d
+        return Rel(child.tag, dirs, child.anchored, det, signs, child.why)
+
+    def visit_Join(self, node: Join) -> Rel:
+        left, right = self.rel(node.left), self.rel(node.right)
+        det = _with_equalities({**left.det, **right.det}, node.condition)
+        signs = {**left.signs, **right.signs}
+        tags = {left.tag, right.tag}
+        if "part" not in tags:
+            return Rel("sub" if "sub" in tags else "exact", det=det, signs=signs)
+        dirs = {**left.dirs, **right.dirs}
+        cond_ok = node.condition is None or not (node.condition.columns() & set(dirs))
+        anchored = left.anchored and right.anchored and cond_ok
+        why = left.why or right.why or ("" if cond_ok else "a join condition uses a partial aggregate")
+        return Rel("part", dirs, anchored, det, signs, why)
+
+    def visit_Aggregate(self, node: Aggregate) -> Rel:
+        child = self.rel(node.child)
+        key_cols = {e.name for _, e in node.keys if isinstance(e, Col)}
+        signs = {}
+        for name, a in node.aggs:
+            if a.func == "count":
+                signs[name] = ("+", frozenset())
+            elif a.arg is not None:
+                s, deps = self.signed(a.arg, child)
+                if s:
+                    signs[name] = (s, deps)
+        for name, e in node.keys:
+            s, deps = self.signed(e, child)
+            if s:
+                signs[name] = (s, deps)
+        if child.tag == "exact":
+            return Rel("exact", signs=signs)
+        if child.tag == "sub":
+            complete = all(cols & key_cols for cols in child.det.values())
+            if complete:
+                det = {alias: frozenset(n for n, e in node.keys if isinstance(e, Col) and e.name in cols)
+                       for alias, cols in child.det.items()}
+                return Rel("sub", det=det, signs=signs)
+            dirs = {name: self._agg_direction(a, child) for name, a in node.aggs}
+            return Rel("part", {k: v for k, v in dirs.items() if v != "="}, True, {}, signs,
+                       "groups are not determined by the partition column")
+        # aggregation over partial input
+        if not child.anchored or any(self.direction(e, child) != "=" for _, e in node.keys):
+            return Rel("part", {n: "?" for n, _ in node.aggs}, False, {}, signs,
+                       child.why or "grouping on a partial aggregate")
+        dirs = {name: self._agg_direction(a, child) for name, a in node.aggs}
+        return Rel("part", {k: v for k, v in dirs.items() if v != "="}, True, {}, signs, child.why)
+
+    def _agg_direction(self, a: AggCall, child: Rel) -> str:
+        if a.func == "count":
+            return "<="
+        assert a.arg is not None
+        d = self.direction(a.arg, child)
+        if a.func == "max":
+            return "<=" if d in ("=", "<=") else "?"
+        if a.func == "min":
+            return ">=" if d in ("=", ">=") else "?"
+        if a.func == "sum":
+            s = self.sign(a.arg, child)
+            if s == "+" and d in ("=", "<="):
+                self._record(a.arg, child, "+")
+                return "<="
+            if s == "-" and d in ("=", ">="):
+                self._record(a.arg, child, "-")
+                return ">="
+            return "?"
+        return "?"  # avg
+
+    def _record(self, e: Expr, rel: Rel, sign: str) -> None:
+        """Remember the base-column signs a verdict relied on (re-checked on every batch of changes)."""
+        for c in e.columns():
+            if c in rel.signs:
+                for base in rel.signs[c][1]:
+                    self.assumptions.add(base)
+
+    def visit_Distinct(self, node: Distinct) -> Rel:
+        child = self.rel(node.child)
+        return child
+
+    def visit_TopK(self, node: TopK) -> Rel:
+        child = self.rel(node.child)
+        if child.tag != "part":
+            return Rel("exact" if child.tag in ("exact", "sub") else child.tag, signs=child.signs)
+        if not child.anchored:
+            return child
+        for key in node.order:
+            d = self.direction(key.expr, child)
+            ok = d == "=" or (d == "<=" and key.descending) or (d == ">=" and not key.descending)
+            if not ok:
+                return Rel("part", child.dirs, False, {}, child.signs,
+                           f"ORDER BY {key.expr} {'DESC' if key.descending else 'ASC'} can rank a partial group "
+                           f"higher than its full version")
+        return Rel("exact", signs=child.signs)
+
+
+def _flip(d: str) -> str:
+    return {"<=": ">=", ">=": "<="}.get(d, d)
+
+
+def _combine(a: str, b: str) -> str:
+    if a == "=":
+        return b
+    if b == "=" or a == b:
+        return a
+    return "?"
+
+
+def _with_equalities(det: dict[str, frozenset[str]], cond: Expr | None) -> dict[str, frozenset[str]]:
+    """Columns equal to a determining column (``a = b`` conjuncts) determine the partition too."""
+    out = dict(det)
+    for c in conjuncts(cond):
+        if isinstance(c, Binary) and c.op == "=" and isinstance(c.left, Col) and isinstance(c.right, Col):
+            for alias, cols in out.items():
+                if c.left.name in cols or c.right.name in cols:
+                    out[alias] = cols | {c.left.name, c.right.name}
+    return out
+
+
+def check(plan: Plan, partitions: dict[str, str], oracle: SignOracle | None = None) -> SafetyReport:
+    """Is a sketch on ``partitions`` (table -> column) safe for ``plan``?"""
+    analysis = _Analysis(partitions, oracle)
+    rel = analysis.rel(plan)
+    safe = rel.tag in ("exact", "sub") or (rel.tag == "part" and rel.anchored)
+    reason = "safe" if safe else (rel.why or "a partial group can reach the result")
+    assumptions = []
+    for base in sorted(analysis.assumptions) if safe else []:
+        table, _, column = base.partition(".")
+        sign = oracle(table, column) if oracle is not None else None
+        assumptions.append(f"{table}.{column} {'>=' if sign == '+' else '<='} 0")
+    return SafetyReport(safe, reason, tuple(assumptions))
+
+
+def safe_columns(plan: Plan, oracle: SignOracle | None = None,
+                 tables: Iterable[str] | None = None) -> list[str]:
+    """Every ``table.column`` of the query's tables on which a single-table sketch is safe."""
+    out = []
+    wanted = set(tables) if tables is not None else None
+    seen: set[tuple[str, str]] = set()
+    for scan in plan.scans():
+        if wanted is not None and scan.table not in wanted:
+            continue
+        for c in scan.columns:
+            if (scan.table, c.name) in seen or kind_of_type(c.dtype) not in _PARTITIONABLE:
+                continue
+            seen.add((scan.table, c.name))
+            if check(plan, {scan.table: c.name}, oracle).safe:
+                out.append(f"{scan.table}.{c.name}")
+    return out
+
+
+def require_safe(plan: Plan, partitions: dict[str, str], oracle: SignOracle | None = None) -> SafetyReport:
+    report = check(plan, partitions, oracle)
+    if not report.safe:
+        cols = ", ".join(f"{t}.{c}" for t, c in partitions.items())
+        others = safe_columns(plan, oracle)
+        hint = f"safe columns: {', '.join(others)}" if others else "no single column of these tables is safe"
+        raise UnsafeSketchError(f"a sketch on {cols} is not safe for this query ({report.reason}); {hint}")
+    return report
+
+
+__all__ = ["SafetyReport", "SignOracle", "check", "require_safe", "safe_columns"]

@@ -51,7 +51,7 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
                .config("spark.sql.warehouse.dir", str(settings.home / "spark-warehouse"))
                .config("spark.driver.extraJavaOptions",
                        f"-Dderby.system.home={settings.home} -Dlog4j2.configurationFile={LOG4J_CONF}"))
-    if not os.environ.get("SPARK_SUBMIT_PYSPARK"):  # not under spark-submit: we choose the master
+    if not under_spark_submit():  # spark-submit chose the master (and its conf) already
         builder = builder.master(settings.spark_master)
     for key, value in _SEMANTICS.items():
         builder = builder.config(key, value)
@@ -60,6 +60,11 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
     spark.sparkContext.setLogLevel("ERROR")
     apply_semantics(spark)
     return spark
+
+
+def under_spark_submit() -> bool:
+    """True when this Python driver was launched by ``spark-submit`` (the JVM gateway already exists)."""
+    return bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
 
 
 def apply_semantics(spark: SparkSession) -> None:

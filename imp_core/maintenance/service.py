@@ -159,12 +159,20 @@ class SketchService:
 
     def analyze(self, sql: str, dialect: str = "spark") -> Query:
         """Parse ``sql`` against the registered tables (their current schemas)."""
+        from sqlglot import exp
+
+        from imp_core.plan.sql import parse_statement
+
         registered = {t.name: t for t in self.catalog.list_tables()}
+        if not registered:
+            raise UsageError("no tables are registered; register one with `imp table register NAME PATH`")
+        referenced = {t.name.lower() for t in parse_statement(sql, dialect).find_all(exp.Table)}
         schemas: dict[str, pa.Schema] = {}
         for name, rec in registered.items():
-            schemas[name] = DeltaSource(name, rec.path).schema()
-        if not schemas:
-            raise UsageError("no tables are registered; register one with `imp table register NAME PATH`")
+            if name.lower() in referenced:
+                schemas[name] = DeltaSource(name, rec.path).schema()  # the table as it is now
+            elif rec.schema_json:
+                schemas[name] = schema_from_json(rec.schema_json)  # only for error messages
         return parse_query(sql, schemas, dialect)
 
     def sign_oracle(self, sources: dict[str, DeltaSource], versions: dict[str, int]) -> Callable[[str, str], str | None]:
@@ -614,6 +622,169 @@ class SketchService:
                         "created_at": v.created_at.isoformat() if v.created_at else None})
         return out
 
+    # -- orchestration (Airflow DAGs, the plugin page, spark-submit jobs) -----------------------------------------
+
+    def refresh_observations(self, strict: bool = True) -> dict[str, int | str]:
+        """Record the current Delta version of every registered table, so the ``sketch_catalog`` view is current.
+
+        Reads only Delta logs (no Spark). With ``strict=False`` a table that cannot be read is reported by its error
+        message instead of failing the whole refresh (the plugin page shows what it can).
+
+        Returns:
+            Table name -> observed version (or, with ``strict=False``, the error message for unreadable tables).
+        """
+        out: dict[str, int | str] = {}
+        for table in self.catalog.list_tables():
+            try:
+                version = DeltaSource(table.name, table.path).current_version()
+                self.catalog.observe_table_version(table.name, version)
+                out[table.name] = version
+            except ImpError as e:
+                if strict:
+                    raise
+                log.warning("could not observe table %s: %s", table.name, _one_line(e))
+                out[table.name] = _one_line(e)
+        return out
+
+    def stale_sketches(self) -> list[str]:
+        """Names of live sketches behind the current version of one of their tables (observations refreshed)."""
+        self.refresh_observations()
+        return self.catalog.stale_sketches()
+
+    def check_maintenance_request(self, name: str, strategy: str | None = None,
+                                  batch_size: int | None = None) -> dict[str, Any]:
+        """Validate a maintenance request before any Spark job starts (the on-demand DAG's first task).
+
+        Raises:
+            UsageError: Unknown strategy, or a batch size below 1.
+            NotFoundError: No live sketch is named ``name`` (the message lists the existing ones).
+        """
+        if not name or not str(name).strip():
+            raise UsageError("give the name of the sketch to maintain (parameter `sketch`)")
+        if strategy is not None and strategy not in STRATEGIES:
+            raise UsageError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                       or batch_size < 1):
+            raise UsageError(f"batch size must be an integer of at least 1 (change rows per committed version), "
+                             f"got {batch_size!r}")
+        record = self.catalog.get_sketch(name)
+        stale = self.is_stale(name)
+        return {"sketch": record.name, "strategy": strategy or record.strategy, "batch_size": batch_size,
+                "stale": stale}
+
+    def check_registration(self, name: str, sql: str, on: list[str], fragments: int | None = None,
+                           bounds: list[str] | None = None, dialect: str = "spark") -> dict[str, Any]:
+        """The safety check of :meth:`create_sketch` without the capture: no Spark, nothing written.
+
+        Returns:
+            ``{"name", "tables", "on", "safety"}`` where ``safety`` is the safety report.
+
+        Raises:
+            UsageError: Bad arguments, or a live sketch named ``name`` exists.
+            PlanError: The SQL does not parse against the registered tables, or the column is not safe.
+        """
+        if (fragments is None) == (bounds is None):
+            raise UsageError("give exactly one of fragments or bounds")
+        if fragments is not None and fragments < 1:
+            raise UsageError(f"fragments must be at least 1, got {fragments}")
+        if not name or not name.replace("_", "").replace("-", "").isalnum():
+            raise UsageError(f"sketch name {name!r} must consist of letters, digits, '-' and '_'")
+        if any(r.name == name for r in self.catalog.list_sketches()):
+            raise UsageError(f"sketch {name!r} already exists; pick another name or drop it (`imp sketch drop {name}`)")
+        query = self.analyze(sql, dialect)
+        tables = sorted(query.plan.tables())
+        sources = {t: self.source(t) for t in tables}
+        versions = {t: sources[t].current_version() for t in tables}
+        targets: dict[str, str] = {}
+        for item in on:
+            table, _, column = item.partition(".")
+            if not column:
+                raise UsageError(f"on {item!r}: write TABLE.COLUMN")
+            if table not in sources:
+                raise UsageError(f"on {item}: table {table} is not used by the query (it reads {', '.join(tables)})")
+            names = sources[table].schema(versions[table]).names
+            if column not in names:
+                raise PlanError(f"on {item}: column {column} does not exist in table {table}; columns: "
+                                f"{', '.join(names)}")
+            targets[table] = column
+        report = require_safe(query.plan, targets, self.sign_oracle(sources, versions))
+        return {"name": name, "tables": versions, "on": list(on), "safety": report.to_json()}
+
+    def run_report(self, trigger: str, expected: list[str] | None = None) -> dict[str, Any]:
+        """What the runs recorded under ``trigger`` (e.g. ``airflow:DAG/RUN``) did, from the catalog.
+
+        Args:
+            trigger: The trigger string the jobs were given.
+            expected: Sketches that should have been maintained; one without a succeeded run counts as failed.
+
+        Returns:
+            ``{"trigger", "runs": [...], "versions_made", "delta_rows", "succeeded": [names], "failed": [names]}``;
+            a sketch retried after a failure counts by its latest run.
+        """
+        names = {r.id: r.name for r in self.catalog.list_sketches()}
+        runs = [r for r in self.catalog.runs(limit=100_000) if r.trigger == trigger]
+        runs.sort(key=lambda r: r.id)
+        rows, latest = [], {}
+        made = consumed = 0
+        for r in runs:
+            name = names.get(r.sketch_id) if r.sketch_id is not None else None
+            if name is None and r.sketch_id is not None:
+                name = self.catalog.get_sketch_by_id(r.sketch_id).name
+            made_here = 0
+            if r.status == "succeeded" and r.to_version is not None:
+                made_here = r.to_version - (r.from_version or 0)
+            made += made_here
+            consumed += r.delta_rows or 0
+            rows.append({"run_id": r.id, "sketch": name, "strategy": r.strategy, "status": r.status,
+                         "from_version": r.from_version, "to_version": r.to_version, "versions_made": made_here,
+                         "delta_rows": r.delta_rows or 0, "error": r.error})
+            if name is not None:
+                latest[name] = r.status
+        for name in expected or ():
+            latest.setdefault(name, "missing")
+        return {"trigger": trigger, "runs": rows, "versions_made": made, "delta_rows": consumed,
+                "succeeded": sorted(n for n, s in latest.items() if s == "succeeded"),
+                "failed": sorted(n for n, s in latest.items() if s != "succeeded")}
+
+    def overview(self, refresh: bool = True) -> list[dict[str, Any]]:
+        """One row per live sketch for the catalog page: ``sketch_catalog`` plus sketch size and covered share.
+
+        Args:
+            refresh: Observe the tables' current Delta versions first (cheap: log reads only); tables that cannot
+                be read are skipped with a warning.
+        """
+        if refresh:
+            self.refresh_observations(strict=False)
+        records = {r.name: r for r in self.catalog.list_sketches()}
+        out = []
+        for row in self.catalog.sketch_catalog():
+            record = records.get(row["name"])
+            parts = []
+            if record is not None:
+                partitions = PartitionSet.from_json(record.partitions)
+                sketch = Sketch({t: tuple(f) for t, f in (row.get("fragments") or {}).items()})
+                share = sketch.covered_share(partitions)
+                parts = [{"table": p.table, "column": p.column, "fragments": len(sketch.fragments.get(p.table, ())),
+                          "fragment_count": p.fragments, "covered_share": share[p.table]}
+                         for p in partitions.partitions]
+            out.append({
+                "name": row["name"],
+                "sql": row["sql"],
+                "strategy": row["strategy"],
+                "latest_version": row["latest_version"],
+                "latest_method": row["latest_method"],
+                "table_versions": dict(row["table_versions"] or {}),
+                "current_table_versions": dict(row["current_table_versions"] or {}),
+                "stale": bool(row["is_stale"]),
+                "version_created_at": _iso(row.get("version_created_at")),
+                "last_run": {"id": row["last_run_id"], "status": row["last_run_status"],
+                             "finished_at": _iso(row.get("last_run_finished_at")), "error": row["last_run_error"]},
+                "partitions": parts,
+                "sketch_fragments": sum(p["fragments"] for p in parts),
+                "total_fragments": sum(p["fragment_count"] for p in parts),
+            })
+        return out
+
 
 _DEFAULT_BATCH = 1000
 
@@ -635,6 +806,10 @@ def _rows_per_version(source: DeltaSource, after: int, upto: int) -> dict[int, i
         return {}
     counts = pl.from_arrow(table.select([VERSION])).group_by(VERSION).len()  # type: ignore[union-attr]
     return dict(zip(counts.get_column(VERSION).to_list(), counts.get_column("len").to_list()))
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if hasattr(value, "isoformat") else value
 
 
 def _one_line(e: BaseException) -> str:

@@ -1,0 +1,114 @@
+"""The paper's running example end to end through the `imp` CLI: real Spark, Delta tables, embedded Postgres.
+
+Also the bad-input contract: a one-line error, a non-zero exit code, and a catalog left as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from imp_core.demo import BOUNDS, Q_TOP, S8, SALES
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory):
+    home = tmp_path_factory.mktemp("imp-home")
+    e = dict(os.environ, IMP_HOME=str(home), IMP_SPARK_MASTER="local[2]", IMP_SHUFFLE_PARTITIONS="2",
+             PYSPARK_PYTHON=sys.executable)
+    e.pop("IMP_CATALOG_URL", None)
+    yield e
+    from imp_core.catalog.embedded import stop_embedded
+    from imp_core.config import Settings
+
+    stop_embedded(Settings.from_env({"IMP_HOME": str(home)}))
+
+
+def imp(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "imp_core.cli.main", *args], env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def ok_json(env: dict[str, str], *args: str):  # noqa: ANN201
+    out = imp(env, *args, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def catalog_snapshot(env: dict[str, str]) -> tuple:
+    return ok_json(env, "table", "list"), ok_json(env, "sketch", "list")
+
+
+def assert_one_line_error(out: subprocess.CompletedProcess[str], code: int, *fragments: str) -> None:
+    assert out.returncode == code, (out.returncode, out.stderr)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("imp: error: ")
+    for f in fragments:
+        assert f in lines[0], lines[0]
+
+
+def test_running_example_end_to_end(env: dict[str, str], tmp_path: Path) -> None:
+    sales = tmp_path / "sales"
+    write_deltalake(str(sales), SALES, configuration={"delta.enableChangeDataFeed": "true"})
+    assert imp(env, "table", "register", "sales", str(sales)).returncode == 0
+
+    created = ok_json(env, "sketch", "create", "top", "--sql", Q_TOP, "--on", "sales.price", "--bounds", BOUNDS)
+    assert created["version"] == 1 and created["method"] == "capture"
+    assert created["partitions"][0]["fragments"] == [2, 3]  # {ρ3, ρ4}
+
+    write_deltalake(str(sales), S8, mode="append")  # Example 1.2
+    maintained = ok_json(env, "sketch", "maintain", "top")
+    assert maintained["versions"] == [2] and maintained["delta_rows"] == 1
+
+    shown = ok_json(env, "sketch", "show", "top")
+    assert shown["version"] == 2 and shown["method"] == "incremental"
+    assert shown["table_versions"] == {"sales": 1}
+    assert shown["partitions"] == [{**shown["partitions"][0], "table": "sales", "column": "price",
+                                    "bounds": [1, 601, 1001, 1501, 10001], "fragments": [1, 2, 3]}]
+    assert ok_json(env, "sketch", "show", "top", "--version", "1")["partitions"][0]["fragments"] == [2, 3]
+
+    listed = ok_json(env, "sketch", "list")
+    assert [r["name"] for r in listed] == ["top"] and listed[0]["is_stale"] is False
+
+    with_sketch = ok_json(env, "query", Q_TOP)
+    without = ok_json(env, "query", Q_TOP, "--no-sketch")
+    assert sorted(map(tuple, with_sketch["rows"])) == [("Apple", 5074), ("HP", 6194)]
+    assert sorted(map(tuple, without["rows"])) == [("Apple", 5074), ("HP", 6194)]
+    assert with_sketch["sketch"] == {"name": "top", "version": 2} and without["sketch"] is None
+    assert set(with_sketch["scanned"]) == {"files_read", "files_total", "rows_read", "rows_total"}
+
+    history = ok_json(env, "sketch", "history", "top")
+    assert [h["method"] for h in history] == ["capture", "incremental"]
+
+
+def test_bad_input_leaves_catalog_unchanged(env: dict[str, str], tmp_path: Path) -> None:
+    good = tmp_path / "good"
+    write_deltalake(str(good), SALES, configuration={"delta.enableChangeDataFeed": "true"})
+    assert imp(env, "table", "register", "goods", str(good)).returncode == 0
+    plain = tmp_path / "plain"
+    write_deltalake(str(plain), pa.table({"id": [1]}))
+    before = catalog_snapshot(env)
+
+    assert_one_line_error(imp(env, "table", "register", "t1", str(tmp_path / "missing")), 4, "is not a Delta table")
+    assert_one_line_error(imp(env, "table", "register", "t2", str(plain)), 4, "Change Data Feed")
+    assert_one_line_error(imp(env, "sketch", "create", "s1", "--sql", "SELEC brand FROM goods", "--on",
+                              "goods.price", "--fragments", "4"), 3)
+    assert_one_line_error(imp(env, "sketch", "create", "s2", "--sql", "SELECT nope FROM goods", "--on",
+                              "goods.price", "--fragments", "4"), 3, "nope")
+    assert_one_line_error(imp(env, "sketch", "create", "s3", "--sql", Q_TOP.replace("sales", "goods"), "--on",
+                              "goods.nope", "--fragments", "4"), 3, "column nope does not exist")
+    assert_one_line_error(imp(env, "sketch", "create", "s4", "--sql", "SELECT * FROM goods", "--on",
+                              "goods.price", "--fragments", "-3"), 2, "--fragments")
+    assert_one_line_error(imp(env, "sketch", "show", "ghost"), 7, "ghost")
+    assert_one_line_error(imp(env, "sketch", "maintain", "top", "--batch-size", "x"), 2, "--batch-size")
+    assert catalog_snapshot(env) == before

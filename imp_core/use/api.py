@@ -1,0 +1,114 @@
+"""Sketch use from inside your own PySpark job.
+
+Two entry points, both working on the SparkSession you already have:
+
+``sketched_sql(spark, sql)``
+    The query as a DataFrame, already restricted by a fresh sketch when one can answer it (the sketch is maintained
+    lazily first if a table changed since its version). Nothing is collected; compose it further as you like.
+
+``sketch_filter(spark, table, sketch=...)``
+    The predicate (a ``Column``) that keeps only the rows of ``table`` in the fragments of a fresh sketch, for your own
+    DataFrame code, plus ``sketched_table`` which also prunes the Delta files that cannot match.
+
+Example::
+
+    from imp_core.use.api import sketched_sql, sketch_filter, sketched_table
+
+    df = sketched_sql(spark, "SELECT brand, SUM(price*numSold) AS rev FROM sales GROUP BY brand "
+                             "HAVING SUM(price*numSold) > 5000")
+    df.show()
+
+    sales = sketched_table(spark, "sales", sketch="top")          # pruned files + range filter
+    big = sales.groupBy("brand").agg(F.sum(F.col("price") * F.col("numSold")).alias("rev"))
+
+    pred = sketch_filter(spark, "sales", sketch="top")            # just the predicate
+    my_df.filter(pred)
+
+Settings (catalog URL etc.) come from the ``IMP_*`` environment variables unless given.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from imp_core.config import Settings
+from imp_core.errors import UsageError
+from imp_core.sketch.partition import PartitionSet
+from imp_core.sketch.sketch import Sketch
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from imp_core.maintenance.service import SketchService
+
+
+def _service(spark: SparkSession, settings: Settings | None) -> SketchService:
+    from imp_core.maintenance.service import SketchService
+    from imp_core.spark.session import apply_semantics
+
+    apply_semantics(spark)
+    return SketchService(settings or Settings.from_env(), spark=spark)
+
+
+def sketched_sql(spark: SparkSession, sql: str, *, dialect: str = "spark", maintain: bool = True,
+                 settings: Settings | None = None) -> DataFrame:
+    """``sql`` as a DataFrame over the registered tables, restricted by a fresh sketch when one can answer it."""
+    from imp_core.use.query import execute
+
+    service = _service(spark, settings)
+    query = service.analyze(sql, dialect)
+    tables = sorted(query.plan.tables())
+    sources = {t: service.source(t) for t in tables}
+    name = service.find_sketch(sql, dialect)
+    if name is None:
+        versions = {t: s.current_version() for t, s in sources.items()}
+        return execute(spark, query.plan, sources, versions)[0]
+    if maintain:
+        service.maintain(name, strategy="lazy", trigger="api")
+    record = service.catalog.get_sketch(name)
+    latest = service.catalog.latest_version(record.id)
+    partitions = PartitionSet.from_json(record.partitions)
+    sketch = Sketch({t: tuple(f) for t, f in latest.fragments.items()})
+    versions = {t: latest.table_versions[t] for t in tables}
+    return execute(spark, query.plan, sources, versions, partitions, sketch)[0]
+
+
+def _fresh(service: SketchService, sketch: str, maintain: bool):  # noqa: ANN202
+    if maintain:
+        service.maintain(sketch, strategy="lazy", trigger="api")
+    record = service.catalog.get_sketch(sketch)
+    latest = service.catalog.latest_version(record.id)
+    return record, latest, PartitionSet.from_json(record.partitions)
+
+
+def sketch_filter(spark: SparkSession, table: str, *, sketch: str, maintain: bool = True,
+                  settings: Settings | None = None) -> Column:
+    """The predicate keeping the rows of ``table`` that lie in the fragments of ``sketch`` (maintained first)."""
+    from imp_core.use.query import range_filter
+
+    service = _service(spark, settings)
+    record, latest, partitions = _fresh(service, sketch, maintain)
+    part = partitions.get(table)
+    if part is None:
+        raise UsageError(f"sketch {sketch} does not partition table {table} (it partitions "
+                         f"{', '.join(partitions.tables)})")
+    return range_filter(part, list(latest.fragments.get(table, [])))
+
+
+def sketched_table(spark: SparkSession, table: str, *, sketch: str, maintain: bool = True,
+                   settings: Settings | None = None) -> DataFrame:
+    """``table`` at the sketch's version, with non-matching Delta files pruned and the range filter applied."""
+    from imp_core.use.query import range_filter
+    from imp_core.use.rewrite import prune_files
+
+    service = _service(spark, settings)
+    record, latest, partitions = _fresh(service, sketch, maintain)
+    part = partitions.get(table)
+    if part is None:
+        raise UsageError(f"sketch {sketch} does not partition table {table} (it partitions "
+                         f"{', '.join(partitions.tables)})")
+    source = service.source(table)
+    version = latest.table_versions[table]
+    frags = list(latest.fragments.get(table, []))
+    files = prune_files(source.files(version), part, frags)
+    return source.scan(spark, version, files).filter(range_filter(part, frags))

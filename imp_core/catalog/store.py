@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from imp_core.catalog.migrations import upgrade_to_head
+from imp_core import faults
 from imp_core.config import redact_url
 from imp_core.errors import (
     CatalogError,
@@ -568,6 +569,7 @@ class Catalog:
                     raise ConcurrentMaintenanceError(f"sketch {sketch.name!r}: version {version} was committed by "
                                                      f"another maintainer; maintain again") from e
                 raise
+            faults.point("in_commit")
             conn.execute(sa.text("DELETE FROM operator_state WHERE sketch_id = :s AND version <= :v"),
                          {"s": sketch_id, "v": version - retention})
             return record
@@ -735,6 +737,18 @@ class Catalog:
                     raise NotFoundError(f"no maintenance run has id {run_id}; see `imp runs`")
                 raise CatalogError(f"maintenance run {run_id} already finished ({current})")
             return _run_record(row)
+
+    def abandon_running(self, sketch_id: int) -> int:
+        """Mark the sketch's runs still ``running`` as failed: their process died (call with the sketch lock held).
+
+        Returns:
+            How many runs were marked.
+        """
+        with self._transaction("mark abandoned runs") as conn:
+            return conn.execute(
+                sa.text("UPDATE maintenance_run SET status = 'failed', finished_at = now(), error = 'the process "
+                        "running it stopped before finishing (crashed or killed); nothing of it was committed' "
+                        "WHERE sketch_id = :s AND status = 'running'"), {"s": sketch_id}).rowcount
 
     def get_run(self, run_id: int) -> RunRecord:
         """One maintenance run.

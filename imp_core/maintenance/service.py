@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import pyarrow as pa
 
+from imp_core import faults
 from imp_core.config import Settings
 from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.state import FORMAT, FORMAT_VERSION
@@ -125,7 +126,7 @@ class SketchService:
     def backend(self, sources: dict[str, DeltaSource]):  # noqa: ANN201
         from imp_core.spark.backend import SparkBackend
 
-        return SparkBackend(self.spark, sources, self.settings.optimizations)
+        return SparkBackend(lambda: self.spark, sources, self.settings.optimizations)
 
     # -- tables --------------------------------------------------------------------------------------------------
 
@@ -351,6 +352,8 @@ class SketchService:
             raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
         result = MaintenanceResult(name)
         with self.catalog.sketch_lock(loaded.record.id):
+            # holding the lock, any run still marked running for this sketch belongs to a dead process
+            self.catalog.abandon_running(loaded.record.id)
             latest = self.catalog.latest_version(loaded.record.id)
             target = self.current_versions(loaded)
             if strategy == "recapture":
@@ -434,15 +437,18 @@ class SketchService:
             raw = source.changes(start, end, loaded.used_columns(table))
             changes = pl.from_arrow(raw)
             assert isinstance(changes, pl.DataFrame)
+            faults.point("after_cdf_read")
             self._check_assumptions(loaded, table, changes)
             reached[table] = end
             pipeline.maintain_pass(table, changes.drop(VERSION), backend, dict(reached),
                                    netting=self.settings.optimizations.netting)
+            faults.point("after_pass")
             rows += changes.height
         sketch = Sketch.from_global(loaded.partitions, pipeline.sketch())
         duration = (time.perf_counter() - t0) * 1000
         new = NewVersion(table_versions=reached, bits=sketch.bits(loaded.partitions), fragments=sketch.to_json(),
                          method="incremental", delta_rows=rows, duration_ms=duration, run_id=run_id)
+        faults.point("before_commit")
         version = self.catalog.commit_version(loaded.record.id, latest.version, new, self._blobs(pipeline),
                                               self.settings.state_retention)
         return version, rows

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -70,13 +70,20 @@ def _plain(t: pa.DataType) -> pa.DataType:
 class SparkBackend:
     """Evaluate plan parts over Delta tables at given versions."""
 
-    def __init__(self, spark: SparkSession, sources: Mapping[str, DeltaSource],
+    def __init__(self, spark: SparkSession | Callable[[], SparkSession], sources: Mapping[str, DeltaSource],
                  optimizations: Optimizations | None = None) -> None:
-        self.spark = spark
+        # a callable starts Spark only when a pass actually needs it (single-table maintenance never does)
+        self._spark = spark
         self.sources = sources
         self.opts = optimizations or Optimizations()
         self._scans: dict[tuple[str, int], DataFrame] = {}
         self.spark_jobs = 0
+
+    @property
+    def spark(self) -> SparkSession:
+        if callable(self._spark) and not isinstance(self._spark, SparkSession):
+            self._spark = self._spark()
+        return self._spark  # type: ignore[return-value]
 
     # -- compilation -----------------------------------------------------------------------------------------------
 

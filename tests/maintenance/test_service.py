@@ -1,0 +1,182 @@
+"""The maintenance service on real Spark, Delta and Postgres: strategies, recapture fallbacks, concurrency, crashes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import sqlalchemy as sa
+from deltalake import DeltaTable, write_deltalake
+
+from imp_core.errors import NotFoundError, SchemaChangedError
+from imp_core.faults import POINTS
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+
+SQL = "SELECT g, SUM(v) AS s, COUNT(*) AS n FROM {t} GROUP BY g HAVING SUM(v) > 20"
+
+
+def make_table(path: Path, rows: int = 40) -> None:
+    g = [i % 8 for i in range(rows)]
+    write_deltalake(str(path), pa.table({"id": list(range(rows)), "g": g, "v": [i % 5 for i in range(rows)]}),
+                    mode="overwrite", configuration={"delta.enableChangeDataFeed": "true"})
+
+
+def change(path: Path, step: int) -> None:
+    """One commit: an insert, a delete or an update, depending on ``step``."""
+    dt = DeltaTable(str(path))
+    if step % 3 == 0:
+        write_deltalake(str(path), pa.table({"id": [1000 + step, 2000 + step], "g": [step % 8, 3],
+                                              "v": [4, step % 5]}), mode="append")
+    elif step % 3 == 1:
+        dt.delete(f"id = {step}")
+    else:
+        dt.update(updates={"v": "v + 3"}, predicate=f"g = {step % 8}")
+
+
+def fragments(service, name: str):  # noqa: ANN001, ANN201
+    return service.describe(name)["partitions"][0]["fragments"]
+
+
+def register(service, tmp_path: Path, name: str, column: str = "g"):  # noqa: ANN001, ANN201
+    path = tmp_path / name
+    make_table(path)
+    service.register_table(name, str(path), replace=True)
+    service.create_sketch(name, SQL.format(t=name), [f"{name}.{column}"], bounds=["0,2,4,6,8"])
+    return path
+
+
+def recaptured_fragments(service, name: str):  # noqa: ANN001, ANN201
+    """The sketch a full recapture computes now (as a separate sketch, so the maintained one is untouched)."""
+    twin = f"{name}_check"
+    try:
+        service.catalog.drop_sketch(twin)
+    except NotFoundError:
+        pass
+    record = service.catalog.get_sketch(name)
+    service.create_sketch(twin, record.sql, [f"{name}.g"], bounds=["0,2,4,6,8"])
+    return fragments(service, twin)
+
+
+def test_lazy_and_eager_reach_the_recaptured_sketch(service, tmp_path: Path) -> None:  # noqa: ANN001
+    path = register(service, tmp_path, "lz")
+    service.create_sketch("lz_eager", SQL.format(t="lz"), ["lz.g"], bounds=["0,2,4,6,8"])
+    for step in range(9):
+        change(path, step)
+    lazy = service.maintain("lz", strategy="lazy")
+    assert len(lazy.versions) == 1 and lazy.versions[0].method == "incremental"
+    eager = service.maintain("lz_eager", strategy="eager", batch_size=3)
+    assert len(eager.versions) >= 3
+    counts = [v.delta_rows for v in eager.versions]
+    assert all(c >= 3 for c in counts[:-1]) and sum(counts) == lazy.delta_rows
+    numbers = [v.version for v in eager.versions]
+    assert numbers == list(range(2, 2 + len(numbers)))
+    assert fragments(service, "lz") == fragments(service, "lz_eager") == recaptured_fragments(service, "lz")
+    assert service.maintain("lz").up_to_date
+
+
+def test_recapture_when_change_feed_is_vacuumed(service, tmp_path: Path) -> None:  # noqa: ANN001
+    path = register(service, tmp_path, "vac")
+    for step in range(1, 3):
+        change(path, step)
+    shutil.rmtree(path / "_change_data")
+    result = service.maintain("vac")
+    assert result.recaptured and "change feed" in result.recaptured
+    shown = service.describe("vac")
+    assert shown["method"] == "recapture" and "change feed" in shown["reason"]
+    assert fragments(service, "vac") == recaptured_fragments(service, "vac")
+
+
+def test_recapture_when_state_is_corrupt(service, tmp_path: Path) -> None:  # noqa: ANN001
+    path = register(service, tmp_path, "cor")
+    change(path, 0)
+    record = service.catalog.get_sketch("cor")
+    with service.catalog.engine.begin() as conn:
+        conn.execute(sa.text("SET LOCAL session_replication_role = replica"))  # bypass the immutability trigger
+        conn.execute(sa.text("UPDATE operator_state SET payload = overlay(payload placing '\\x00'::bytea "
+                             "from 40 for 1) WHERE sketch_id = :s"), {"s": record.id})
+    result = service.maintain("cor")
+    assert result.recaptured and "corrupt" in result.recaptured
+    assert service.describe("cor")["method"] == "recapture"
+
+
+def test_retention_keeps_every_version_but_only_recent_state(service, tmp_path: Path) -> None:  # noqa: ANN001
+    from dataclasses import replace
+
+    from imp_core.maintenance.service import SketchService
+
+    short = SketchService(replace(service.settings, state_retention=2), catalog=service.catalog,
+                          spark=service.spark)
+    path = register(short, tmp_path, "ret")
+    for step in range(3):
+        change(path, step)
+        short.maintain("ret")
+    history = short.history("ret")
+    assert [h["version"] for h in history] == [1, 2, 3, 4]
+    assert [h["has_state"] for h in history] == [False, False, True, True]
+    assert short.describe("ret", version=1)["version"] == 1
+
+
+def test_concurrent_maintainers_serialize(service, tmp_path: Path) -> None:  # noqa: ANN001
+    path = register(service, tmp_path, "conc")
+    for step in range(4):
+        change(path, step)
+    results, errors = [], []
+
+    def worker() -> None:
+        try:
+            results.append(service.maintain("conc"))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    made = sorted(v.version for r in results for v in r.versions)
+    assert made == [2] and sum(r.up_to_date for r in results) == 2
+    assert fragments(service, "conc") == recaptured_fragments(service, "conc")
+
+
+def test_schema_change_of_a_used_column_is_refused(service, tmp_path: Path) -> None:  # noqa: ANN001
+    path = register(service, tmp_path, "sch")
+    table = DeltaTable(str(path)).to_pyarrow_table()
+    changed = table.set_column(2, "v", table.column("v").cast(pa.string()))
+    write_deltalake(str(path), changed, mode="overwrite", schema_mode="overwrite")
+    before = service.history("sch")
+    with pytest.raises(SchemaChangedError, match="changed column v"):
+        service.maintain("sch")
+    assert service.history("sch") == before
+
+
+@pytest.mark.slow
+def test_killed_maintenance_leaves_nothing_half_written(service, tmp_path: Path) -> None:  # noqa: ANN001
+    path = register(service, tmp_path, "kill")
+    for step in range(5):
+        change(path, step)
+    record = service.catalog.get_sketch("kill")
+    env = dict(os.environ, IMP_HOME=str(service.settings.home), IMP_SPARK_MASTER="local[1]",
+               PYSPARK_PYTHON=sys.executable)
+    env.pop("IMP_CATALOG_URL", None)
+    for point in POINTS:
+        out = subprocess.run([sys.executable, "-m", "imp_core.cli.main", "sketch", "maintain", "kill"],
+                             env={**env, "IMP_FAULT": point}, capture_output=True, text=True, timeout=300)
+        assert out.returncode == -9, (point, out.returncode, out.stderr)
+        versions = service.catalog.versions(record.id)
+        assert [v.version for v in versions] == [1], point  # no half-written version
+        assert service.catalog.has_states(record.id, 1), point
+    out = subprocess.run([sys.executable, "-m", "imp_core.cli.main", "sketch", "maintain", "kill"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert service.describe("kill")["version"] == 2
+    assert fragments(service, "kill") == recaptured_fragments(service, "kill")
+    runs = service.catalog.runs(record.id)
+    assert sum(r.status == "failed" and "stopped before finishing" in (r.error or "") for r in runs) == len(POINTS)

@@ -99,7 +99,19 @@ class DeltaSource:
     def _latest(self) -> Any:
         return self._open()
 
+    @cached_property
+    def _pinned(self) -> dict[int, Any]:
+        # opening a version replays its log (~10 ms); versions are immutable, so keep the handles
+        return {}
+
     def refresh(self) -> None:
+        """Catch up with commits made since the table was opened (reads only the new log entries)."""
+        if "_latest" in self.__dict__:
+            try:
+                self._latest.update_incremental()
+                return
+            except Exception:  # noqa: BLE001 - fall back to reopening
+                pass
         self.__dict__.pop("_latest", None)
 
     def current_version(self) -> int:
@@ -108,9 +120,21 @@ class DeltaSource:
         return int(self._latest.version())
 
     def table_at(self, version: int) -> Any:
-        return self._open(version)
+        """The table pinned at ``version`` (cached per source object)."""
+        if version in self._pinned:
+            return self._pinned[version]
+        latest = self._latest
+        if int(latest.version()) == version:
+            return latest
+        table = self._open(version)
+        if len(self._pinned) >= 16:
+            self._pinned.pop(next(iter(self._pinned)))
+        self._pinned[version] = table
+        return table
 
     def check_version(self, version: int) -> None:
+        if "_latest" in self.__dict__ and 0 <= version <= int(self._latest.version()):
+            return  # versions never disappear from the range (only their files can be vacuumed)
         current = self.current_version()
         if version < 0 or version > current:
             raise SourceError(f"table {self.name}: version {version} is out of range (the table has versions "
@@ -119,21 +143,21 @@ class DeltaSource:
     # -- schema and metadata -------------------------------------------------------------------------------------
 
     def schema(self, version: int | None = None) -> pa.Schema:
-        table = self._latest if version is None else self._open(version)
+        table = self._latest if version is None else self.table_at(version)
         schema = pa.schema(table.schema().to_arrow())
         return pa.schema([pa.field(f.name, _plain_type(f.type), f.nullable) for f in schema])
 
     def partition_columns(self, version: int | None = None) -> list[str]:
-        table = self._latest if version is None else self._open(version)
+        table = self._latest if version is None else self.table_at(version)
         return list(table.metadata().partition_columns)
 
     def cdf_enabled(self, version: int | None = None) -> bool:
-        table = self._latest if version is None else self._open(version)
+        table = self._latest if version is None else self.table_at(version)
         return str(table.metadata().configuration.get(CDF_PROPERTY, "false")).lower() == "true"
 
     def require_readable_by_spark(self, version: int | None = None) -> None:
         """Refuse table features that make reading the Parquet files directly give wrong rows."""
-        table = self._latest if version is None else self._open(version)
+        table = self._latest if version is None else self.table_at(version)
         config = table.metadata().configuration
         mode = str(config.get("delta.columnMapping.mode", "none")).lower()
         if mode != "none":
@@ -157,7 +181,7 @@ class DeltaSource:
     # -- files and statistics ------------------------------------------------------------------------------------
 
     def files(self, version: int) -> list[FileStats]:
-        table = self._open(version)
+        table = self.table_at(version)
         actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
         root = self.path.rstrip("/")
         out = []
@@ -177,7 +201,8 @@ class DeltaSource:
         """The commits ``(after, upto]`` in version order, with the rows each wrote when the log says so."""
         table = self._latest
         out = []
-        for h in table.history():
+        latest = int(table.version())
+        for h in table.history(limit=max(1, latest - after)):
             v = int(h["version"])
             if after < v <= upto:
                 metrics = h.get("operationMetrics") or {}
@@ -192,7 +217,11 @@ class DeltaSource:
         return sorted(out, key=lambda c: c.version)
 
     def check_cdf_range(self, after: int, upto: int) -> None:
-        """Fail unless the change feed covers every version in ``(after, upto]``."""
+        """Fail unless the change feed covers every version in ``(after, upto]``.
+
+        The CDF flag is checked at ``upto`` and at every commit in the range that may have changed table properties
+        (its metadata is otherwise the same at every version of the range), plus at ``after + 1``.
+        """
         self.check_version(upto)
         if after < -1 or after > upto:
             raise SourceError(f"table {self.name}: bad change range ({after}, {upto}]")
@@ -201,14 +230,16 @@ class DeltaSource:
         if not self.cdf_enabled(upto):
             raise ChangeFeedUnavailableError(f"table {self.name} has Change Data Feed disabled at version {upto}; "
                                              f"changes ({after}, {upto}] cannot be read incrementally")
-        check = {after + 1}
+        check = set()
         for c in self.commits(after, upto):
             if c.operation.upper() in _METADATA_OPERATIONS:
                 check.add(c.version)
+                if c.version > after + 1:
+                    check.add(c.version - 1)  # the version just before the change, still in the range
+        if check:
+            check.add(after + 1)
         for v in sorted(check):
-            if v > upto:
-                continue
-            if not self.cdf_enabled(v):
+            if after < v <= upto and not self.cdf_enabled(v):
                 raise ChangeFeedUnavailableError(
                     f"table {self.name} had Change Data Feed disabled at version {v}; changes ({after}, {upto}] "
                     f"cannot be read incrementally")

@@ -1,0 +1,203 @@
+"""Incremental (IMP) versus full maintenance (FM), the IMP paper's Section 8.2-8.4 experiments on our stack.
+
+For each query and change size: commit a change to the Delta table (half random deletes, half inserts), then measure,
+interleaved in the same run,
+
+* **IMP**: read the change feed of the new versions and run the incremental engine from the saved state (joins of
+  the delta with the other table run on Spark at the right version) -> sketch;
+* **FM**: the capture on Spark at the new versions (the instrumented query that rebuilds sketch and state).
+
+Both in process, Spark warm, state load and catalog commit excluded (measured separately in the whole-job numbers).
+Every IMP result is checked against the FM sketch: a mismatch aborts the benchmark.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import polars as pl
+
+from benchmarks import data
+from benchmarks.harness import Experiment
+from imp_core.config import Optimizations, Settings
+from imp_core.engine.pipeline import Pipeline
+from imp_core.plan.sql import parse_query
+from imp_core.sketch.partition import Partition, PartitionSet
+from imp_core.sources.delta import VERSION, DeltaSource
+from imp_core.spark.backend import SparkBackend
+from imp_core.spark.bounds import equi_depth_bounds
+
+BATCHES = [10, 50, 100, 500, 1000]
+
+
+def spark_session():  # noqa: ANN201
+    from imp_core.spark.session import get_spark
+
+    return get_spark(Settings.from_env(spark_master="local[2]", shuffle_partitions=8))
+
+
+class Setup:
+    """One query over cached tables, with its pipeline state kept at the table's current version."""
+
+    def __init__(self, spark, sql: str, tables: dict[str, Path], on: tuple[str, str], fragments: int,  # noqa: ANN001
+                 opts: Optimizations | None = None) -> None:
+        self.spark = spark
+        self.sources = {n: DeltaSource(n, p) for n, p in tables.items()}
+        for p in tables.values():
+            data.reset(p)
+        self.versions = {n: s.current_version() for n, s in self.sources.items()}
+        schemas = {n: s.schema() for n, s in self.sources.items()}
+        self.query = parse_query(sql, schemas)
+        table, column = on
+        kind = "int" if str(schemas[table].field(column).type).startswith("int") else "float"
+        bounds = equi_depth_bounds(self.sources[table].scan(spark, self.versions[table]), column, fragments, kind)
+        self.partitions = PartitionSet((Partition(table, column, bounds, kind),))
+        self.opts = opts or Optimizations()
+        self.backend = SparkBackend(spark, self.sources, self.opts)
+        pipe = self.pipeline()
+        t0 = time.perf_counter()
+        pipe.capture(self.backend, dict(self.versions))
+        self.capture_s = time.perf_counter() - t0
+        self.blobs = pipe.state_blobs()
+        self.sketch = pipe.sketch()
+        self.next_id = {n: _max_id(s) + 1 for n, s in self.sources.items() if "id" in schemas[n].names}
+
+    def pipeline(self) -> Pipeline:
+        return Pipeline(self.query.plan, self.partitions, topk_buffer=self.opts.topk_buffer)
+
+    def used(self, table: str) -> list[str]:
+        cols: list[str] = []
+        for s in self.query.plan.scans():
+            if s.table == table:
+                cols += [c.name for c in s.columns if c.name not in cols]
+        return cols
+
+    def commit_change(self, table: str, rows: int, seed: int, groups: int, delete_share: float = 0.5) -> dict:
+        path = Path(self.sources[table].path)
+        self.next_id[table] = data.change(path, rows, seed, groups, self.next_id[table], delete_share)
+        new = dict(self.versions)
+        new[table] = self.sources[table].current_version()
+        return new
+
+    def imp(self, target: dict[str, int]) -> tuple[float, Pipeline, int]:
+        pipe = self.pipeline()
+        pipe.load_state_blobs(self.blobs)
+        t0 = time.perf_counter()
+        reached = dict(self.versions)
+        rows = 0
+        for table in sorted(target):
+            if target[table] == reached[table]:
+                continue
+            changes = pl.from_arrow(self.sources[table].changes(reached[table], target[table], self.used(table)))
+            reached[table] = target[table]
+            pipe.maintain_pass(table, changes.drop(VERSION), self.backend, dict(reached),
+                               netting=self.opts.netting)
+            rows += changes.height
+        return time.perf_counter() - t0, pipe, rows
+
+    def fm(self, target: dict[str, int]) -> tuple[float, Pipeline]:
+        pipe = self.pipeline()
+        t0 = time.perf_counter()
+        pipe.capture(self.backend, dict(target))
+        return time.perf_counter() - t0, pipe
+
+    def advance(self, target: dict[str, int], pipe: Pipeline) -> None:
+        self.versions = dict(target)
+        self.blobs = pipe.state_blobs()
+        self.sketch = pipe.sketch()
+
+
+def _max_id(source: DeltaSource) -> int:
+    files = source.files(source.current_version())
+    return max(int(f.max_values.get("id") or 0) for f in files) if files else 0
+
+
+def imp_vs_fm(exp: Experiment, setup: Setup, table: str, batches: list[int], runs: int, groups: int,
+              label: str = "", delete_share: float = 0.5) -> None:
+    """Measure IMP and FM for each change size, interleaved; check IMP's sketch equals FM's."""
+    for i, size in enumerate(batches):
+        target = setup.commit_change(table, size, seed=1000 + i, groups=groups, delete_share=delete_share)
+        last: dict[str, object] = {}
+
+        def imp() -> float:
+            elapsed, pipe, rows = setup.imp(target)
+            last["imp"], last["rows"] = pipe, rows
+            return elapsed
+
+        def fm() -> float:
+            elapsed, pipe = setup.fm(target)
+            last["fm"] = pipe
+            return elapsed
+
+        case = f"{label}{size:,}" if label else f"{size:,} rows"
+        exp.measure(case, {"IMP": imp, "FM": fm}, runs, x=size)
+        imp_pipe, fm_pipe = last["imp"], last["fm"]
+        if imp_pipe.sketch() != fm_pipe.sketch():  # type: ignore[attr-defined]
+            raise AssertionError(f"{exp.name} {case}: IMP sketch differs from FM sketch")
+        setup.advance(target, imp_pipe)  # type: ignore[arg-type]
+
+
+def q_groups(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
+    rows = 1_000_000 if quick else 10_000_000
+    variants = [(50, 3), (1000, 320), (5000, 1600), (500_000, 1600)]
+    if quick:
+        variants = [(50, 3), (5000, 1600)]
+    exp = Experiment("q_groups", f"Q_groups: IMP vs FM, {rows:,} rows, 1,000 fragments, change of n rows "
+                     f"(half deletes, half inserts)", ratios=[("FM", "IMP")], log_x=False, x_label="case",
+                     y_label="seconds")
+    batches = [10, 1000] if quick else BATCHES
+    for groups, threshold in variants:
+        name = f"t1gb{groups}g_{rows}"
+        path = data.base_table(name, rows, groups)
+        sql = f"SELECT a, AVG(b) AS ab FROM {name} GROUP BY a HAVING AVG(c) < {threshold}"
+        setup = Setup(spark, sql, {name: path}, (name, "a"), 1000)
+        imp_vs_fm(exp, setup, name, batches, runs, groups, label=f"{groups:,} groups, n=")
+        for r in exp.rows:
+            r.x = None
+    return exp
+
+
+def breakeven(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
+    rows = 1_000_000 if quick else 10_000_000
+    groups = 5000
+    name = f"t1gb{groups}g_{rows}"
+    path = data.base_table(name, rows, groups)
+    sql = f"SELECT a, AVG(b) AS ab FROM {name} GROUP BY a HAVING AVG(c) < 1600"
+    setup = Setup(spark, sql, {name: path}, (name, "a"), 1000)
+    shares = [0.001, 0.01, 0.05] if quick else [0.001, 0.01, 0.02, 0.05, 0.1, 0.2]
+    exp = Experiment("breakeven_groups", f"Break-even, Q_groups (5K groups, {rows:,} rows): change size as % of "
+                     f"the table", ratios=[("FM", "IMP")], log_x=True, x_label="change rows", y_label="seconds")
+    imp_vs_fm(exp, setup, name, [int(rows * s) for s in shares], max(3, runs - 2), groups)
+    return exp
+
+
+def joinsel(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
+    rows = 1_000_000 if quick else 10_000_000
+    groups = 5000
+    big = f"t1gbjoin_{rows}"
+    big_path = data.base_table(big, rows, groups)
+    exp = Experiment("q_joinsel", f"Q_joinsel: IMP vs FM, {rows:,} x {rows:,} rows, change on the grouped table",
+                     ratios=[("FM", "IMP")], log_y=True, y_label="seconds")
+    batches = [10, 1000] if quick else BATCHES
+    for pct in ([5] if quick else [1, 5, 10]):
+        helper = f"tjoinhelppercent{pct}_{rows}"
+        helper_path = data.join_helper(helper, rows, groups, pct / 100)
+        sql = (f"SELECT a, AVG(b) AS ab FROM {big} JOIN {helper} ON (a = ttid) WHERE b < 1000 "
+               f"GROUP BY a HAVING AVG(c) < 1000")
+        setup = Setup(spark, sql, {big: big_path, helper: helper_path}, (big, "a"), 1000)
+        imp_vs_fm(exp, setup, big, batches, runs, groups, label=f"{pct}% sel, n=")
+    for r in exp.rows:
+        r.x = None
+    return exp
+
+
+def run(quick: bool = False, runs: int = 5) -> list[Experiment]:
+    spark = spark_session()
+    out = []
+    for fn in (q_groups, joinsel, breakeven):
+        t0 = time.perf_counter()
+        exp = fn(spark, quick, runs)
+        print(f"   {exp.name}: {time.perf_counter() - t0:.0f} s", flush=True)
+        out.append(exp)
+    return out

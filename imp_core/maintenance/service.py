@@ -528,14 +528,26 @@ class SketchService:
 
     # -- use -------------------------------------------------------------------------------------------------------
 
-    def find_sketch(self, sql: str, dialect: str = "spark") -> str | None:
-        """A live sketch that can answer ``sql``: same template and the same constants."""
+    def find_sketch(self, sql: str, dialect: str = "spark", query: Query | None = None) -> str | None:
+        """A live sketch that can answer ``sql``: same template, and the same constants or constants that the reuse
+        check proves only tighten the query's result (``imp_core.plan.reuse``)."""
+        from imp_core.plan.reuse import can_reuse
+
         key, constants = template_key(sql, dialect)
         wanted = [str(c) for c in constants]
-        for record in self.catalog.list_sketches():
-            if record.template_key != key:
-                continue
+        candidates = [r for r in self.catalog.list_sketches() if r.template_key == key]
+        for record in candidates:
             if (record.plan_json or {}).get("constants") == wanted:
+                return record.name
+        for record in candidates:
+            query = query or self.analyze(sql, dialect)
+            try:
+                captured = self.load(record.name).plan
+            except ImpError:
+                continue
+            ok, why = can_reuse(captured, query.plan)
+            log.info("sketch %s for %s: %s", record.name, sql, why)
+            if ok:
                 return record.name
         return None
 
@@ -549,7 +561,7 @@ class SketchService:
         tables = sorted(query.plan.tables())
         sources = {t: self.source(t) for t in tables}
         notes: list[str] = []
-        name = self.find_sketch(sql, dialect) if use_sketch else None
+        name = self.find_sketch(sql, dialect, query) if use_sketch else None
         if name is None and use_sketch and capture:
             from imp_core.plan.safety import safe_columns
 

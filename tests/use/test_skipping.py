@@ -77,3 +77,12 @@ def test_pyspark_api(service, clustered, spark) -> None:  # noqa: ANN001
     source = service.source("clustered")
     full = source.scan(spark, source.current_version())
     assert full.filter(pred).count() == table.count()
+
+
+def test_query_reuses_a_sketch_for_a_tighter_constant(service, clustered) -> None:  # noqa: ANN001
+    tighter = SQL.replace("> 5000", "> 6000")
+    looser = SQL.replace("> 5000", "> 10")
+    used = service.query(tighter)
+    assert used.sketch is not None and used.sketch["name"] == "clustered_a"
+    assert sorted(map(tuple, used.rows)) == sorted(map(tuple, service.query(tighter, use_sketch=False).rows))
+    assert service.query(looser).sketch is None  # a looser HAVING may need fragments the sketch lacks

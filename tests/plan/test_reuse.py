@@ -1,0 +1,49 @@
+"""The reuse check: tighter top-level conditions reuse a sketch; anything else does not."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from imp_core.plan.reuse import can_reuse
+from imp_core.plan.sql import parse_query
+from imp_core.plan.template import template_key
+
+T = {"t": pa.schema([("a", pa.int64()), ("b", pa.float64()), ("c", pa.float64())])}
+AGG = "SELECT a, AVG(b) AS ab FROM t WHERE b < {w} GROUP BY a HAVING AVG(c) {op} {h}"
+
+
+def reuse(old: str, new: str) -> bool:
+    assert template_key(old)[0] == template_key(new)[0]
+    return can_reuse(parse_query(old, T).plan, parse_query(new, T).plan)[0]
+
+
+@pytest.mark.parametrize("op,old,new,ok", [
+    (">", 10, 20, True), (">", 10, 10, True), (">", 10, 5, False),
+    ("<", 10, 5, True), ("<", 10, 20, False), (">=", 1.5, 2, True), ("<=", 3, 4, False),
+])
+def test_having_constants(op: str, old: float, new: float, ok: bool) -> None:
+    assert reuse(AGG.format(w=1000, op=op, h=old), AGG.format(w=1000, op=op, h=new)) is ok
+
+
+def test_where_below_an_aggregation_must_not_change() -> None:
+    assert not reuse(AGG.format(w=1000, op=">", h=1), AGG.format(w=500, op=">", h=1))
+
+
+def test_where_of_a_query_without_aggregation_may_tighten() -> None:
+    q = "SELECT a, b FROM t WHERE b > {x} AND c < {y}"
+    assert reuse(q.format(x=1, y=9), q.format(x=2, y=8))
+    assert not reuse(q.format(x=1, y=9), q.format(x=0, y=8))
+
+
+def test_negation_flips_and_equality_must_stay() -> None:
+    q = "SELECT a FROM t WHERE NOT (b > {x})"
+    assert reuse(q.format(x=5), q.format(x=3))  # NOT b > 3 is tighter than NOT b > 5
+    assert not reuse(q.format(x=5), q.format(x=7))
+    eq = "SELECT a FROM t WHERE a = {x}"
+    assert not reuse(eq.format(x=1), eq.format(x=2))
+
+
+def test_top_k_blocks_reuse_below_it() -> None:
+    q = "SELECT a, SUM(b) AS s FROM t GROUP BY a HAVING SUM(b) > {x} ORDER BY s DESC LIMIT 3"
+    assert not reuse(q.format(x=1), q.format(x=2))

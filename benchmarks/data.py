@@ -52,7 +52,14 @@ def write(path: Path, table: pa.Table, files: int = 0) -> Path:
                 write_deltalake(str(tmp), part, mode="append")
     shutil.rmtree(path, ignore_errors=True)
     tmp.rename(path)
+    from deltalake import DeltaTable
+
+    _base_version_file(path).write_text(str(DeltaTable(str(path)).version()))
     return path
+
+
+def _base_version_file(path: Path) -> Path:
+    return path.with_name(path.name + ".base_version")
 
 
 def base_table(name: str, rows: int, groups: int, files: int = 50) -> Path:
@@ -81,15 +88,17 @@ def join_helper(name: str, rows: int, groups: int, selectivity: float) -> Path:
 
 
 def reset(path: Path) -> int:
-    """Bring a cached table back to its generated contents (Delta RESTORE to version 0); returns the version."""
+    """Bring a cached table back to its generated contents (Delta RESTORE); returns the current version."""
     from deltalake import DeltaTable
 
+    marker = _base_version_file(path)
+    base = int(marker.read_text()) if marker.exists() else 0
     dt = DeltaTable(str(path))
-    if dt.version() > 0:
+    if dt.version() > base:
         current = {f.split("/")[-1] for f in dt.file_uris()}
-        original = {f.split("/")[-1] for f in DeltaTable(str(path), version=0).file_uris()}
+        original = {f.split("/")[-1] for f in DeltaTable(str(path), version=base).file_uris()}
         if current != original:
-            dt.restore(0)
+            dt.restore(base)
     return DeltaTable(str(path)).version()
 
 

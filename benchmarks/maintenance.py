@@ -51,7 +51,9 @@ class Setup:
         self.query = parse_query(sql, schemas)
         table, column = on
         kind = "int" if str(schemas[table].field(column).type).startswith("int") else "float"
-        bounds = equi_depth_bounds(self.sources[table].scan(spark, self.versions[table]), column, fragments, kind)
+        source = self.sources[table]
+        bounds = equi_depth_bounds(source.scan(spark, self.versions[table]), column, fragments, kind,
+                                   source.column_stats(self.versions[table], column))
         self.partitions = PartitionSet((Partition(table, column, bounds, kind),))
         self.opts = opts or Optimizations()
         self.backend = SparkBackend(spark, self.sources, self.opts)

@@ -270,7 +270,8 @@ class SketchService:
 
                 self.progress(f"computing {fragments} equi-depth bounds on {table}.{column}")
                 df = sources[table].scan(self.spark, versions[table])
-                values = equi_depth_bounds(df, column, fragments or 1, kind)
+                known = sources[table].column_stats(versions[table], column)
+                values = equi_depth_bounds(df, column, fragments or 1, kind, known)
             parts.append(Partition(table, column, values, kind))
         partitions = PartitionSet(tuple(parts))
 

@@ -195,6 +195,24 @@ class DeltaSource:
             out.append(FileStats(uri, int(a["size_bytes"]), a.get("num_records"), mins, maxs, nulls, parts))
         return out
 
+    def column_stats(self, version: int, column: str) -> tuple[Any, Any, int] | None:
+        """(min, max, non-NULL count) of a column from the file statistics, or None if a file lacks them."""
+        lo = hi = None
+        count = 0
+        for f in self.files(version):
+            nulls = f.null_counts.get(column)
+            if f.num_records is None or nulls is None:
+                return None
+            if f.num_records == nulls:
+                continue
+            fmin, fmax = f.min_values.get(column), f.max_values.get(column)
+            if fmin is None or fmax is None or isinstance(fmin, str):  # string stats may be truncated
+                return None
+            lo = fmin if lo is None else min(lo, fmin)
+            hi = fmax if hi is None else max(hi, fmax)
+            count += f.num_records - nulls
+        return (lo, hi, count) if lo is not None else None
+
     # -- change feed ---------------------------------------------------------------------------------------------
 
     def commits(self, after: int, upto: int) -> list[Commit]:

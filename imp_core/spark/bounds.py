@@ -1,8 +1,9 @@
 """Equi-depth partition bounds over the current data (paper 7.4: bounds of an equi-depth histogram).
 
-Numeric, date and timestamp columns use Spark's ``percentile_approx`` (one pass); strings use a sample sorted in
-memory. Duplicate quantiles (skewed data) are dropped, so a column with few distinct values gets fewer fragments.
-The first and last bounds are the column's minimum and maximum; the outer fragments are open-ended anyway.
+One Spark job samples the column and the quantiles come from the sorted sample (``percentile_approx`` with 1,000
+percentiles took 11-15 s on 10M rows here, a 200K-row sample 2.5 s). Duplicate quantiles (skewed data) are
+dropped, so a column with few distinct values gets fewer fragments. The first and last bounds are the column's
+minimum and maximum (from Delta statistics when every file has them); the outer fragments are open-ended anyway.
 """
 
 from __future__ import annotations
@@ -18,29 +19,32 @@ from imp_core.sketch.partition import Bound
 SAMPLE_ROWS = 200_000
 
 
-def equi_depth_bounds(df: DataFrame, column: str, fragments: int, kind: str) -> tuple[Bound, ...]:
+def equi_depth_bounds(df: DataFrame, column: str, fragments: int, kind: str,
+                      known: tuple[Bound, Bound, int] | None = None) -> tuple[Bound, ...]:
+    """Bounds of ``fragments`` equi-depth fragments of ``column``.
+
+    One Spark job samples the column (about ``max(100K, 200 x fragments)`` values, enough for ~200 values per
+    fragment) and the quantiles are taken from the sorted sample. ``known`` = (min, max, non-NULL count) from Delta
+    statistics saves the job that would compute them.
+    """
     if fragments < 1:
         raise UsageError(f"--fragments must be at least 1, got {fragments}")
     c = F.col(f"`{column}`")
-    stats = df.select(F.min(c).alias("lo"), F.max(c).alias("hi"), F.count(c).alias("n")).first()
-    if stats is None or stats["n"] == 0:
+    if known is None:
+        stats = df.select(F.min(c).alias("lo"), F.max(c).alias("hi"), F.count(c).alias("n")).first()
+        known = (stats["lo"], stats["hi"], stats["n"]) if stats is not None else (None, None, 0)
+    lo, hi, n = known
+    if not n:
         raise UsageError(f"column {column} has no non-NULL values to compute bounds from; give --bounds")
-    lo, hi = stats["lo"], stats["hi"]
-    if kind == "string":
-        n = stats["n"]
+    inner: list[Bound] = []
+    if fragments > 1:
+        target = max(SAMPLE_ROWS, 200 * fragments)
         sample = df.select(c.alias("v")).where(c.isNotNull())
-        if n > SAMPLE_ROWS:
-            sample = sample.sample(fraction=min(1.0, 2 * SAMPLE_ROWS / n), seed=7)
-        values = sorted(r["v"] for r in sample.collect())
-        inner = [values[int(len(values) * i / fragments)] for i in range(1, fragments)] if values else []
-    else:
-        probs = [i / fragments for i in range(1, fragments)]
-        if not probs:
-            inner = []
-        else:
-            accuracy = max(10_000, 50 * fragments)
-            row = df.select(F.percentile_approx(c, probs, accuracy).alias("q")).first()
-            inner = list(row["q"]) if row is not None and row["q"] is not None else []
+        if n > target:
+            sample = sample.sample(fraction=min(1.0, target / n), seed=7)
+        values = sorted(v for v in sample.toArrow().column("v").to_pylist() if v is not None)
+        if values:
+            inner = [values[min(len(values) - 1, (len(values) * i) // fragments)] for i in range(1, fragments)]
     if kind == "decimal":
         inner = [decimal.Decimal(str(v)) for v in inner]
         lo, hi = decimal.Decimal(str(lo)), decimal.Decimal(str(hi))

@@ -346,8 +346,9 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901
             _print_json(rows)
         else:
             _table("sketches", ["name", "version", "method", "table versions", "current", "stale", "last run"],
-                   [[r.get("name"), r.get("version"), r.get("method"), r.get("table_versions"),
-                     r.get("current_table_versions"), r.get("is_stale"), r.get("last_run_status")] for r in rows])
+                   [[r.get("name"), r.get("latest_version"), r.get("latest_method"), r.get("table_versions"),
+                     r.get("current_table_versions"), "stale" if r.get("is_stale") else "fresh",
+                     r.get("last_run_status")] for r in rows])
         return 0
     if a == "history":
         rows = service.history(args.name)

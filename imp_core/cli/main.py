@@ -161,7 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     # catalog
     cat = sub.add_parser("catalog", parents=[common], help="the catalog database")
     csub = cat.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
-    csub.add_parser("url", parents=[common], help="print the catalog URL (password hidden); usable with psql")
+    cu = csub.add_parser("url", parents=[common], formatter_class=fmt,
+                         help="print the catalog URL (password hidden)",
+                         epilog="example:\n  psql \"$(imp catalog url --psql)\" -c 'SELECT * FROM sketch_catalog'")
+    cu.add_argument("--psql", action="store_true", help="print it in the form psql/libpq accepts")
     csub.add_parser("stop", parents=[common], help="stop the embedded Postgres")
     return parser
 
@@ -230,11 +233,12 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901
             from imp_core.config import redact_url
 
             if settings.catalog_url:
-                print(redact_url(settings.catalog_url))
+                url = redact_url(settings.catalog_url)
             else:
                 from imp_core.catalog.embedded import embedded_url
 
-                print(embedded_url(settings))
+                url = embedded_url(settings)
+            print(url.replace("+psycopg2", "") if args.psql else url)
             return 0
         raise UsageError("imp catalog: give an action (url, stop)")
 

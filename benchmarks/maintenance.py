@@ -16,12 +16,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import polars as pl
-
 from benchmarks import data
 from benchmarks.harness import Experiment
 from imp_core.config import Optimizations, Settings
 from imp_core.engine.pipeline import Pipeline
+from imp_core.maintenance.changes import read_changes
 from imp_core.plan.sql import parse_query
 from imp_core.sketch.partition import Partition, PartitionSet
 from imp_core.sources.delta import VERSION, DeltaSource
@@ -68,13 +67,6 @@ class Setup:
     def pipeline(self) -> Pipeline:
         return Pipeline(self.query.plan, self.partitions, topk_buffer=self.opts.topk_buffer)
 
-    def used(self, table: str) -> list[str]:
-        cols: list[str] = []
-        for s in self.query.plan.scans():
-            if s.table == table:
-                cols += [c.name for c in s.columns if c.name not in cols]
-        return cols
-
     def commit_change(self, table: str, rows: int, seed: int, groups: int, delete_share: float = 0.5) -> dict:
         path = Path(self.sources[table].path)
         self.next_id[table] = data.change(path, rows, seed, groups, self.next_id[table], delete_share)
@@ -91,7 +83,7 @@ class Setup:
         for table in sorted(target):
             if target[table] == reached[table]:
                 continue
-            changes = pl.from_arrow(self.sources[table].changes(reached[table], target[table], self.used(table)))
+            changes = read_changes(self.sources[table], self.query.plan, reached[table], target[table], self.opts)
             reached[table] = target[table]
             pipe.maintain_pass(table, changes.drop(VERSION), self.backend, dict(reached),
                                netting=self.opts.netting)

@@ -30,6 +30,7 @@ from imp_core import faults
 from imp_core.config import Settings
 from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.state import FORMAT, FORMAT_VERSION
+from imp_core.maintenance.changes import read_changes, used_columns
 from imp_core.errors import (
     ChangeFeedUnavailableError,
     ImpError,
@@ -75,11 +76,7 @@ class Loaded:
         return self.query.plan
 
     def used_columns(self, table: str) -> list[str]:
-        cols: list[str] = []
-        for scan in self.plan.scans():
-            if scan.table == table:
-                cols += [c.name for c in scan.columns if c.name not in cols]
-        return cols
+        return used_columns(self.plan, table)
 
 
 @dataclass
@@ -434,10 +431,7 @@ class SketchService:
             start, end = reached.get(table, -1), target[table]
             if end <= start:
                 continue
-            source = loaded.sources[table]
-            raw = source.changes(start, end, loaded.used_columns(table))
-            changes = pl.from_arrow(raw)
-            assert isinstance(changes, pl.DataFrame)
+            changes = read_changes(loaded.sources[table], loaded.plan, start, end, self.settings.optimizations)
             faults.point("after_cdf_read")
             self._check_assumptions(loaded, table, changes)
             reached[table] = end

@@ -262,8 +262,13 @@ class DeltaSource:
                     f"table {self.name} had Change Data Feed disabled at version {v}; changes ({after}, {upto}] "
                     f"cannot be read incrementally")
 
-    def changes(self, after: int, upto: int, columns: list[str] | None = None) -> pa.Table:
-        """Change rows of versions ``(after, upto]`` with ``__mult`` (+1/-1) and ``__version`` columns."""
+    def changes(self, after: int, upto: int, columns: list[str] | None = None,
+                predicate: str | None = None) -> pa.Table:
+        """Change rows of versions ``(after, upto]`` with ``__mult`` (+1/-1) and ``__version`` columns.
+
+        ``predicate`` (DataFusion SQL over the table's columns) keeps only matching change rows; the caller must
+        only pass conditions every useful row satisfies (selection push-down).
+        """
         self.check_cdf_range(after, upto)
         schema = self.schema(upto)
         wanted = columns if columns is not None else schema.names
@@ -276,7 +281,8 @@ class DeltaSource:
             # delta-rs resolves names through DataFusion, which lower-cases unquoted identifiers
             quoted = ['"' + c.replace('"', '""') + '"' for c in wanted]
             reader = self._latest.load_cdf(starting_version=after + 1, ending_version=upto,
-                                           columns=quoted + ["_change_type", "_commit_version"])
+                                           columns=quoted + ["_change_type", "_commit_version"],
+                                           predicate=predicate)
             raw = pa.RecordBatchReader.from_stream(reader).read_all()
         except Exception as e:  # noqa: BLE001
             raise ChangeFeedUnavailableError(

@@ -1,0 +1,35 @@
+"""Reading one table's change rows for a maintenance pass: only the columns the query uses, and, with selection
+push-down on, only the rows that can pass the selections right above the table's scans."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from imp_core.config import Optimizations
+from imp_core.engine.evaluate import compile_expr
+from imp_core.plan.nodes import Plan
+from imp_core.plan.pushdown import change_filter, to_datafusion
+from imp_core.sources.delta import DeltaSource
+
+
+def used_columns(plan: Plan, table: str) -> list[str]:
+    cols: list[str] = []
+    for scan in plan.scans():
+        if scan.table == table:
+            cols += [c.name for c in scan.columns if c.name not in cols]
+    return cols
+
+
+def read_changes(source: DeltaSource, plan: Plan, after: int, upto: int,
+                 opts: Optimizations | None = None) -> pl.DataFrame:
+    """Change rows of ``(after, upto]`` (plain column names, ``__mult``, ``__version``)."""
+    opts = opts or Optimizations()
+    pred = change_filter(plan, source.name) if opts.selection_pushdown else None
+    raw = source.changes(after, upto, used_columns(plan, source.name),
+                         predicate=to_datafusion(pred) if pred is not None else None)
+    changes = pl.from_arrow(raw)
+    assert isinstance(changes, pl.DataFrame)
+    if pred is not None and changes.height:
+        # exact filter in the engine's semantics (the DataFusion predicate, when there is one, is a pre-filter)
+        changes = changes.filter(compile_expr(pred).fill_null(False))
+    return changes

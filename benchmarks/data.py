@@ -128,6 +128,14 @@ def change(path: Path, rows: int, seed: int, groups: int, next_id: int, delete_s
     return next_id + inserts
 
 
+def max_id(path: Path) -> int:
+    """Largest ``id`` in the table, from Delta statistics."""
+    from deltalake import DeltaTable
+
+    actions = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))
+    return int(pc.max(actions.column("max.id")).as_py() or 0)
+
+
 def tpch(scale: float = 1.0) -> Path:
     """TPC-H tables at ``scale`` as Delta tables with CDF (generated with tpchgen-cli)."""
     root = DATA / f"tpch_sf{scale:g}"
@@ -138,12 +146,12 @@ def tpch(scale: float = 1.0) -> Path:
         raw.mkdir(parents=True)
         exe = Path(sys.executable).parent / "tpchgen-cli"
         print(f"   generating TPC-H SF{scale:g} with tpchgen-cli", flush=True)
-        subprocess.run([str(exe), "-s", str(scale), "--format", "parquet", "--output-dir", str(raw)], check=True)
+        subprocess.run([str(exe), "parquet", "-s", str(scale), "--output-dir", str(raw)], check=True)
     import pyarrow.parquet as pq
 
     for f in sorted(raw.glob("*.parquet")):
         table = pq.read_table(f)
-        table = table.cast(pa.schema([pa.field(x.name, _tpch_type(x.type)) for x in table.schema]))
+        table = table.cast(pa.schema([pa.field(x.name, _tpch_type(x.type), True) for x in table.schema]))
         write(root / f.stem, table, files=max(1, table.num_rows // 500_000))
     return root
 

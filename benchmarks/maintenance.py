@@ -21,6 +21,7 @@ from benchmarks.harness import Experiment
 from imp_core.config import Optimizations, Settings
 from imp_core.engine.pipeline import Pipeline
 from imp_core.maintenance.changes import read_changes
+from imp_core.plan.expr import kind_of_type
 from imp_core.plan.sql import parse_query
 from imp_core.sketch.partition import Partition, PartitionSet
 from imp_core.sources.delta import VERSION, DeltaSource
@@ -40,16 +41,16 @@ class Setup:
     """One query over cached tables, with its pipeline state kept at the table's current version."""
 
     def __init__(self, spark, sql: str, tables: dict[str, Path], on: tuple[str, str], fragments: int,  # noqa: ANN001
-                 opts: Optimizations | None = None) -> None:
+                 opts: Optimizations | None = None, dialect: str = "spark") -> None:
         self.spark = spark
         self.sources = {n: DeltaSource(n, p) for n, p in tables.items()}
         for p in tables.values():
             data.reset(p)
         self.versions = {n: s.current_version() for n, s in self.sources.items()}
         schemas = {n: s.schema() for n, s in self.sources.items()}
-        self.query = parse_query(sql, schemas)
+        self.query = parse_query(sql, schemas, dialect)
         table, column = on
-        kind = "int" if str(schemas[table].field(column).type).startswith("int") else "float"
+        kind = kind_of_type(schemas[table].field(column).type)
         source = self.sources[table]
         bounds = equi_depth_bounds(source.scan(spark, self.versions[table]), column, fragments, kind,
                                    source.column_stats(self.versions[table], column))
@@ -62,7 +63,7 @@ class Setup:
         self.capture_s = time.perf_counter() - t0
         self.blobs = pipe.state_blobs()
         self.sketch = pipe.sketch()
-        self.next_id = {n: _max_id(s) + 1 for n, s in self.sources.items() if "id" in schemas[n].names}
+        self.next_id = {n: data.max_id(Path(s.path)) + 1 for n, s in self.sources.items() if "id" in schemas[n].names}
 
     def pipeline(self) -> Pipeline:
         return Pipeline(self.query.plan, self.partitions, topk_buffer=self.opts.topk_buffer)
@@ -100,11 +101,6 @@ class Setup:
         self.versions = dict(target)
         self.blobs = pipe.state_blobs()
         self.sketch = pipe.sketch()
-
-
-def _max_id(source: DeltaSource) -> int:
-    files = source.files(source.current_version())
-    return max(int(f.max_values.get("id") or 0) for f in files) if files else 0
 
 
 def imp_vs_fm(exp: Experiment, setup: Setup, table: str, batches: list[int], runs: int, groups: int,
@@ -186,10 +182,88 @@ def joinsel(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
     return exp
 
 
+def q_having(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
+    rows = 1_000_000 if quick else 10_000_000
+    groups = 5000
+    name = f"r500_{rows}"
+    path = data.base_table(name, rows, groups)
+    having = {
+        1: "",
+        2: "HAVING avg(c) < 1000",
+        3: "HAVING avg(c) < 1000 AND avg(d) < 1200",
+        10: "HAVING avg(c) < 1000 AND avg(d) < 1200 AND avg(e) > 0 AND avg(f) > 0 AND avg(g) > 0 AND avg(h) > 0 "
+            "AND avg(i) > 0 AND avg(j) > 0",
+    }
+    exp = Experiment("q_having", f"Q_having: 1/2/3/10 aggregation functions, {rows:,} rows, 5K groups",
+                     ratios=[("FM", "IMP")], y_label="seconds")
+    for n, clause in ([(2, having[2]), (10, having[10])] if quick else having.items()):
+        sql = f"SELECT a, avg(b) AS ab FROM {name} GROUP BY a {clause}"
+        setup = Setup(spark, sql, {name: path}, (name, "a"), 1000)
+        imp_vs_fm(exp, setup, name, [1000] if quick else [10, 100, 1000], runs, groups, label=f"{n} aggs, n=")
+    for r in exp.rows:
+        r.x = None
+    return exp
+
+
+def q_sketch(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
+    rows = 1_000_000 if quick else 10_000_000
+    groups = 5000
+    name = f"t1gbjoin_{rows}"
+    path = data.base_table(name, rows, groups)
+    helper = f"tjoinhelppercent5_{rows}"
+    helper_path = data.join_helper(helper, rows, groups, 0.05)
+    exp = Experiment("q_sketch", f"Q_sketch: number of fragments, {rows:,} rows, change of 1,000 rows",
+                     ratios=[("FM", "IMP")], log_x=True, x_label="fragments", y_label="seconds")
+    sql = (f"SELECT a, avg(b) AS ab FROM (SELECT a AS a, b AS b, c AS c FROM {name} WHERE b < 1000) tt "
+           f"JOIN {helper} ON (a = ttid) GROUP BY a HAVING avg(c) < 1000")
+    for frags in ([10, 1000] if quick else [10, 100, 1000, 5000]):
+        setup = Setup(spark, sql, {name: path, helper: helper_path}, (name, "a"), frags)
+        before = len(exp.rows)
+        imp_vs_fm(exp, setup, name, [1000], runs, groups, label=f"{frags} fragments, n=")
+        for r in exp.rows[before:]:
+            r.x = frags
+    return exp
+
+
+def q_selpd(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
+    """Selection push-down (paper Fig. 13c): delta = 2.5% of the table; the share of it passing the WHERE varies."""
+    rows = 1_000_000 if quick else 10_000_000
+    groups = 1000
+    name = f"t1gb1000g_{rows}"
+    path = data.base_table(name, rows, groups)
+    exp = Experiment("q_selpd", f"Q_selpd: selection push-down on/off, change = 2.5% of {rows:,} rows",
+                     ratios=[("IMP push-down off", "IMP push-down on")], log_x=False,
+                     x_label="share of the change passing the selection", y_label="seconds")
+    # b is ~ a * 1.25 + noise with a uniform in [0, 1000): b < t keeps about t / 1250 of the rows
+    for share in ([0.1, 1.0] if quick else [0.02, 0.1, 0.25, 0.5, 1.0]):
+        threshold = round(1250 * share + (10_000 if share >= 1.0 else 0), 1)
+        sql = f"SELECT a, avg(b) AS ab FROM {name} WHERE b < {threshold} GROUP BY a HAVING avg(c) < 300"
+        on = Setup(spark, sql, {name: path}, (name, "a"), 1000)
+        off = Setup(spark, sql, {name: path}, (name, "a"), 1000, Optimizations(selection_pushdown=False))
+        target = on.commit_change(name, int(rows * 0.025), seed=int(share * 1000), groups=groups)
+        off.versions = dict(on.versions)
+        holder: dict[str, object] = {}
+
+        def run_on() -> float:
+            elapsed, pipe, rows_read = on.imp(target)
+            holder["on"] = pipe
+            return elapsed
+
+        def run_off() -> float:
+            elapsed, pipe, rows_read = off.imp(target)
+            holder["off"] = pipe
+            return elapsed
+
+        exp.measure(f"{share:.0%}", {"IMP push-down on": run_on, "IMP push-down off": run_off}, runs, x=share)
+        if holder["on"].sketch() != holder["off"].sketch():  # type: ignore[attr-defined]
+            raise AssertionError("selection push-down changed the sketch")
+    return exp
+
+
 def run(quick: bool = False, runs: int = 5) -> list[Experiment]:
     spark = spark_session()
     out = []
-    for fn in (q_groups, joinsel, breakeven):
+    for fn in (q_groups, q_having, joinsel, q_sketch, q_selpd, breakeven):
         t0 = time.perf_counter()
         exp = fn(spark, quick, runs)
         print(f"   {exp.name}: {time.perf_counter() - t0:.0f} s", flush=True)

@@ -11,7 +11,7 @@ import importlib
 import sys
 import time
 
-SUITES = ["engine", "skipping", "maintenance", "tpch", "strategies"]
+SUITES = ["engine", "skipping", "maintenance", "tpch", "topk", "strategies"]
 
 
 def main(argv: list[str] | None = None) -> int:

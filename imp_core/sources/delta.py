@@ -266,17 +266,35 @@ class DeltaSource:
                 predicate: str | None = None) -> pa.Table:
         """Change rows of versions ``(after, upto]`` with ``__mult`` (+1/-1) and ``__version`` columns.
 
-        ``predicate`` (DataFusion SQL over the table's columns) keeps only matching change rows; the caller must
-        only pass conditions every useful row satisfies (selection push-down).
+        ``predicate`` (DataFusion SQL over the table's columns) is a pre-filter hint: rows failing it *may* be left
+        out (selection push-down); callers apply their exact filter afterwards.
         """
-        self.check_cdf_range(after, upto)
+        self.check_version(upto)
         schema = self.schema(upto)
         wanted = columns if columns is not None else schema.names
         missing = [c for c in wanted if c not in schema.names]
         if missing:
             raise SourceError(f"table {self.name}: column(s) {', '.join(missing)} do not exist at version {upto}")
         if after == upto:
+            self.check_cdf_range(after, upto)
             return _empty_changes(schema, wanted)
+        raw = self._changes_from_log(after, upto, wanted, schema)
+        if raw is None:
+            self.check_cdf_range(after, upto)
+            raw = self._changes_from_delta_rs(after, upto, wanted, predicate)
+        return self._signed(raw, wanted, schema)
+
+    def _changes_from_log(self, after: int, upto: int, wanted: list[str], schema: pa.Schema) -> pa.Table | None:
+        """The fast path (``changelog.py``); None when the range needs delta-rs."""
+        from imp_core.sources import changelog
+
+        root = changelog.local_root(self.path)
+        if root is None or after < 0 or not self.cdf_enabled(upto):
+            return None
+        # no metadata action inside the range (the reader returns None otherwise), so CDF was on at every version
+        return changelog.read_range(root, after, upto, wanted, schema, self.partition_columns(upto))
+
+    def _changes_from_delta_rs(self, after: int, upto: int, wanted: list[str], predicate: str | None) -> pa.Table:
         try:
             # delta-rs resolves names through DataFusion, which lower-cases unquoted identifiers
             quoted = ['"' + c.replace('"', '""') + '"' for c in wanted]
@@ -288,6 +306,10 @@ class DeltaSource:
             raise ChangeFeedUnavailableError(
                 f"table {self.name}: the change feed for versions {after + 1}..{upto} cannot be read (vacuumed or "
                 f"expired?): {_one_line(e)}") from e
+        return raw
+
+    def _signed(self, raw: pa.Table, wanted: list[str], schema: pa.Schema) -> pa.Table:
+        """Map ``_change_type`` to the signed multiplicity ``__mult``; keep ``_commit_version`` as ``__version``."""
         kind = raw.column("_change_type").cast(pa.string())
         is_insert = pc.is_in(kind, pa.array(_INSERT_TYPES))
         is_delete = pc.is_in(kind, pa.array(_DELETE_TYPES))

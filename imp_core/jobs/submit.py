@@ -13,8 +13,10 @@ the ``IMP_HOME``, ``IMP_CATALOG_URL`` and ``IMP_WAREHOUSE`` environment variable
 
 Contract (the DAGs and tests rely on it): progress is logged on stderr; on success one JSON line with a ``job`` key
 is printed on stdout and the exit code is 0; on failure one line ``imp-job: error: ...`` goes to stderr and the exit
-code is the error's (2 usage, 3 plan, 4 source, 5 state, 6 catalog, 7 not found, 70 internal). The work itself is
-done by :class:`imp_core.maintenance.service.SketchService`.
+code is the error's (2 usage, 3 plan, 4 source, 5 state, 6 catalog, 7 not found, 70 internal), which spark-submit
+passes on. (Spark's Python runner merges the driver's stderr into spark-submit's stdout, so under spark-submit the
+log lines, the error line and the JSON line all arrive on stdout; Spark's own log stays on stderr.) The work itself
+is done by :class:`imp_core.maintenance.service.SketchService`.
 """
 
 from __future__ import annotations

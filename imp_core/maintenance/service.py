@@ -80,6 +80,16 @@ class Loaded:
 
 
 @dataclass
+class _Registration:
+    query: Query
+    sources: dict[str, DeltaSource]
+    versions: dict[str, int]
+    schemas: dict[str, pa.Schema]
+    targets: dict[str, str]
+    report: Any
+
+
+@dataclass
 class MaintenanceResult:
     """What a maintenance call did."""
 
@@ -219,41 +229,10 @@ class SketchService:
         """Parse, check safety, pick bounds, capture at pinned versions and commit version 1."""
         if strategy not in ("lazy", "eager"):
             raise UsageError(f"--strategy must be lazy or eager, got {strategy!r}")
-        if (fragments is None) == (bounds is None):
-            raise UsageError("give exactly one of --fragments N or --bounds b0,b1,...,bn")
-        if bounds is not None and len(bounds) != len(on):
-            raise UsageError(f"give one --bounds per --on ({len(on)} partitioned columns, {len(bounds)} --bounds)")
-        if fragments is not None and fragments < 1:
-            raise UsageError(f"--fragments must be at least 1, got {fragments}")
-        if not name or not name.replace("_", "").replace("-", "").isalnum():
-            raise UsageError(f"sketch name {name!r} must consist of letters, digits, '-' and '_'")
         started = time.perf_counter()
-        query = self.analyze(sql, dialect)
-        plan = query.plan
-        tables = sorted(plan.tables())
-        sources = {t: self.source(t) for t in tables}
-        for s in sources.values():
-            s.require_cdf()
-            s.require_readable_by_spark()
-        versions = {t: sources[t].current_version() for t in tables}
-        schemas = {t: sources[t].schema(versions[t]) for t in tables}
-
-        targets: dict[str, str] = {}
-        for item in on:
-            table, _, column = item.partition(".")
-            if not column:
-                raise UsageError(f"--on {item!r}: write TABLE.COLUMN")
-            if table not in schemas:
-                raise UsageError(f"--on {item}: table {table} is not used by the query (it reads "
-                                 f"{', '.join(tables)})")
-            if column not in schemas[table].names:
-                raise PlanError(f"--on {item}: column {column} does not exist in table {table}; columns: "
-                                f"{', '.join(schemas[table].names)}")
-            if table in targets:
-                raise UsageError(f"--on {item}: table {table} is partitioned twice; one partition per table")
-            targets[table] = column
-        oracle = self.sign_oracle(sources, versions)
-        report = require_safe(plan, targets, oracle)
+        reg = self._registration(name, sql, on, fragments, bounds, dialect)
+        query, plan, sources, versions, schemas, targets, report = (
+            reg.query, reg.query.plan, reg.sources, reg.versions, reg.schemas, reg.targets, reg.report)
 
         parts = []
         for i, (table, column) in enumerate(targets.items()):
@@ -696,32 +675,46 @@ class SketchService:
             UsageError: Bad arguments, or a live sketch named ``name`` exists.
             PlanError: The SQL does not parse against the registered tables, or the column is not safe.
         """
-        if (fragments is None) == (bounds is None):
-            raise UsageError("give exactly one of fragments or bounds")
-        if fragments is not None and fragments < 1:
-            raise UsageError(f"fragments must be at least 1, got {fragments}")
-        if not name or not name.replace("_", "").replace("-", "").isalnum():
-            raise UsageError(f"sketch name {name!r} must consist of letters, digits, '-' and '_'")
         if any(r.name == name for r in self.catalog.list_sketches()):
             raise UsageError(f"sketch {name!r} already exists; pick another name or drop it (`imp sketch drop {name}`)")
+        reg = self._registration(name, sql, on, fragments, bounds, dialect)
+        return {"name": name, "tables": reg.versions, "on": list(on), "safety": reg.report.to_json()}
+
+    def _registration(self, name: str, sql: str, on: list[str], fragments: int | None, bounds: list[str] | None,
+                      dialect: str) -> _Registration:
+        """Everything a registration checks before Spark starts: arguments, SQL, tables, columns, safety."""
+        if (fragments is None) == (bounds is None):
+            raise UsageError("give exactly one of --fragments N or --bounds b0,b1,...,bn")
+        if bounds is not None and len(bounds) != len(on):
+            raise UsageError(f"give one --bounds per --on ({len(on)} partitioned columns, {len(bounds)} --bounds)")
+        if fragments is not None and fragments < 1:
+            raise UsageError(f"--fragments must be at least 1, got {fragments}")
+        if not name or not name.replace("_", "").replace("-", "").isalnum():
+            raise UsageError(f"sketch name {name!r} must consist of letters, digits, '-' and '_'")
         query = self.analyze(sql, dialect)
         tables = sorted(query.plan.tables())
         sources = {t: self.source(t) for t in tables}
+        for s in sources.values():
+            s.require_cdf()
+            s.require_readable_by_spark()
         versions = {t: sources[t].current_version() for t in tables}
+        schemas = {t: sources[t].schema(versions[t]) for t in tables}
         targets: dict[str, str] = {}
         for item in on:
             table, _, column = item.partition(".")
             if not column:
-                raise UsageError(f"on {item!r}: write TABLE.COLUMN")
-            if table not in sources:
-                raise UsageError(f"on {item}: table {table} is not used by the query (it reads {', '.join(tables)})")
-            names = sources[table].schema(versions[table]).names
-            if column not in names:
-                raise PlanError(f"on {item}: column {column} does not exist in table {table}; columns: "
-                                f"{', '.join(names)}")
+                raise UsageError(f"--on {item!r}: write TABLE.COLUMN")
+            if table not in schemas:
+                raise UsageError(f"--on {item}: table {table} is not used by the query (it reads "
+                                 f"{', '.join(tables)})")
+            if column not in schemas[table].names:
+                raise PlanError(f"--on {item}: column {column} does not exist in table {table}; columns: "
+                                f"{', '.join(schemas[table].names)}")
+            if table in targets:
+                raise UsageError(f"--on {item}: table {table} is partitioned twice; one partition per table")
             targets[table] = column
         report = require_safe(query.plan, targets, self.sign_oracle(sources, versions))
-        return {"name": name, "tables": versions, "on": list(on), "safety": report.to_json()}
+        return _Registration(query, sources, versions, schemas, targets, report)
 
     def run_report(self, trigger: str, expected: list[str] | None = None) -> dict[str, Any]:
         """What the runs recorded under ``trigger`` (e.g. ``airflow:DAG/RUN``) did, from the catalog.

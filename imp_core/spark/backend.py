@@ -28,7 +28,7 @@ from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.pipeline import Pipeline, Versions
 from imp_core.plan.nodes import Aggregate, Plan, Scan
 from imp_core.sources.delta import DeltaSource
-from imp_core.spark.compile import PlanCompiler, col, compile_expr, is_ann
+from imp_core.spark.compile import PlanCompiler, col, compile_expr
 from imp_core.spark.types import arrow_to_spark
 
 if TYPE_CHECKING:

@@ -55,7 +55,7 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
         builder = builder.master(settings.spark_master)
     for key, value in _SEMANTICS.items():
         builder = builder.config(key, value)
-    log.info("starting Spark (%s)", settings.spark_master)
+    log.info("starting Spark (%s)", "master chosen by spark-submit" if under_spark_submit() else settings.spark_master)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     apply_semantics(spark)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 

@@ -27,7 +27,7 @@ import pytest
 from imp_core import errors
 from imp_core.errors import PlanError, UnsupportedError
 from imp_core.plan.expr import Binary, Col, Lit, conjuncts
-from imp_core.plan.nodes import Aggregate, Join, Plan, Project, Scan, Select, TopK, explain
+from imp_core.plan.nodes import Aggregate, Join, Project, Scan, Select, TopK, explain
 from imp_core.plan.sql import Query, parse_query
 from imp_core.plan.template import template_key
 
@@ -349,7 +349,7 @@ NAME_QUERIES = [
 
 @pytest.mark.parametrize("sql", NAME_QUERIES)
 def test_output_names_match_duckdb(sql: str) -> None:
-    duckdb = pytest.importorskip("duckdb")
+    import duckdb
     import sqlglot
 
     query = parse_query(sql, TABLES)

@@ -1,0 +1,54 @@
+"""Register a sketch on demand: the safety check in a task, then the capture under spark-submit.
+
+Wiring only: ``check_safety`` parses the SQL against the registered tables and checks the partition column (no
+Spark); ``capture_sketch`` runs ``imp_core/jobs/submit.py register``, which checks again and captures version 1.
+Tables must be registered first (``imp table register NAME PATH``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import Param, dag, task
+
+from imp_core.airflow import tasks
+from imp_core.airflow.operators import ImpSparkSubmitOperator
+
+
+@dag(
+    dag_id="imp_register_sketch",
+    schedule=None,
+    start_date=datetime(2025, 1, 1),
+    catchup=False,
+    params={
+        "name": Param("", type="string", minLength=1, pattern="^[A-Za-z0-9_-]+$", title="Sketch name",
+                      description="Letters, digits, '-' and '_'."),
+        "sql": Param("", type="string", minLength=1, title="SQL", format="multiline",
+                     description="The SELECT query the sketch is for, over registered tables."),
+        "on": Param("", type="string", pattern="^[A-Za-z_][A-Za-z0-9_]*\\.[A-Za-z_][A-Za-z0-9_]*$",
+                    title="Partition column", description="TABLE.COLUMN whose range partition the sketch records."),
+        "fragments": Param(100, type="integer", minimum=1, title="Fragments",
+                           description="Number of equi-depth fragments of the partition column."),
+        "strategy": Param("lazy", type="string", enum=["lazy", "eager"], title="Default strategy",
+                          description="How the sketch is maintained by default."),
+    },
+    tags=["imp"],
+    doc_md=__doc__,
+)
+def imp_register_sketch():
+    @task(retries=0)
+    def check_safety(**context) -> dict:
+        return tasks.validate_registration(context["params"])
+
+    capture = ImpSparkSubmitOperator(
+        task_id="capture_sketch",
+        application_args=[
+            "register", "--name", "{{ params.name }}", "--sql", "{{ params.sql }}", "--on", "{{ params.on }}",
+            "--fragments", "{{ params.fragments }}", "--strategy", "{{ params.strategy }}",
+            "--trigger", "airflow:{{ dag.dag_id }}/{{ run_id }}",
+        ],
+    )
+    check_safety() >> capture
+
+
+imp_register_sketch()

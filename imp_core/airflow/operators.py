@@ -1,0 +1,55 @@
+"""A thin ``SparkSubmitOperator`` for imp's job entry point.
+
+It is the provider's ``SparkSubmitOperator`` (the Spark connection, default ``spark_default``, picks the master and
+the hook runs ``spark-submit``) with three defaults: the application is :data:`imp_core.jobs.SUBMIT_PATH`; Spark's
+own logging is quiet and its UI off; and the job's environment comes from :class:`ImpCatalogHook` at run time, so
+the job reads the same catalog as the task (the ``imp_catalog`` connection, ``IMP_CATALOG_URL``, or the embedded
+catalog under ``IMP_HOME``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from imp_core.airflow import CATALOG_CONN_ID, SPARK_CONN_ID
+from imp_core.jobs import SUBMIT_PATH
+from imp_core.spark.session import LOG4J_CONF
+
+DEFAULT_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    # only Spark errors reach the task log; the job logs what it does itself
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J_CONF}",
+}
+
+
+class ImpSparkSubmitOperator(SparkSubmitOperator):
+    """``spark-submit imp_core/jobs/submit.py <application_args>`` against the imp catalog.
+
+    Args:
+        imp_catalog_conn_id: Airflow connection of the catalog (falls back to ``IMP_CATALOG_URL`` / embedded).
+        conf: Spark properties, merged over :data:`DEFAULT_CONF`.
+        env_vars: Extra environment for the job, merged over :meth:`ImpCatalogHook.job_env`.
+        **kwargs: Everything ``SparkSubmitOperator`` takes (``application_args``, ``conn_id``, ...).
+    """
+
+    ui_color = "#e8f4fd"
+
+    def __init__(self, *, imp_catalog_conn_id: str = CATALOG_CONN_ID, application: str = SUBMIT_PATH,
+                 conf: Mapping[str, Any] | None = None, conn_id: str = SPARK_CONN_ID, name: str = "imp",
+                 **kwargs: Any) -> None:
+        super().__init__(application=application, conf={**DEFAULT_CONF, **(conf or {})}, conn_id=conn_id,
+                         name=name, **kwargs)
+        self.imp_catalog_conn_id = imp_catalog_conn_id
+
+    def execute(self, context: Any) -> Any:
+        from imp_core.airflow.hooks import ImpCatalogHook
+
+        self.env_vars = {**ImpCatalogHook(self.imp_catalog_conn_id).job_env(), **(self.env_vars or {})}
+        return super().execute(context)
+
+
+__all__ = ["DEFAULT_CONF", "ImpSparkSubmitOperator"]

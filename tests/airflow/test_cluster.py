@@ -1,0 +1,118 @@
+"""A real Spark standalone cluster (master + one worker on 127.0.0.1, from the installed PySpark): the maintenance
+job submitted to ``spark://127.0.0.1:PORT`` commits the same sketch as local mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+from imp_core.jobs import SUBMIT_PATH
+from tests.airflow.conftest import APPLE_ROW, APPLE_ROW_2, BIN, Imp, free_port, tail
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
+
+
+@dataclass
+class Cluster:
+    master_url: str
+    ui_url: str
+
+    def state(self) -> dict:
+        return requests.get(f"{self.ui_url}/json/", timeout=10).json()
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(imp: Imp, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    work = tmp_path_factory.mktemp("spark-cluster")
+    port, ui_port, worker_ui_port = free_port(), free_port(), free_port()
+    env = {**imp.env, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(work), "SPARK_WORKER_DIR": str(work)}
+    cluster = Cluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}")
+    procs: dict[str, subprocess.Popen] = {}
+    logs: dict[str, Path] = {}
+    try:
+        for name, args in (
+            ("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                        "--webui-port", str(ui_port)]),
+            ("worker", ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--webui-port",
+                        str(worker_ui_port), "--cores", "2", "--memory", "1g", "--work-dir", str(work / "work"),
+                        cluster.master_url]),
+        ):
+            logs[name] = work / f"{name}.log"
+            procs[name] = subprocess.Popen([str(BIN / "spark-class"), *args], env=env, cwd=work,
+                                           stdout=open(logs[name], "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
+                                           start_new_session=True)
+        deadline = time.monotonic() + 120
+        while True:
+            for name, proc in procs.items():
+                assert proc.poll() is None, f"spark {name} exited:\n{tail(logs[name])}"
+            try:
+                if cluster.state().get("aliveworkers", 0) >= 1:
+                    break
+            except (requests.ConnectionError, ValueError):
+                pass
+            assert time.monotonic() < deadline, f"no worker registered:\n{tail(logs['master'])}\n{tail(logs['worker'])}"
+            time.sleep(0.5)
+        yield cluster
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+def test_maintenance_job_on_a_standalone_cluster_commits_the_same_sketch_as_local_mode(
+        imp: Imp, spark_cluster: Cluster) -> None:
+    # two identical sketches on one table; the same changes; one maintained in local mode, one on the cluster
+    imp.table("cl_sales")
+    imp.sketch("cl_local", "cl_sales")
+    imp.sketch("cl_cluster", "cl_sales")
+    imp.append("cl_sales", APPLE_ROW)
+    imp.append("cl_sales", APPLE_ROW_2)
+
+    local = imp.service.maintain("cl_local", strategy="eager", batch_size=1, trigger="test-local-mode")
+    assert [v.version for v in local.versions] == [2, 3]
+
+    # the cluster job: eager maintenance, then a recapture (full maintenance: the capture runs on the executors)
+    jobs = (["maintain", "--sketch", "cl_cluster", "--strategy", "eager", "--batch-size", "1"],
+            ["recapture", "--sketch", "cl_cluster"])
+    outputs = []
+    for args in jobs:
+        cmd = [str(BIN / "spark-submit"), "--master", spark_cluster.master_url, "--deploy-mode", "client",
+               "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=512m",
+               "--conf", "spark.cores.max=2", SUBMIT_PATH, *args, "--trigger", "airflow:test_cluster/run"]
+        done = subprocess.run(cmd, env=imp.env, text=True, capture_output=True, timeout=400, check=False)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        [line] = [ln for ln in done.stdout.splitlines() if ln.startswith('{"job"')]
+        outputs.append(json.loads(line))
+    assert outputs[0]["versions"] == [2, 3] and outputs[1]["latest_version"] == 4
+
+    state = spark_cluster.state()
+    finished = [app for app in state["completedapps"] if app["name"] == "imp"]
+    assert finished, f"no imp application ran on the cluster: {state}"
+    assert any(app["cores"] >= 1 for app in finished)  # executors were granted on the worker
+
+    # version by version, the cluster committed what local mode committed
+    local_versions = {v.version: v for v in imp.catalog.versions(imp.catalog.get_sketch("cl_local").id)}
+    cluster_versions = {v.version: v for v in imp.catalog.versions(imp.catalog.get_sketch("cl_cluster").id)}
+    for n in (1, 2, 3):
+        assert cluster_versions[n].fragments == local_versions[n].fragments
+        assert cluster_versions[n].table_versions == local_versions[n].table_versions
+    recaptured = cluster_versions[4]
+    assert recaptured.method == "recapture"
+    assert recaptured.fragments == local_versions[3].fragments == {"cl_sales": [0, 1, 2, 3]}
+    assert recaptured.table_versions == local_versions[3].table_versions
+    assert [r.trigger for r in imp.runs("cl_cluster")[:2]] == ["airflow:test_cluster/run"] * 2

@@ -1,0 +1,131 @@
+"""The DAG folder imports cleanly and each DAG has the tasks, params and schedule other tools rely on (no Spark)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from tests.airflow.conftest import DAGS, PLUGINS
+
+pytestmark = pytest.mark.airflow
+
+DAG_IDS = {"imp_nightly_maintenance", "imp_maintain_on_demand", "imp_register_sketch"}
+
+
+def _dagbag(folder: Path = DAGS):  # noqa: ANN202
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(folder))
+
+
+@pytest.fixture(scope="module")
+def dagbag():  # noqa: ANN201
+    return _dagbag()
+
+
+def _schema(dag, name: str) -> dict:  # noqa: ANN001
+    return dag.params.get_param(name).schema
+
+
+def test_dag_folder_imports_without_errors(dagbag) -> None:  # noqa: ANN001
+    assert dagbag.import_errors == {}
+    assert set(dagbag.dag_ids) == DAG_IDS
+
+
+def test_nightly_maintenance(dagbag, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from imp_core.jobs import SUBMIT_PATH
+
+    dag = dagbag.dags["imp_nightly_maintenance"]
+    assert dag.schedule == "0 2 * * *"
+    assert dag.catchup is False and dag.max_active_runs == 1
+    assert {t.task_id for t in dag.tasks} == {"list_stale_sketches", "maintain_sketch", "summarize"}
+
+    listing, maintain, summary = (dag.get_task(t) for t in ("list_stale_sketches", "maintain_sketch", "summarize"))
+    # dynamic task mapping: one spark-submit per stale sketch, expanded over the listing task's result
+    assert maintain.is_mapped
+    assert issubclass(maintain.operator_class, SparkSubmitOperator)
+    assert "application_args" in maintain.expand_input.value
+    default = maintain.operator_class(task_id="probe")
+    assert default.application == SUBMIT_PATH and default._conn_id == "spark_default"
+    assert maintain.partial_kwargs["retries"] >= 1
+    assert maintain.partial_kwargs["max_active_tis_per_dag"] >= 1
+    assert maintain.upstream_task_ids == {"list_stale_sketches"}
+    assert "maintain_sketch" in summary.upstream_task_ids and summary.trigger_rule == "all_done"
+    assert listing.downstream_task_ids == {"maintain_sketch", "summarize"}
+    assert _schema(dag, "batch_size")["type"] == "integer" and _schema(dag, "batch_size")["minimum"] == 1
+    assert dag.params.get_param("batch_size").description
+
+    # the cron comes from IMP_NIGHTLY_CRON
+    monkeypatch.setenv("IMP_NIGHTLY_CRON", "30 3 * * 1-5")
+    assert _dagbag().dags["imp_nightly_maintenance"].schedule == "30 3 * * 1-5"
+
+
+def test_maintain_on_demand(dagbag) -> None:  # noqa: ANN001
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from imp_core.jobs import SUBMIT_PATH
+
+    dag = dagbag.dags["imp_maintain_on_demand"]
+    assert dag.schedule is None  # no schedule: triggered from the UI
+    assert {t.task_id for t in dag.tasks} == {"validate_request", "maintain_sketch"}
+    validate, maintain = dag.get_task("validate_request"), dag.get_task("maintain_sketch")
+    assert maintain.upstream_task_ids == {"validate_request"}
+    assert validate.retries == 0  # a bad request fails at once
+    assert isinstance(maintain, SparkSubmitOperator)
+    assert maintain.application == SUBMIT_PATH and maintain._conn_id == "spark_default"
+    assert maintain.application_args[:2] == ["maintain", "--sketch"]
+    assert "--trigger" in maintain.application_args
+
+    assert list(dag.params.keys()) == ["sketch", "strategy", "batch_size"]
+    assert _schema(dag, "sketch")["type"] == "string" and _schema(dag, "sketch")["minLength"] == 1
+    assert _schema(dag, "strategy")["enum"] == ["lazy", "eager", "recapture"]
+    assert dag.params["strategy"] == "lazy"
+    assert _schema(dag, "batch_size")["type"] == "integer" and _schema(dag, "batch_size")["minimum"] == 1
+    for name in dag.params:
+        assert dag.params.get_param(name).description, f"param {name} has no description"
+
+
+def test_register_sketch(dagbag) -> None:  # noqa: ANN001
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    dag = dagbag.dags["imp_register_sketch"]
+    assert dag.schedule is None
+    assert {t.task_id for t in dag.tasks} == {"check_safety", "capture_sketch"}
+    capture = dag.get_task("capture_sketch")
+    assert isinstance(capture, SparkSubmitOperator) and capture.upstream_task_ids == {"check_safety"}
+    assert capture.application_args[0] == "register"
+    assert {"name", "sql", "on", "fragments"} <= set(dag.params.keys())
+    assert _schema(dag, "fragments")["minimum"] == 1
+    assert _schema(dag, "on")["pattern"]
+
+
+@pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+def test_plugin_registers_page_and_protects_every_route() -> None:
+    from fastapi.routing import APIRoute
+    from fastapi.testclient import TestClient
+
+    from airflow.api_fastapi.core_api.security import get_user
+
+    spec = importlib.util.spec_from_file_location("imp_plugin_under_test", PLUGINS / "imp_plugin.py")
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    plugin = module.ImpPlugin
+    assert plugin.name == "imp"
+    [app] = plugin.fastapi_apps
+    assert app["url_prefix"] == "/imp"
+    [view] = plugin.external_views
+    assert view["url_route"] == "sketch-catalog" and view["href"] == "/imp/catalog" and view["name"] == "Sketch catalog"
+
+    routes = [r for r in app["app"].routes if isinstance(r, APIRoute)]
+    assert {r.path for r in routes} >= {"/catalog", "/api/sketches"}
+    for route in routes:
+        assert any(d.call is get_user for d in route.dependant.dependencies), f"{route.path} is not protected"
+    client = TestClient(app["app"])
+    for path in ("/catalog", "/api/sketches", "/"):
+        assert client.get(path).status_code == 401
+    assert client.get("/docs").status_code == 404  # no unauthenticated OpenAPI pages either

@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from benchmarks.harness import Experiment
+from benchmarks.harness import Experiment, scaled
 from imp_core.engine.annotation import MULT
 from imp_core.engine.local import LocalBackend
 from imp_core.engine.pipeline import Pipeline
@@ -69,9 +69,9 @@ def cdf_source(batch: pl.DataFrame, root: Path) -> DeltaSource:
 
 
 def run(quick: bool = False, runs: int = 5) -> list[Experiment]:
-    rows = 1_000_000 if quick else 10_000_000
+    rows = scaled(200_000 if quick else 10_000_000)
     groups, fragments = 5000, 1000
-    sizes = [10, 100, 1000, 10_000] if quick else [10, 100, 1000, 10_000, 100_000]
+    sizes = [10, 1000] if quick else [10, 100, 1000, 10_000, 100_000]
     data = table(rows, groups)
     t0 = time.perf_counter()
     pipe = pipeline_for(data, groups, fragments)
@@ -117,7 +117,7 @@ def run(quick: bool = False, runs: int = 5) -> list[Experiment]:
 def state_experiment(quick: bool, runs: int) -> Experiment:
     """State of 500K groups: size in memory and serialized, (de)serialization time."""
     groups = 50_000 if quick else 500_000
-    rows = 1_000_000 if quick else 10_000_000
+    rows = scaled(200_000 if quick else 10_000_000)
     data = table(rows, groups, seed=5)
     pipe = pipeline_for(data, groups, 1000)
     exp = Experiment("engine_state", f"Operator state for {groups:,} groups ({rows:,} rows, 1,000 fragments)",

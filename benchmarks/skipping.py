@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from benchmarks import data
-from benchmarks.harness import Experiment
+from benchmarks.harness import Experiment, scaled
 from benchmarks.maintenance import spark_session
 from imp_core.engine.pipeline import Pipeline
 from imp_core.plan.sql import parse_query
@@ -27,10 +27,11 @@ from imp_core.use.query import execute
 
 def run(quick: bool = False, runs: int = 5) -> list[Experiment]:
     spark = spark_session()
-    rows = 1_000_000 if quick else 10_000_000
+    rows = scaled(200_000 if quick else 10_000_000)
     groups = 5000
-    name = f"skip_{rows}"
-    path = data.base_table(name, rows, groups, files=100)
+    files = 20 if quick else 100
+    name = f"skip_{rows}_{files}"
+    path = data.base_table(name, rows, groups, files=files)
     data.reset(path)
     source = DeltaSource(name, path)
     version = source.current_version()
@@ -74,7 +75,7 @@ def run(quick: bool = False, runs: int = 5) -> list[Experiment]:
     sketch = Sketch.from_global(partitions, pipe.sketch())
     share = len(sketch.fragments[name]) / partitions.partitions[0].fragments
     skipping = Experiment("skipping", f"Q_skip with and without its sketch ({share:.1%} of the fragments), "
-                          f"{rows:,} rows clustered on a, 100 files", ratios=[("plain", "with sketch")],
+                          f"{rows:,} rows clustered on a, {files} files", ratios=[("plain", "with sketch")],
                           log_y=False, y_label="seconds")
     scans = {}
 

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from benchmarks import data
-from benchmarks.harness import Experiment
+from benchmarks.harness import Experiment, scaled
 from benchmarks.maintenance import Setup, spark_session
 from imp_core.config import Optimizations
 from imp_core.errors import BufferExhaustedError
@@ -31,8 +31,8 @@ def _table(path, rows: int, groups: int) -> None:  # noqa: ANN001
 
 def run(quick: bool = False, runs: int = 5) -> list[Experiment]:
     spark = spark_session()
-    rows, groups = (10_000, 1_000) if quick else (50_000, 5_000)
-    updates = 60 if quick else 500
+    rows, groups = (scaled(10_000), 1_000) if quick else (scaled(50_000), 5_000)
+    updates = 15 if quick else 500
     path = data.DATA / f"topk_{rows}"
     if not (path / "_delta_log").exists():
         data.DATA.mkdir(parents=True, exist_ok=True)
@@ -43,9 +43,9 @@ def run(quick: bool = False, runs: int = 5) -> list[Experiment]:
                      f"{groups:,} groups: total time of {updates} updates", log_y=True, y_label="seconds (total)")
     memory = Experiment("topk_memory", "Top-k state size (MB) after the updates, by buffer size", log_y=False,
                         y_label="MB")
-    strategies = ["minimal", "random", "2:1", "4:1"] if not quick else ["minimal", "random"]
+    strategies = ["minimal", "random", "2:1", "4:1"] if not quick else ["2:1"]
     for strategy in strategies:
-        for buffer in (20, 50, 100, 0):
+        for buffer in ((20, 0) if quick else (20, 50, 100, 0)):
             label = f"l={buffer}" if buffer else "all"
             setup = Setup(spark, sql, {name: path}, (name, "a"), 100, Optimizations(topk_buffer=buffer))
             source = setup.sources[name]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -113,10 +114,11 @@ def _compile(e: Expr) -> pl.Expr:
         return chain.otherwise(default) if chain is not None else default  # type: ignore[union-attr]
     if isinstance(e, Cast):
         return _cast(e)
-    if isinstance(e, Func):
-        return _func(e)
-    if isinstance(e, Extract):
-        return _extract(e)
+    if isinstance(e, (Func, Extract)):
+        # polars returns its own widths (UInt32 for a length, Int8 for a month); arithmetic above must see the IR
+        # type (BIGINT), or -LENGTH(s) fails and EXTRACT(DAY FROM d) * 100 overflows
+        out = _func(e) if isinstance(e, Func) else _extract(e)
+        return out if e.dtype == NULL else out.cast(polars_type(e.dtype), strict=False)
     if isinstance(e, Interval):
         raise UnsupportedError("an INTERVAL is only valid added to or subtracted from a date")
     raise UnsupportedError(f"expression {type(e).__name__} is not supported by the incremental engine")
@@ -172,13 +174,18 @@ def _binary(e: Binary) -> pl.Expr:
     if op == "*":
         return x * y
     if op == "%":
-        # truncated modulo (sign of the dividend), like Spark and C; polars' % is floored
+        # truncated remainder (sign of the dividend), exact, like Spark (Java's %) and C's fmod; polars' % is
+        # floored, and for floats computed as x - y * floor(x / y), which rounds (7.5 % 0.3 gives 0.0, not 2.8e-16)
         if pa.types.is_integer(t):
             q = (x.abs() // y.abs()) * x.sign() * y.sign()
             return pl.when(y == 0).then(None).otherwise(x - q * y)
+        if pa.types.is_decimal(t):
+            r = x.abs() % y.abs()  # exact decimal arithmetic; floored = truncated for non-negative operands
+            return pl.when(y == 0).then(None).when(x < 0).then(-r).otherwise(r)
         xf, yf = x.cast(pl.Float64), y.cast(pl.Float64)
-        res = pl.when(yf == 0).then(None).otherwise(xf - (xf / yf).cast(pl.Int64, strict=False) * yf)
-        return res
+        divisor = pl.when(yf == 0).then(None).otherwise(yf)
+        exact = np.fmod(xf.fill_null(0.0), divisor.fill_null(1.0))  # vectorized; the fills only avoid warnings
+        return pl.when(xf.is_null() | divisor.is_null()).then(None).otherwise(exact)
     raise UnsupportedError(f"operator {op} is not supported")
 
 

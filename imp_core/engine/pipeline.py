@@ -212,7 +212,12 @@ class Pipeline:
         child = self._delta(node.children[0], leaf, changed, backend, versions, capture)
         if child is None:
             return None
-        return op.process(child)  # type: ignore[attr-defined]
+        out = op.process(child)  # type: ignore[attr-defined]
+        if capture and isinstance(op, (Aggregation, TopKOp)):
+            # A capture hands Q(D) upward as an all-insert delta. From reset state that is what `process` returns,
+            # except for an aggregation without GROUP BY: its one row exists even over an empty input.
+            return op.current_output()
+        return out
 
     def _bootstrap(self, node: Plan, backend: Backend, versions: Versions) -> pl.DataFrame:
         op = self.op(node)

@@ -72,6 +72,10 @@ def decode(blob: bytes, *, kind: str | None = None, op_id: str | None = None,
         header = json.loads(blob[10:10 + hlen].decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise StateError(f"{where}: state header is corrupt; recapture the sketch") from e
+    # a header that parses can still be damaged (a flipped bit turns the key "frames" into "grames")
+    if not (isinstance(header, dict) and header.get("format") == FORMAT and isinstance(header.get("frames"), list)
+            and all(isinstance(n, str) for n in header["frames"]) and isinstance(header.get("meta", {}), dict)):
+        raise StateError(f"{where}: state header is malformed; recapture the sketch")
     raw = blob[10 + hlen:]
     if hashlib.sha256(raw).hexdigest() != header.get("sha256"):
         raise StateError(f"{where}: state payload is corrupt (checksum mismatch); recapture the sketch")
@@ -84,10 +88,17 @@ def decode(blob: bytes, *, kind: str | None = None, op_id: str | None = None,
         raise StateError(f"{where}: state was built for a different plan; recapture the sketch")
     frames: dict[str, pl.DataFrame] = {}
     pos = 0
-    for name in header["frames"]:
-        (n,) = struct.unpack("<Q", raw[pos:pos + 8])
-        pos += 8
-        reader = pa.ipc.open_stream(pa.BufferReader(raw[pos:pos + n]))
-        frames[name] = pl.from_arrow(reader.read_all(), rechunk=False)  # type: ignore[assignment]
-        pos += n
+    try:
+        for name in header["frames"]:
+            (n,) = struct.unpack("<Q", raw[pos:pos + 8])
+            pos += 8
+            if pos + n > len(raw):
+                raise ValueError(f"frame {name} runs past the end of the blob")
+            reader = pa.ipc.open_stream(pa.BufferReader(raw[pos:pos + n]))
+            frames[name] = pl.from_arrow(reader.read_all(), rechunk=False)  # type: ignore[assignment]
+            pos += n
+    except (struct.error, ValueError, pa.ArrowException, pl.exceptions.PolarsError) as e:
+        raise StateError(f"{where}: state frames do not match the header; recapture the sketch") from e
+    if pos != len(raw):
+        raise StateError(f"{where}: state has {len(raw) - pos} bytes after its last frame; recapture the sketch")
     return StatePayload(header["kind"], header["op_id"], header["fingerprint"], header.get("meta", {}), frames)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import polars as pl
-import pyarrow as pa
 
 from imp_core.engine.annotation import MULT, SET, as_sets
 from imp_core.engine.local import LocalBackend

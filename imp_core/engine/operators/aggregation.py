@@ -14,11 +14,16 @@ per row, paper 7.1); a new group emits only ``Δ+``, a group whose count drops t
 output row and sketch did not change emits nothing (the pair would cancel). Without GROUP BY there is always exactly
 one output row, as in SQL. DISTINCT is this operator with every column a key and no aggregates.
 
-Integer and decimal sums are exact; float sums are compensated so that long insert/delete sequences do not drift.
+Integer and decimal sums are exact. Float sums must not drift from a recapture over long insert/delete sequences
+(a drift could flip a HAVING or ORDER BY decision), so they are accurate at two levels: within a batch, the partial
+sum per group is computed error-free up to a negligible remainder (``_accurate_parts``: Dekker's TwoProduct for
+``value * multiplicity``, then Rump-Ogita-Oishi extraction), and arrives as a pair (sum, error); across batches the
+state keeps a Neumaier compensation term ``__c{j}`` next to the running sum ``__s{j}``.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import polars as pl
@@ -34,6 +39,29 @@ CNT = "__cnt"
 DUMMY = "__gk"  # constant key for aggregation without GROUP BY
 N = "__n"
 V = "__v"
+_SPLIT = 134217729.0  # 2^27 + 1, Dekker's splitter
+_ULP = 2.0 ** -53  # what ExtractVector leaves below σ: |v − q| ≤ 2^-53 σ
+
+
+def _two_product(a: pl.Expr, b: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """``a * b`` as ``p + e``, both doubles, exactly (Dekker); ``e`` is 0 where ``p`` is not finite."""
+    p = a * b
+    ca, cb = a * _SPLIT, b * _SPLIT
+    ah, bh = ca - (ca - a), cb - (cb - b)
+    al, bl = a - ah, b - bh
+    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    return p, pl.when(p.is_finite()).then(e).otherwise(0.0)
+
+
+def _extract(v: pl.Expr, sigma: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """ExtractVector (Rump, Ogita, Oishi, "Accurate floating-point summation", Lemma 3.3): ``v = q + r`` exactly.
+
+    With σ a power of two ≥ 2^⌈log2(n+2)⌉ · max|v| over n values, every ``q = (σ + v) − σ`` is a multiple of
+    2^-53 σ and any partial sum of the q's stays within σ, so the q's add up *exactly in any order*, and
+    ``|r| ≤ 2^-53 σ``. A null σ (nothing finite to extract) leaves ``q = v``, ``r = 0``.
+    """
+    q = pl.when(sigma.is_not_null()).then((sigma + v) - sigma).otherwise(v)
+    return q, pl.when(sigma.is_not_null()).then(v - q).otherwise(0.0)
 
 
 def _acc_dtype(arg_type: pa.DataType) -> pl.DataType:
@@ -62,6 +90,10 @@ class Aggregation(StatefulOperator):
         self.minmax = [j for j, (_, a) in enumerate(aggs) if a.func in ("min", "max")]
         self.sums = [j for j, (_, a) in enumerate(aggs) if a.func in ("sum", "avg")]
         self.floats = [j for j in self.sums if _acc_dtype(aggs[j][1].arg.dtype) == pl.Float64]  # type: ignore[union-attr]
+        # float SUM/AVG over the same argument (SUM(x), AVG(x)) share the accurate split of that argument
+        args = list(dict.fromkeys(aggs[j][1].arg for j in self.floats))
+        self._split_of = {j: args.index(aggs[j][1].arg) for j in self.floats}
+        self._split_source = {i: j for j, i in reversed(self._split_of.items())}
         self.reset()
 
     # -- state ---------------------------------------------------------------------------------------------------
@@ -93,9 +125,11 @@ class Aggregation(StatefulOperator):
         if self.global_agg:
             # SQL: an aggregation without GROUP BY always returns one row, even over no input.
             row: dict[str, Any] = {DUMMY: [0], CNT: [0], SET: [[]]}
-            for name, dtype in self._groups_schema().items():
+            for name in self._groups_schema():
                 if name not in row:
-                    row[name] = [0] if name.startswith("__n") else [None]
+                    # counts and sums start at 0, as for a new group in `apply` (so that deleting every row brings
+                    # the state back to exactly this); MIN/MAX have no value
+                    row[name] = [None] if name.startswith("__m") else [0]
             self.groups = pl.DataFrame(row, schema=self._groups_schema())
 
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
@@ -181,15 +215,74 @@ class Aggregation(StatefulOperator):
                 continue
             arg = pl.col(f"__a{j}")
             aggs.append(pl.when(arg.is_not_null()).then(m).otherwise(0).sum().alias(f"__n{j}"))
-            if a.func in ("sum", "avg"):
+            if j in self.floats:
+                aggs += [pl.col(f"__x{j}_{i}").sum() for i in range(3)]
+            elif a.func in ("sum", "avg"):
                 acc = _acc_dtype(a.arg.dtype)
-                aggs.append((arg.cast(acc) * m.cast(acc if acc != pl.Int64 else pl.Int64)).sum().alias(f"__s{j}"))
-        return d.group_by(self.key_names).agg(aggs)
+                aggs.append((arg.cast(acc) * m.cast(acc)).sum().alias(f"__s{j}"))
+        if not self.floats:
+            return d.group_by(self.key_names).agg(aggs)
+        out = self._accurate_parts(d).group_by(self.key_names).agg(aggs)
+        for j in self.floats:
+            # the exact level sums, largest first, folded into (sum, error) with one TwoSum
+            head, rest = pl.col(f"__x{j}_0"), pl.col(f"__x{j}_1") + pl.col(f"__x{j}_2")
+            total = head + rest
+            back = total - head
+            err = (head - (total - back)) + (rest - back)
+            out = out.with_columns(total.alias(f"__s{j}"), pl.when(total.is_finite()).then(err).otherwise(0.0)
+                                   .alias(f"__c{j}")).drop([f"__x{j}_{i}" for i in range(3)])
+        return out.collect()
+
+    def _accurate_parts(self, d: pl.DataFrame) -> pl.LazyFrame:
+        """For each float SUM/AVG, split every row's contribution ``value * multiplicity`` into ``__x{j}_0`` and
+        ``__x{j}_1``, whose per-group sums are exact, and ``__x{j}_2``, each below 2^-67 of the group's largest
+        contribution for batches up to 10^5 rows (summing those plainly errs by less than 2^-84 of it).
+
+        A plain sum of a batch holding 1e16, 1.0 and -1e16 is 0.0; summed by parts it is 1.0.
+        """
+        # Bounds instead of exact counts and maxima keep this to one window per batch: 2 values (product, error)
+        # per row of the batch, a factor 2 for a rounded log2, one σ per group for all float aggregates, and
+        # level 2's σ from level 1's (everything it splits is ≤ 2^-53 σ1).
+        grow = 2.0 ** (math.ceil(math.log2(2 * d.height + 2)) + 1)
+        # value * multiplicity is exact when every multiplicity is ±1 (the usual case): no product errors then
+        exact_products = d.height == 0 or int(d.get_column(MULT).abs().max()) <= 1  # type: ignore[arg-type]
+        splits = range(len(self._split_source))
+        products = []
+        for i in splits:
+            value = pl.col(f"__a{self._split_source[i]}").cast(pl.Float64)
+            if exact_products:
+                products.append((value * pl.col(MULT).cast(pl.Float64)).alias(f"__p{i}"))
+            else:
+                p, e = _two_product(value, pl.col(MULT).cast(pl.Float64))
+                products += [p.alias(f"__p{i}"), e.alias(f"__e{i}")]
+        largest = pl.max_horizontal([pl.col(f"__p{i}").abs() for i in splits]).max()
+        sigma = (pl.lit(2.0).pow(largest.log(2).ceil()) * grow).over(self.key_names)  # pow once per group
+        lazy = d.lazy().with_columns(products).with_columns(
+            pl.when(sigma.is_finite() & (sigma > 0)).then(sigma).alias("__g"))
+        parts = []
+        for i in splits:
+            sigma1 = pl.col("__g")
+            sigma2 = sigma1 * (_ULP * grow)
+            q0, r0 = _extract(pl.col(f"__p{i}"), sigma1)
+            q1, r1 = _extract(r0, sigma2)
+            if not exact_products:
+                qe, re = _extract(pl.col(f"__e{i}"), sigma2)
+                q1, r1 = q1 + qe, r1 + re
+            parts += [q0.alias(f"__y{i}_0"), q1.alias(f"__y{i}_1"), r1.alias(f"__y{i}_2")]
+        lazy = lazy.with_columns(parts)
+        return lazy.with_columns([pl.col(f"__y{i}_{level}").alias(f"__x{j}_{level}")
+                                  for j, i in self._split_of.items() for level in range(3)])
 
     def bootstrap(self, partial: pl.DataFrame, fpairs: pl.DataFrame, values: dict[int, pl.DataFrame]) -> pl.DataFrame:
-        """Initial state from pre-aggregated input computed by the capture on Spark (an all-insert delta)."""
+        """Initial state from pre-aggregated input computed by the capture on Spark.
+
+        Returns the operator's whole result as an all-insert delta, which is what the operators above start from.
+        Without GROUP BY that is always one row, even over an empty input; ``apply`` alone would instead emit the
+        change from the reset state's empty-input row (a ``Δ−`` of a row no operator above has seen), or nothing.
+        """
         self.reset()
-        return self.apply(partial, fpairs, values)
+        out = self.apply(partial, fpairs, values)
+        return self.current_output().select(out.columns) if self.global_agg else out
 
     def apply(self, partial: pl.DataFrame, fpairs: pl.DataFrame, values: dict[int, pl.DataFrame]) -> pl.DataFrame:
         """Apply per-group partial aggregates (signed), ``F_g`` count changes and MIN/MAX value-count changes.
@@ -215,12 +308,15 @@ class Aggregation(StatefulOperator):
             if a.func in ("sum", "avg"):
                 s, ds = pl.col(f"__s{j}"), pl.col(f"__s{j}_d")
                 if j in self.floats:
-                    # Neumaier: carry the rounding error of every batch addition in __c
+                    # Neumaier: carry the rounding error of every batch addition in __c, with the batch's own
+                    # error term (a partial from a backend that sums plainly has none)
                     s0, d0 = s.fill_null(0.0), ds.fill_null(0.0)
+                    dc = pl.col(f"__c{j}_d").fill_null(0.0) if f"__c{j}" in partial.columns else pl.lit(0.0)
                     t = s0 + d0
                     err = pl.when(s0.abs() >= d0.abs()).then((s0 - t) + d0).otherwise((d0 - t) + s0)
+                    err = pl.when(t.is_finite()).then(err).otherwise(0.0)
                     upd.append(t.alias(f"__s{j}"))
-                    upd.append((pl.col(f"__c{j}").fill_null(0.0) + err).alias(f"__c{j}"))
+                    upd.append((pl.col(f"__c{j}").fill_null(0.0) + err + dc).alias(f"__c{j}"))
                 else:
                     zero = pl.lit(0).cast(_acc_dtype(a.arg.dtype))
                     upd.append((s.fill_null(zero) + ds.fill_null(zero)).alias(f"__s{j}"))

@@ -15,10 +15,10 @@ from typing import Protocol
 
 import polars as pl
 
-from imp_core.engine.annotation import MULT, after_join, data_cols, rename_for_join
-from imp_core.engine.evaluate import compile_expr
+from imp_core.engine.annotation import MULT, after_join, rename_for_join
+from imp_core.engine.evaluate import compile_expr, polars_type
 from imp_core.engine.operators.base import Operator
-from imp_core.plan.expr import Expr, conjoin
+from imp_core.plan.expr import Binary, Col, Expr, conjoin
 from imp_core.plan.nodes import Join
 
 
@@ -36,7 +36,17 @@ class JoinOp(Operator):
     def __init__(self, op_id: str, node: Join) -> None:
         super().__init__(op_id)
         self.node = node
-        self.left_keys, self.right_keys, residual = node.equi_keys()
+        left_keys, right_keys, residual = node.equi_keys()
+        # polars joins on distinct key columns: a column repeated among the keys (`a = b AND b = a`, `a = b AND
+        # a = c`) is checked after the join instead, an exact repeat not at all
+        self.left_keys: list[str] = []
+        self.right_keys: list[str] = []
+        for a, b in zip(left_keys, right_keys):
+            if a not in self.left_keys and b not in self.right_keys:
+                self.left_keys.append(a)
+                self.right_keys.append(b)
+            elif (a, b) not in zip(self.left_keys, self.right_keys):
+                residual.append(Binary("=", Col(a, node.left.field(a).dtype), Col(b, node.right.field(b).dtype)))
         self.residual: Expr | None = conjoin(residual)
         self.left_names = list(node.left.names)
         self.right_names = list(node.right.names)
@@ -55,7 +65,7 @@ class JoinOp(Operator):
             parts.append(dd.with_columns(-pl.col(MULT)))
         parts = [p for p in parts if p.height]
         if not parts:
-            return self.empty_output(dl if dl is not None else None, dr)
+            return self.empty_output()
         return pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0]
 
     def join_frames(self, left: pl.DataFrame, right: pl.DataFrame) -> pl.DataFrame:
@@ -78,9 +88,6 @@ class JoinOp(Operator):
         ann = [c for c in out.columns if c not in self.left_names and c not in self.right_names and c != MULT]
         return out.select([*self.left_names, *self.right_names, MULT, *ann])
 
-    def empty_output(self, dl: pl.DataFrame | None, dr: pl.DataFrame | None) -> pl.DataFrame:
-        schema: dict[str, pl.DataType] = {}
-        for df in (dl, dr):
-            if df is not None:
-                schema.update({c: df.schema[c] for c in data_cols(df)})
-        return pl.DataFrame(schema={**schema, MULT: pl.Int64})
+    def empty_output(self) -> pl.DataFrame:
+        """No change: every output column of the join (both sides), even when only one side had a delta."""
+        return pl.DataFrame(schema={**{f.name: polars_type(f.dtype) for f in self.node.schema}, MULT: pl.Int64})

@@ -2,7 +2,9 @@
 
 ``τ_{k,O}(R) = {t^m | pos(t) < k, m = min(R(t), k − pos(t))}`` where ``pos(t)`` is the multiplicity of rows strictly
 before ``t`` in the order, so rows tied on the order keys share one position (every tied row is kept: a safe
-superset for any tie-breaking a SQL engine may choose).
+superset for any tie-breaking a SQL engine may choose). ``R(t)`` counts every copy of the tuple ``t`` whatever its
+annotation: copies of ``t`` from different fragments are one output row ``t^m`` annotated with the union of their
+fragments (a safe superset), not ``m`` copies each, which would inflate what an aggregation or join above counts.
 
 State: every input row with its annotation and multiplicity (the paper's ordered map ``S[o][⟨t, P⟩]``), as one
 frame. Changes: fold the delta into the state (``S'[o][⟨t,P⟩] = S[o][⟨t,P⟩] + n − m``), then emit ``Δ− τ(S)`` and
@@ -17,7 +19,7 @@ from typing import Any
 
 import polars as pl
 
-from imp_core.engine.annotation import MULT, SET, SET_DTYPE, as_sets
+from imp_core.engine.annotation import FRAG_DTYPE, MULT, SET, SET_DTYPE, as_sets
 from imp_core.engine.evaluate import compile_expr
 from imp_core.engine.operators.base import StatefulOperator
 from imp_core.errors import BufferExhaustedError, StateError
@@ -85,7 +87,12 @@ class TopKOp(StatefulOperator):
         grp = grp.with_columns((pl.col("__gn").cum_sum() - pl.col("__gn")).alias("__pos"))
         s = s.join(grp.select("__grp", "__pos"), on="__grp", how="left")
         s = s.filter(pl.col("__pos") < self.k)
-        s = s.with_columns(pl.min_horizontal(pl.col(N), pl.lit(self.k) - pl.col("__pos")).alias(MULT))
+        # one output row per tuple t: R(t) over all its annotations, the union of those annotations
+        s = (s.group_by(self.data_cols, maintain_order=True)
+             .agg(pl.col(N).sum(), pl.col(SET).list.explode(keep_nulls=False, empty_as_null=False)
+                  .unique().sort().cast(FRAG_DTYPE), pl.col("__pos").first()))
+        s = s.with_columns(pl.min_horizontal(pl.col(N), pl.lit(self.k) - pl.col("__pos")).alias(MULT),
+                           pl.col(SET).cast(pl.List(pl.String)).list.join(",").alias(SKEY))
         return s.select([*self.data_cols, SET, SKEY, MULT])
 
     # -- incremental maintenance -----------------------------------------------------------------------------------

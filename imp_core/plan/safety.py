@@ -79,6 +79,7 @@ class _Analysis:
         self.partitioned = partitioned  # table -> column
         self.oracle = oracle
         self.assumptions: set[str] = set()
+        self.fully_needed: set[int] = set()  # ids of top-k nodes whose every output row the result needs
 
     # -- signs ----------------------------------------------------------------------------------------------------
 
@@ -295,8 +296,15 @@ class _Analysis:
 
     def visit_TopK(self, node: TopK) -> Rel:
         child = self.rel(node.child)
-        if child.tag != "part":
-            return Rel("exact" if child.tag in ("exact", "sub") else child.tag, signs=child.signs)
+        if child.tag == "exact":
+            return Rel("exact", signs=child.signs)
+        if id(node) not in self.fully_needed:
+            # an operator above drops some top-k rows, and their fragments with them; over the sketch's data the
+            # top-k would then admit rows ranked after the dropped ones
+            return Rel("part", {}, False, {}, child.signs,
+                       "a filter, join or top-k above ORDER BY ... LIMIT drops some of its rows")
+        if child.tag == "sub":
+            return Rel("exact", signs=child.signs)
         if not child.anchored:
             return child
         for key in node.order:
@@ -332,12 +340,48 @@ def _with_equalities(det: dict[str, frozenset[str]], cond: Expr | None) -> dict[
     return out
 
 
+def _fully_needed_topks(plan: Plan) -> set[int]:
+    """Top-k nodes with only projections, DISTINCT and aggregations between them and the result: every row they
+    output is in the provenance of the answer."""
+    out: set[int] = set()
+
+    def walk(node: Plan, all_needed: bool) -> None:
+        if isinstance(node, TopK) and all_needed:
+            out.add(id(node))
+        keeps = all_needed and isinstance(node, (Project, Distinct, Aggregate))
+        for child in node.children:
+            walk(child, keeps)
+
+    walk(plan, True)
+    return out
+
+
+def _aggregated_ties(plan: Plan) -> str:
+    """A reason when an aggregation reads a top-k whose ORDER BY can tie different rows.
+
+    The engine keeps every row tied with the k-th (the paper's Fig. 4), SQL keeps an arbitrary k: a COUNT or SUM
+    above would then see other values than the query and a HAVING could decide differently.
+    """
+    for node in plan.walk():
+        if not isinstance(node, Aggregate):
+            continue
+        for inner in node.child.walk():
+            if isinstance(inner, TopK):
+                ordered = {k.expr.name for k in inner.order if isinstance(k.expr, Col)}
+                if not set(inner.child.names) <= ordered:
+                    return ("an aggregation reads ORDER BY ... LIMIT whose order can tie different rows; order by "
+                            "all of its columns")
+    return ""
+
+
 def check(plan: Plan, partitions: dict[str, str], oracle: SignOracle | None = None) -> SafetyReport:
     """Is a sketch on ``partitions`` (table -> column) safe for ``plan``?"""
     analysis = _Analysis(partitions, oracle)
+    analysis.fully_needed = _fully_needed_topks(plan)
+    ties = _aggregated_ties(plan)
     rel = analysis.rel(plan)
-    safe = rel.tag in ("exact", "sub") or (rel.tag == "part" and rel.anchored)
-    reason = "safe" if safe else (rel.why or "a partial group can reach the result")
+    safe = not ties and (rel.tag in ("exact", "sub") or (rel.tag == "part" and rel.anchored))
+    reason = "safe" if safe else (ties or rel.why or "a partial group can reach the result")
     assumptions = []
     for base in sorted(analysis.assumptions) if safe else []:
         table, _, column = base.partition(".")

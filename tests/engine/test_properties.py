@@ -898,20 +898,6 @@ def engine_result(pipe: Pipeline, backend: LocalBackend, versions: dict[str, int
     return out
 
 
-def topk_below_row_filter(plan: Plan, partitioned: set[str]) -> bool:
-    """A top-k over a partitioned table with a selection, join or top-k above it, which can drop some of its rows.
-
-    The safety check calls such plans safe, but they are not (``KNOWN_SAFETY_GAPS``): the dropped rows' fragments
-    leave the sketch, and over the sketch's fragments the top-k then admits rows ranked after them.
-    """
-    def walk(node: Plan, dropping_above: bool) -> bool:
-        if isinstance(node, TopK) and dropping_above and node.tables() & partitioned:
-            return True
-        dropping = dropping_above or isinstance(node, (Select, Join, TopK))
-        return any(walk(c, dropping) for c in node.children)
-    return walk(plan, False)
-
-
 def total_order(node: TopK) -> bool:
     """Whether the ORDER BY of a top-k covers all its input columns (only identical rows tie)."""
     return set(node.child.names) <= {k.expr.name for k in node.order if isinstance(k.expr, Col)}
@@ -953,9 +939,6 @@ def check_step(case: Case, pipe: Pipeline, store: Store, versions: dict[str, int
     report = check(pipe.plan, {p.table: p.column for p in case.parts.partitions}, signs_oracle(store, versions))
     if not report.safe:
         note("unsafe partition")
-        return
-    if topk_below_row_filter(pipe.plan, set(case.parts.tables)):
-        note("skipped: top-k under a filter (KNOWN_SAFETY_GAPS)")
         return
     note("safe partition")
     duck.load(store, versions, case.parts, sketch=pipe.sketch())
@@ -1101,9 +1084,9 @@ def test_regression(name: str) -> None:
                   reload_state=[False] * len(batches)))
 
 
-# Sketches the safety check calls safe but that are not: open issues in imp_core/plan/safety.py (or in what the
-# front-end accepts). They fail (b) today; xfail(strict) makes them flip to errors once fixed.
-KNOWN_SAFETY_GAPS: dict[str, tuple[str, dict[str, list[Row]], tuple[Partition, ...]]] = {
+# Sketches the safety check once called safe but that are not (found by the property tests); the check now refuses
+# them, and the sketch the engine computes shows why it had to.
+FORMER_SAFETY_GAPS: dict[str, tuple[str, dict[str, list[Row]], tuple[Partition, ...]]] = {
     # A selection (or join, or another top-k) above a top-k drops some top-k rows and with them their fragments;
     # over the sketch's fragments the top-k then admits rows ranked after them. Full: top-2 of m = {1, 5} -> 5.
     # Sketch: {fragment of 5}. Over it: top-2 = {5, 5} -> 5, 5.
@@ -1122,12 +1105,11 @@ KNOWN_SAFETY_GAPS: dict[str, tuple[str, dict[str, list[Row]], tuple[Partition, .
 }
 
 
-@pytest.mark.xfail(strict=True, reason="safety check calls an unsafe partition safe (see KNOWN_SAFETY_GAPS)")
-@pytest.mark.parametrize("name", list(KNOWN_SAFETY_GAPS))
-def test_known_safety_gap(name: str) -> None:
-    sql, initial, parts = KNOWN_SAFETY_GAPS[name]
+@pytest.mark.parametrize("name", list(FORMER_SAFETY_GAPS))
+def test_former_safety_gap_is_refused(name: str) -> None:
+    sql, initial, parts = FORMER_SAFETY_GAPS[name]
     query = parse_query(sql, {t: SCHEMAS[t] for t in TABLES})
-    assert check(query.plan, {p.table: p.column for p in parts}).safe  # the verdict the gap is about
+    assert not check(query.plan, {p.table: p.column for p in parts}).safe
     store = Store({t: initial.get(t, []) for t in TABLES})
     versions = {t: 0 for t in initial}
     pipe = Pipeline(query.plan, PartitionSet(parts))
@@ -1136,7 +1118,7 @@ def test_known_safety_gap(name: str) -> None:
     duck.load(store, versions, PartitionSet(parts))
     full = duck.rows(sql)
     duck.load(store, versions, PartitionSet(parts), sketch=pipe.sketch())
-    assert bag(duck.rows(sql)) == bag(full)
+    assert bag(duck.rows(sql)) != bag(full)  # using the sketch would indeed have been wrong
 
 
 def test_grammar_parses_and_covers_every_operator() -> None:

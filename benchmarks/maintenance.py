@@ -66,7 +66,7 @@ class Setup:
         self.next_id = {n: data.max_id(Path(s.path)) + 1 for n, s in self.sources.items() if "id" in schemas[n].names}
 
     def pipeline(self) -> Pipeline:
-        return Pipeline(self.query.plan, self.partitions, topk_buffer=self.opts.topk_buffer)
+        return Pipeline.configured(self.query.plan, self.partitions, self.opts)
 
     def commit_change(self, table: str, rows: int, seed: int, groups: int, delete_share: float = 0.5) -> dict:
         path = Path(self.sources[table].path)

@@ -48,6 +48,10 @@ class LocalBackend:
                         versions: Versions) -> tuple[pl.DataFrame, pl.DataFrame, dict[int, pl.DataFrame]]:
         return op.prepare(self.relation(node.child, pipeline, versions))
 
+    def side_summary(self, node: Plan, keys: list[str], max_rows: int, pipeline: Pipeline,
+                     versions: Versions) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+        return _summary(self.relation(node, pipeline, versions), keys, max_rows)
+
     def fragment_counts(self, node: Plan, pipeline: Pipeline, versions: Versions) -> np.ndarray:
         rel = self.relation(node, pipeline, versions)
         p = pairs(rel, [])
@@ -56,6 +60,12 @@ class LocalBackend:
             return np.zeros(total, dtype=np.int64)
         return np.bincount(p.get_column(FRAG).to_numpy().astype(np.int64),
                            weights=p.get_column(MULT).to_numpy(), minlength=total).astype(np.int64)
+
+
+def _summary(rel: pl.DataFrame, keys: list[str], max_rows: int) -> tuple[pl.DataFrame | None, pl.DataFrame]:
+    if rel.height <= max_rows:
+        return rel, None  # type: ignore[return-value]
+    return None, rel.group_by(keys).agg(pl.col(MULT).sum().alias("__n"))
 
 
 class _FrameSide:

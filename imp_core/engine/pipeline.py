@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
@@ -31,7 +31,7 @@ from imp_core.engine.annotation import MULT, SET, consolidate
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.operators.base import Operator, StatefulOperator
-from imp_core.engine.operators.join import JoinOp, JoinSide
+from imp_core.engine.operators.join import JoinCaching, JoinOp, JoinSide
 from imp_core.engine.operators.merge import Merge, SketchDelta
 from imp_core.engine.operators.projection import Projection
 from imp_core.engine.operators.selection import Selection
@@ -65,6 +65,11 @@ class Backend(Protocol):
         """Per global fragment, the number of result rows of ``node`` whose annotation contains it."""
         ...
 
+    def side_summary(self, node: Plan, keys: list[str], max_rows: int, pipeline: Pipeline,
+                     versions: Versions) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+        """``node``'s annotated rows if at most ``max_rows``, else its join-key counts (key columns, ``__n``)."""
+        ...
+
 
 @dataclass
 class PassStats:
@@ -82,7 +87,8 @@ def plan_fingerprint(plan: Plan, partitions: PartitionSet) -> str:
 class Pipeline:
     """Incremental operators for ``plan`` under ``partitions``."""
 
-    def __init__(self, plan: Plan, partitions: PartitionSet, *, topk_buffer: int = 0) -> None:
+    def __init__(self, plan: Plan, partitions: PartitionSet, *, topk_buffer: int = 0,
+                 join_caching: JoinCaching | None = None) -> None:
         self.plan = plan
         self.partitions = partitions
         self.fingerprint = plan_fingerprint(plan, partitions)
@@ -90,9 +96,17 @@ class Pipeline:
         self.paths: dict[int, str] = {}
         self._frag_index = 0
         self.topk_buffer = topk_buffer
+        self.join_caching = join_caching
         self._build(plan, "r")
         self.merge = Merge("merge@r", partitions.total_fragments, self.fingerprint)
         self.stats = PassStats()
+
+    @classmethod
+    def configured(cls, plan: Plan, partitions: PartitionSet, opts: Any) -> Pipeline:
+        """A pipeline with the optimizations switched on in ``opts`` (``imp_core.config.Optimizations``)."""
+        caching = JoinCaching(bloom=opts.bloom_filters,
+                              small_rows=opts.small_side_rows if opts.small_side_in_memory else 0)
+        return cls(plan, partitions, topk_buffer=opts.topk_buffer, join_caching=caching)
 
     # -- construction --------------------------------------------------------------------------------------------
 
@@ -111,7 +125,7 @@ class Pipeline:
         elif isinstance(node, Project):
             op = Projection(f"project@{path}", node.items)
         elif isinstance(node, Join):
-            op = JoinOp(f"join@{path}", node)
+            op = JoinOp(f"join@{path}", node, self.join_caching, self.fingerprint)
         elif isinstance(node, Aggregate):
             key_types = {n: polars_type(e.dtype) for n, e in node.keys}
             op = Aggregation(f"aggregation@{path}", node.keys, node.aggs, key_types, self.fingerprint)
@@ -136,8 +150,14 @@ class Pipeline:
         return op.frag_name if op.partition is not None else None
 
     def stateful(self) -> list[StatefulOperator]:
-        out: list[StatefulOperator] = [op for op in self.ops.values() if isinstance(op, StatefulOperator)]
+        out: list[StatefulOperator] = [op for op in self.ops.values() if isinstance(op, StatefulOperator)
+                                       and (not isinstance(op, JoinOp) or op.stateful_now)]
         return [*sorted(out, key=lambda o: o.op_id), self.merge]
+
+    def _use_join_caches(self, on: bool) -> None:
+        for op in self.ops.values():
+            if isinstance(op, JoinOp):
+                op.use_caches = on
 
     # -- state ---------------------------------------------------------------------------------------------------
 
@@ -176,12 +196,14 @@ class Pipeline:
             out = self.op(scan).process(changes)  # type: ignore[attr-defined]
             return consolidate(out) if netting else out
 
+        self._use_join_caches(True)
         delta = self._delta(self.plan, leaf, lambda n: table in n.tables(), backend, versions, capture=False)
         return self.merge.process(delta if delta is not None else pl.DataFrame())
 
     def capture(self, backend: Backend, versions: Versions) -> SketchDelta:
         """Full maintenance: rebuild every operator's state and the sketch from the tables at ``versions``."""
         self.reset()
+        self._use_join_caches(False)  # full maintenance is the plain capture query: no cache is built here
         self.stats = PassStats()
         if self.plan.is_stateless():
             counts = backend.fragment_counts(self.plan, self, versions)
@@ -282,6 +304,11 @@ class _LazySide:
 
     def _parent_join(self) -> JoinOp:
         return self.pipeline.parent_join(self.node)
+
+    def summary(self, keys: list[str], max_rows: int) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+        if self.pipeline.current(self.node) is not None:
+            return None, None  # computed from operator state: already in memory
+        return self.backend.side_summary(self.node, keys, max_rows, self.pipeline, self.versions)
 
 
 __all__ = ["Backend", "Pipeline", "PassStats", "SketchDelta", "Versions", "MULT", "SET", "AggCall"]

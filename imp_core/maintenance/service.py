@@ -254,7 +254,7 @@ class SketchService:
         key, constants = template_key(sql, dialect)
         run_id = self.catalog.start_run(None, "capture", trigger, from_version=None, table_versions_from=versions)
         try:
-            pipeline = Pipeline(plan, partitions, topk_buffer=self.settings.optimizations.topk_buffer)
+            pipeline = Pipeline.configured(plan, partitions, self.settings.optimizations)
             self.progress(f"capturing sketch {name} on Spark at versions {versions}")
             t0 = time.perf_counter()
             pipeline.capture(self.backend(sources), dict(versions))
@@ -292,7 +292,7 @@ class SketchService:
         return Loaded(record, query, partitions, sources, schemas, tuple(safety.get("assumptions", ())))
 
     def _pipeline(self, loaded: Loaded) -> Pipeline:
-        pipeline = Pipeline(loaded.plan, loaded.partitions, topk_buffer=self.settings.optimizations.topk_buffer)
+        pipeline = Pipeline.configured(loaded.plan, loaded.partitions, self.settings.optimizations)
         expected = (loaded.record.plan_json or {}).get("fingerprint")
         if expected and expected != pipeline.fingerprint:
             raise StateError(f"sketch {loaded.record.name}: the plan built from its SQL no longer matches the one "

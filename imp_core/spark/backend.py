@@ -151,6 +151,19 @@ class SparkBackend:
         out = self.annotate_raw(to_polars(df), pipeline)
         return self.conform(out, node)
 
+    def side_summary(self, node: Plan, keys: list[str], max_rows: int, pipeline: Pipeline,
+                     versions: Versions) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+        """A small side whole (one job: at most ``max_rows + 1`` rows come back), else its join-key counts."""
+        df = self.compiler(pipeline, versions, fragments_in_spark=False).compile(node)
+        if max_rows > 0:
+            head = to_polars(df.limit(max_rows + 1))
+            self.spark_jobs += 1
+            if head.height <= max_rows:
+                return self.conform(self.annotate_raw(head, pipeline), node), None
+        counts = df.groupBy(*[col(k) for k in keys]).agg(F.sum(col(MULT)).alias("__n"))
+        self.spark_jobs += 1
+        return None, self.conform(to_polars(counts), node)
+
     def join_side(self, node: Plan, pipeline: Pipeline, versions: Versions) -> SparkJoinSide:
         return SparkJoinSide(self, pipeline, node, versions)
 

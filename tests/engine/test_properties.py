@@ -63,7 +63,7 @@ from imp_core.engine.annotation import MULT, as_sets
 from imp_core.engine.local import LocalBackend
 from imp_core.engine.pipeline import Pipeline
 from imp_core.plan.expr import Col
-from imp_core.plan.nodes import Aggregate, Join, Plan, Project, Select, TopK
+from imp_core.plan.nodes import Aggregate, Join, Project, Select, TopK
 from imp_core.plan.safety import check
 from imp_core.plan.sql import parse_query
 from imp_core.sketch.partition import Partition, PartitionSet

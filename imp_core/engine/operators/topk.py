@@ -9,8 +9,12 @@ fragments (a safe superset), not ``m`` copies each, which would inflate what an 
 State: every input row with its annotation and multiplicity (the paper's ordered map ``S[o][⟨t, P⟩]``), as one
 frame. Changes: fold the delta into the state (``S'[o][⟨t,P⟩] = S[o][⟨t,P⟩] + n − m``), then emit ``Δ− τ(S)`` and
 ``Δ+ τ(S')`` with the rows common to both cancelled out.
-With a bounded buffer (``buffer`` = l ≥ k) only the best l rows are kept; when deletions leave fewer than k rows of
-a once-larger input, the operator raises ``BufferExhaustedError`` and the sketch is recaptured.
+With a bounded buffer (``buffer`` = l ≥ k, paper 7.2 / 8.4.3) only the best rows are kept: every input row ranked
+up to a *boundary* order key, whole tie groups included, at least l rows. Rows ranked after the boundary are
+unknown, so changes to them are dropped before any state update (aggregate selection, Liu et al.): an insert there
+cannot enter the top-k while the buffer holds k rows, a delete there touches nothing kept. When deletions leave
+fewer than k rows in a cut buffer, the top-k can no longer be known: ``BufferExhaustedError``, and the maintenance
+service recaptures (recording why). The sketch is never wrong in between.
 """
 
 from __future__ import annotations
@@ -46,19 +50,26 @@ class TopKOp(StatefulOperator):
     def reset(self) -> None:
         self.rows = pl.DataFrame(schema={**self.schema, SET: SET_DTYPE, SKEY: pl.String, N: pl.Int64})
         self.truncated = False  # True when the buffer dropped rows of the input
+        self.boundary: pl.DataFrame | None = None  # the worst kept order key (one row of __o{i}) when truncated
 
     @property
     def data_cols(self) -> list[str]:
         return list(self.schema)
 
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
-        return {"k": self.k, "buffer": self.buffer, "truncated": self.truncated}, {"rows": self.rows}
+        frames = {"rows": self.rows}
+        if self.boundary is not None:
+            frames["boundary"] = self.boundary
+        return {"k": self.k, "buffer": self.buffer, "truncated": self.truncated}, frames
 
     def set_state_frames(self, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
         if int(meta.get("k", -1)) != self.k or "rows" not in frames:
             raise StateError(f"operator {self.op_id}: saved top-k state is for a different query; recapture")
         self.rows = frames["rows"]
         self.truncated = bool(meta.get("truncated", False))
+        self.boundary = frames.get("boundary")
+        if self.truncated and self.boundary is None:
+            raise StateError(f"operator {self.op_id}: a cut top-k buffer without its boundary; recapture")
 
     def canonical(self) -> dict[str, pl.DataFrame]:
         cols = [c for c in self.rows.columns if c != SET]
@@ -103,15 +114,16 @@ class TopKOp(StatefulOperator):
         d = as_sets(delta)
         d = d.with_columns(pl.col(SET).cast(pl.List(pl.String)).list.join(",").alias(SKEY))
         d = d.group_by([*self.data_cols, SKEY]).agg(pl.col(MULT).sum().alias("__dn"), pl.col(SET).first())
+        if self.truncated:
+            d = self._within_boundary(d)
+            if d.height == 0:
+                return self._empty()
         old_top = self.top()
         keys = [*self.data_cols, SKEY]
         hit = self.rows.join(d.select(keys), on=keys, how="semi", nulls_equal=True)
         merged = d.join(hit.select([*keys, N]), on=keys, how="left", nulls_equal=True).with_columns(
             (pl.col(N).fill_null(0) + pl.col("__dn")).alias(N))
         if merged.filter(pl.col(N) < 0).height:
-            if self.truncated:
-                raise BufferExhaustedError(f"operator {self.op_id}: the top-k buffer no longer holds a deleted row; "
-                                           f"the sketch must be recaptured")
             raise StateError(f"operator {self.op_id}: the change feed deleted rows the top-k state never saw; "
                              f"recapture the sketch")
         rest = self.rows.join(d.select(keys), on=keys, how="anti", nulls_equal=True)
@@ -121,17 +133,44 @@ class TopKOp(StatefulOperator):
         new_top = self.top()
         return self._diff(old_top, new_top)
 
+    def _within_boundary(self, d: pl.DataFrame) -> pl.DataFrame:
+        """The changes ranked at or before the boundary (the others concern rows the buffer does not hold)."""
+        assert self.boundary is not None
+        by = [f"__o{i}" for i in range(len(self.order))]
+        keyed = d.with_columns(self._order_exprs).with_columns(pl.lit(0, pl.Int8).alias("__b"),
+                                                               pl.int_range(pl.len()).alias("__i"))
+        marker = self.boundary.select(by).with_columns(pl.lit(1, pl.Int8).alias("__b"),
+                                                       pl.lit(-1, pl.Int64).alias("__i"))
+        both = pl.concat([keyed.select([*by, "__b", "__i"]), marker], how="vertical_relaxed")
+        ordered = both.sort(by=[*by, "__b"], descending=[s.descending for s in self.order] + [False],
+                            nulls_last=[not s.effective_nulls_first for s in self.order] + [False],
+                            maintain_order=True)
+        cut = int(ordered.get_column("__b").arg_max())  # type: ignore[arg-type]
+        keep = ordered.head(cut).get_column("__i")
+        return keyed.filter(pl.col("__i").is_in(keep.implode())).drop([*by, "__b", "__i"])
+
     def _trim(self) -> None:
-        """Keep only the best ``buffer`` rows (by multiplicity); remember that the input was cut."""
+        """Keep the rows up to the tie group holding the ``buffer``-th row; remember the boundary."""
         total = int(self.rows.get_column(N).sum() or 0)
         if self.truncated and total < self.k:
             raise BufferExhaustedError(f"operator {self.op_id}: deletions left {total} rows in a top-{self.k} buffer "
                                        f"of {self.buffer}; the sketch must be recaptured")
         if total <= self.buffer:
             return
-        s = self._sorted(self.rows).with_columns((pl.col(N).cum_sum() - pl.col(N)).alias("__before"))
-        s = s.filter(pl.col("__before") < self.buffer)
-        self.rows = s.select(self.rows.columns)
+        by = [f"__o{i}" for i in range(len(self.order))]
+        s = self._sorted(self.rows)
+        change = pl.lit(False)
+        for c in by:
+            change = change | pl.col(c).ne_missing(pl.col(c).shift(1))
+        s = s.with_columns(change.fill_null(True).cum_sum().alias("__grp"))
+        grp = s.group_by("__grp", maintain_order=True).agg(pl.col(N).sum().alias("__gn"))
+        grp = grp.with_columns((pl.col("__gn").cum_sum() - pl.col("__gn")).alias("__pos"))
+        last = int(grp.filter(pl.col("__pos") < self.buffer).get_column("__grp").max())  # type: ignore[arg-type]
+        kept = s.filter(pl.col("__grp") <= last)
+        if kept.height == s.height:
+            return
+        self.rows = kept.select(self.rows.columns)
+        self.boundary = kept.tail(1).select(by)
         self.truncated = True
 
     def _diff(self, old_top: pl.DataFrame, new_top: pl.DataFrame) -> pl.DataFrame:

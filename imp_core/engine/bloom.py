@@ -1,0 +1,73 @@
+"""A counting Bloom filter over join keys (IMP paper 7.2, "Bloom filters for join").
+
+It answers "may this key have a partner on the other side?" with no false negatives. Counters (not bits) make it
+exact under deletions: deleting a key decrements its counters, so a key whose partners are all gone stops being
+admitted (the reference implementation's filters never forget deleted keys). A counter that reaches its maximum
+saturates and is never decremented again: it can then only over-admit, which costs a join, never a wrong answer.
+Exactness of the sketch never depends on the filter.
+
+Keys are hashed with polars' hash of the key columns cast to one canonical type per key, with three seeds. polars
+documents its hash as stable for a given polars version only, so the version is stored with the filter and a filter
+written by another version is rebuilt rather than trusted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+SEEDS = (0x9E3779B9, 0x85EBCA6B, 0xC2B2AE35)
+MAX = np.iinfo(np.uint16).max
+MIN_SIZE = 1 << 10
+MAX_SIZE = 1 << 24  # 16M counters, 32 MB
+
+
+class CountingBloom:
+    def __init__(self, size: int, counters: np.ndarray | None = None) -> None:
+        self.size = int(size)
+        self.counters = counters if counters is not None else np.zeros(self.size, dtype=np.uint16)
+
+    @classmethod
+    def for_keys(cls, expected: int) -> CountingBloom:
+        size = MIN_SIZE
+        while size < 8 * max(expected, 1) and size < MAX_SIZE:
+            size <<= 1
+        return cls(size)
+
+    def _positions(self, keys: pl.DataFrame) -> np.ndarray:
+        """(rows, 3) counter positions for each key row."""
+        cols = []
+        struct = pl.struct(keys.columns)
+        for seed in SEEDS:
+            h = keys.select(struct.hash(seed).alias("h")).get_column("h").to_numpy()
+            cols.append((h % np.uint64(self.size)).astype(np.int64))
+        return np.stack(cols, axis=1) if cols else np.zeros((0, 3), dtype=np.int64)
+
+    def add(self, keys: pl.DataFrame, counts: np.ndarray) -> None:
+        """Add (positive counts) or remove (negative counts) keys."""
+        if keys.height == 0:
+            return
+        pos = self._positions(keys)
+        delta = np.zeros(self.size, dtype=np.int64)
+        for j in range(pos.shape[1]):
+            np.add.at(delta, pos[:, j], counts.astype(np.int64))
+        current = self.counters.astype(np.int64)
+        saturated = current >= MAX
+        updated = np.clip(current + delta, 0, MAX)
+        updated[saturated] = MAX  # a saturated counter lost count: it must keep admitting
+        self.counters = updated.astype(np.uint16)
+
+    def may_contain(self, keys: pl.DataFrame) -> np.ndarray:
+        """Boolean mask: False means the key certainly has no partner."""
+        if keys.height == 0:
+            return np.zeros(0, dtype=bool)
+        pos = self._positions(keys)
+        return (self.counters[pos] > 0).all(axis=1)
+
+    def to_frame(self) -> pl.DataFrame:
+        return pl.DataFrame({"c": self.counters})
+
+    @classmethod
+    def from_frame(cls, df: pl.DataFrame) -> CountingBloom:
+        counters = df.get_column("c").to_numpy().astype(np.uint16).copy()
+        return cls(len(counters), counters)

@@ -1,0 +1,135 @@
+"""Join side caches (small sides kept whole, counting Bloom filters): same sketches as without them, fewer joins."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import polars as pl
+import pytest
+
+from imp_core.engine.annotation import MULT
+from imp_core.engine.bloom import CountingBloom
+from imp_core.engine.local import LocalBackend
+from imp_core.engine.operators.join import JoinCaching
+from imp_core.engine.pipeline import Pipeline
+from imp_core.plan.sql import parse_query
+from imp_core.sketch.partition import Partition, PartitionSet
+
+SQL = ("SELECT r.g AS g, SUM(s.w) AS total FROM r JOIN s ON r.k = s.k WHERE r.v < 8 "
+       "GROUP BY r.g HAVING SUM(s.w) > 5")
+
+
+class Store:
+    """Tables as lists of rows per version (a tiny stand-in for Delta)."""
+
+    def __init__(self, r: list[tuple], s: list[tuple]) -> None:
+        self.versions = {"r": [list(r)], "s": [list(s)]}
+
+    def frame(self, table: str, version: int) -> pl.DataFrame:
+        cols = ("g", "k", "v") if table == "r" else ("k", "w")
+        rows = self.versions[table][version]
+        return pl.DataFrame({c: [row[i] for row in rows] for i, c in enumerate(cols)},
+                            schema={c: pl.Int64 for c in cols})
+
+    def change(self, table: str, deletes: list[int], inserts: list[tuple]) -> pl.DataFrame:
+        current = list(self.versions[table][-1])
+        gone = [current[i] for i in sorted(set(deletes), reverse=True)]
+        for i in sorted(set(deletes), reverse=True):
+            current.pop(i)
+        current += inserts
+        self.versions[table].append(current)
+        cols = ("g", "k", "v") if table == "r" else ("k", "w")
+        rows = [(*row, -1) for row in gone] + [(*row, 1) for row in inserts]
+        return pl.DataFrame({c: [row[i] for row in rows] for i, c in enumerate([*cols, MULT])},
+                            schema={c: pl.Int64 for c in [*cols, MULT]})
+
+
+class CountingBackend(LocalBackend):
+    def __init__(self, store: Store) -> None:
+        super().__init__(store.frame)
+        self.joins = 0
+
+    def join_side(self, node, pipeline, versions):  # noqa: ANN001, ANN201
+        side = super().join_side(node, pipeline, versions)
+        outer = self
+
+        class Counted:
+            def join_delta(self, delta, delta_is_left):  # noqa: ANN001, ANN201
+                outer.joins += 1
+                return side.join_delta(delta, delta_is_left)
+
+        return Counted()
+
+
+def pipelines(plan, parts):  # noqa: ANN001, ANN201
+    return {"plain": Pipeline(plan, parts),
+            "bloom": Pipeline(plan, parts, join_caching=JoinCaching(bloom=True, small_rows=0)),
+            "small": Pipeline(plan, parts, join_caching=JoinCaching(bloom=True, small_rows=1000))}
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_caches_give_the_same_sketches_as_plain_joins(seed: int) -> None:
+    rng = random.Random(seed)
+    store = Store([(rng.randint(0, 5), rng.randint(0, 9), rng.randint(0, 10)) for _ in range(30)],
+                  [(rng.randint(0, 12), rng.randint(0, 4)) for _ in range(15)])
+    schemas = {t: store.frame(t, 0).to_arrow().schema for t in ("r", "s")}
+    plan = parse_query(SQL, schemas).plan
+    parts = PartitionSet((Partition("r", "g", (0, 2, 4, 6), "int"), Partition("s", "w", (0, 2, 5), "int")))
+    backend = CountingBackend(store)
+    pipes = pipelines(plan, parts)
+    versions = {"r": 0, "s": 0}
+    for p in pipes.values():
+        p.capture(backend, versions)
+    for _ in range(12):
+        table = rng.choice(["r", "s"])
+        size = len(store.versions[table][-1])
+        deletes = rng.sample(range(size), rng.randint(0, min(3, size)))
+        inserts = ([(rng.randint(0, 5), rng.randint(0, 14), rng.randint(0, 10)) for _ in range(rng.randint(0, 3))]
+                   if table == "r" else [(rng.randint(0, 14), rng.randint(0, 4)) for _ in range(rng.randint(0, 3))])
+        changes = store.change(table, deletes, inserts)
+        versions = {**versions, table: len(store.versions[table]) - 1}
+        for p in pipes.values():
+            p.maintain_pass(table, changes, backend, dict(versions))
+            blobs = p.state_blobs()  # caches survive a reload from the catalog
+            p.load_state_blobs(blobs)
+        fresh = Pipeline(plan, parts)
+        fresh.capture(backend, versions)
+        for name, p in pipes.items():
+            assert p.sketch() == fresh.sketch(), name
+
+
+def test_a_small_side_never_goes_back_to_the_backend() -> None:
+    store = Store([(1, 1, 1)], [(1, 10)])
+    schemas = {t: store.frame(t, 0).to_arrow().schema for t in ("r", "s")}
+    plan = parse_query(SQL, schemas).plan
+    parts = PartitionSet((Partition("r", "g", (0, 2, 4), "int"),))
+    backend = CountingBackend(store)
+    p = Pipeline(plan, parts, join_caching=JoinCaching(bloom=True, small_rows=100))
+    p.capture(backend, {"r": 0, "s": 0})
+    before = backend.joins
+    for i in range(5):
+        changes = store.change("r", [], [(1, 1, i)])
+        p.maintain_pass("r", changes, backend, {"r": i + 1, "s": 0})
+    assert backend.joins == before  # joined in memory against the cached side
+
+
+def test_bloom_filter_forgets_deleted_keys_and_skips_the_join() -> None:
+    bloom = CountingBloom.for_keys(100)
+    keys = pl.DataFrame({"k0": list(range(100))})
+    bloom.add(keys, np.ones(100, dtype=np.int64))
+    assert bloom.may_contain(keys).all()
+    bloom.add(keys, -np.ones(100, dtype=np.int64))
+    assert not bloom.may_contain(keys).any()  # every key deleted: none admitted any more
+
+    store = Store([(1, 1, 1)], [(100 + i, 1) for i in range(50)])  # no s key joins r's keys 0..9
+    schemas = {t: store.frame(t, 0).to_arrow().schema for t in ("r", "s")}
+    plan = parse_query(SQL, schemas).plan
+    backend = CountingBackend(store)
+    p = Pipeline(plan, PartitionSet((Partition("r", "g", (0, 2, 4), "int"),)),
+                 join_caching=JoinCaching(bloom=True, small_rows=0))
+    p.capture(backend, {"r": 0, "s": 0})
+    changes = store.change("r", [], [(1, k, 1) for k in range(10)])
+    joins = backend.joins
+    p.maintain_pass("r", changes, backend, {"r": 1, "s": 0})
+    assert backend.joins == joins  # the filter proved no partner exists: the join with s was skipped

@@ -61,7 +61,9 @@ from hypothesis.errors import InvalidArgument
 
 from imp_core.engine.annotation import MULT, as_sets
 from imp_core.engine.local import LocalBackend
+from imp_core.engine.operators.join import JoinCaching
 from imp_core.engine.pipeline import Pipeline
+from imp_core.errors import BufferExhaustedError
 from imp_core.plan.expr import Col
 from imp_core.plan.nodes import Aggregate, Join, Project, Select, TopK
 from imp_core.plan.safety import check
@@ -952,6 +954,10 @@ def check_step(case: Case, pipe: Pipeline, store: Store, versions: dict[str, int
                                          f"({report})"
 
 
+def optimized_pipeline(plan: Plan, parts: PartitionSet) -> Pipeline:
+    return Pipeline(plan, parts, topk_buffer=3, join_caching=JoinCaching(bloom=True, small_rows=8))
+
+
 def run_case(case: Case) -> None:
     query = parse_query(case.sql, {t: SCHEMAS[t] for t in TABLES})
     for node in query.plan.walk():  # how often a join or top-k reads an aggregation (the rarer shapes)
@@ -969,6 +975,10 @@ def run_case(case: Case) -> None:
     sketch = set(first.added)
     assert not first.removed
     check_step(case, pipe, store, versions, duck, sketch, "capture")
+    # the same maintenance with every engine optimization on (join side caches, a bounded top-k buffer): it must
+    # reach the same sketches; an exhausted buffer is what makes the service recapture
+    optimized = optimized_pipeline(query.plan, case.parts)
+    optimized.capture(backend, versions)
     for i, batch in enumerate(case.batches):
         changes = store.apply(batch, case.merge_duplicates)
         reached = dict(versions)
@@ -978,7 +988,13 @@ def run_case(case: Case) -> None:
             assert not (set(out.added) & sketch), "a fragment was added twice"
             assert set(out.removed) <= sketch, "a fragment not in the sketch was removed"
             sketch = (sketch | set(out.added)) - set(out.removed)
+            try:
+                optimized.maintain_pass(table, changes[table], backend, dict(reached), netting=not case.netting)
+            except BufferExhaustedError:
+                optimized = optimized_pipeline(query.plan, case.parts)
+                optimized.capture(backend, dict(reached))
         versions = reached
+        assert optimized.sketch() == pipe.sketch(), f"after batch {i}: the optimized engine's sketch differs"
         if case.reload_state[i]:  # the service reloads state from the catalog before each run
             blobs = pipe.state_blobs()
             pipe = Pipeline(query.plan, case.parts)

@@ -180,3 +180,27 @@ def test_killed_maintenance_leaves_nothing_half_written(service, tmp_path: Path)
     assert fragments(service, "kill") == recaptured_fragments(service, "kill")
     runs = service.catalog.runs(record.id)
     assert sum(r.status == "failed" and "stopped before finishing" in (r.error or "") for r in runs) == len(POINTS)
+
+
+def test_exhausted_topk_buffer_is_recaptured_and_recorded(service, tmp_path: Path) -> None:  # noqa: ANN001
+    from dataclasses import replace
+
+    from imp_core.config import Optimizations
+    from imp_core.maintenance.service import SketchService
+
+    buffered = SketchService(replace(service.settings, optimizations=Optimizations(topk_buffer=3)),
+                             catalog=service.catalog, spark=service.spark)
+    path = tmp_path / "tk"
+    write_deltalake(str(path), pa.table({"id": list(range(12)), "g": list(range(12)), "v": [1] * 12}),
+                    configuration={"delta.enableChangeDataFeed": "true"})
+    buffered.register_table("tk", str(path), replace=True)
+    buffered.create_sketch("tk", "SELECT g, SUM(v) AS s FROM tk GROUP BY g ORDER BY g LIMIT 2", ["tk.g"],
+                           bounds=["0,3,6,9,12"])
+    DeltaTable(str(path)).delete("g = 0")
+    assert buffered.maintain("tk").recaptured is None  # the buffer (g 0..2) still holds the top 2
+    DeltaTable(str(path)).delete("g < 3")
+    result = buffered.maintain("tk")
+    assert result.recaptured and "buffer" in result.recaptured
+    shown = buffered.describe("tk")
+    assert shown["method"] == "recapture" and "buffer" in shown["reason"]
+    assert shown["partitions"][0]["fragments"] == [1]  # g 3 and 4

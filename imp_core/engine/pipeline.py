@@ -88,7 +88,7 @@ class Pipeline:
     """Incremental operators for ``plan`` under ``partitions``."""
 
     def __init__(self, plan: Plan, partitions: PartitionSet, *, topk_buffer: int = 0,
-                 join_caching: JoinCaching | None = None) -> None:
+                 join_caching: JoinCaching | None = None, minmax_buffer: int = 0) -> None:
         self.plan = plan
         self.partitions = partitions
         self.fingerprint = plan_fingerprint(plan, partitions)
@@ -97,6 +97,7 @@ class Pipeline:
         self._frag_index = 0
         self.topk_buffer = topk_buffer
         self.join_caching = join_caching
+        self.minmax_buffer = minmax_buffer
         self._build(plan, "r")
         self.merge = Merge("merge@r", partitions.total_fragments, self.fingerprint)
         self.stats = PassStats()
@@ -106,7 +107,8 @@ class Pipeline:
         """A pipeline with the optimizations switched on in ``opts`` (``imp_core.config.Optimizations``)."""
         caching = JoinCaching(bloom=opts.bloom_filters,
                               small_rows=opts.small_side_rows if opts.small_side_in_memory else 0)
-        return cls(plan, partitions, topk_buffer=opts.topk_buffer, join_caching=caching)
+        return cls(plan, partitions, topk_buffer=opts.topk_buffer, join_caching=caching,
+                   minmax_buffer=opts.minmax_buffer)
 
     # -- construction --------------------------------------------------------------------------------------------
 
@@ -128,7 +130,8 @@ class Pipeline:
             op = JoinOp(f"join@{path}", node, self.join_caching, self.fingerprint)
         elif isinstance(node, Aggregate):
             key_types = {n: polars_type(e.dtype) for n, e in node.keys}
-            op = Aggregation(f"aggregation@{path}", node.keys, node.aggs, key_types, self.fingerprint)
+            op = Aggregation(f"aggregation@{path}", node.keys, node.aggs, key_types, self.fingerprint,
+                             minmax_buffer=self.minmax_buffer)
         elif isinstance(node, Distinct):
             keys = tuple((f.name, Col(f.name, f.dtype)) for f in node.child.schema)
             key_types = {f.name: polars_type(f.dtype) for f in node.child.schema}

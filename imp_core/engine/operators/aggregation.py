@@ -32,7 +32,7 @@ import pyarrow as pa
 from imp_core.engine.annotation import FRAG, FRAG_DTYPE, MULT, SET, SET_DTYPE, pairs
 from imp_core.engine.evaluate import compile_expr, polars_type
 from imp_core.engine.operators.base import StatefulOperator
-from imp_core.errors import StateError
+from imp_core.errors import BufferExhaustedError, StateError
 from imp_core.plan.expr import AggCall, Expr
 
 CNT = "__cnt"
@@ -76,8 +76,9 @@ class Aggregation(StatefulOperator):
     kind = "aggregation"
 
     def __init__(self, op_id: str, keys: tuple[tuple[str, Expr], ...], aggs: tuple[tuple[str, AggCall], ...],
-                 key_types: dict[str, pl.DataType], fingerprint: str = "") -> None:
+                 key_types: dict[str, pl.DataType], fingerprint: str = "", minmax_buffer: int = 0) -> None:
         super().__init__(op_id)
+        self.minmax_buffer = max(0, minmax_buffer)
         self.keys = keys
         self.aggs = aggs
         self.fingerprint = fingerprint
@@ -122,6 +123,11 @@ class Aggregation(StatefulOperator):
             j: pl.DataFrame(schema={**{k: self.key_types[k] for k in self.key_names},
                                     V: polars_type(self.aggs[j][1].arg.dtype), N: pl.Int64})  # type: ignore[union-attr]
             for j in self.minmax}
+        # bounded MIN/MAX buffers: per cut group, the worst value kept (every value up to it is held)
+        self.mmb: dict[int, pl.DataFrame] = {
+            j: pl.DataFrame(schema={**{k: self.key_types[k] for k in self.key_names},
+                                    "__bound": polars_type(self.aggs[j][1].arg.dtype)})  # type: ignore[union-attr]
+            for j in self.minmax}
         if self.global_agg:
             # SQL: an aggregation without GROUP BY always returns one row, even over no input.
             row: dict[str, Any] = {DUMMY: [0], CNT: [0], SET: [[]]}
@@ -136,6 +142,8 @@ class Aggregation(StatefulOperator):
         frames = {"groups": self.groups, "fcounts": self.fcounts}
         for j, df in self.mm.items():
             frames[f"mm{j}"] = df
+            if self.minmax_buffer:
+                frames[f"mmb{j}"] = self.mmb[j]
         return {"keys": self.key_names, "aggs": [a.func for _, a in self.aggs]}, frames
 
     def set_state_frames(self, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
@@ -146,6 +154,8 @@ class Aggregation(StatefulOperator):
             self.fcounts = frames["fcounts"]
             for j in self.minmax:
                 self.mm[j] = frames[f"mm{j}"]
+                if self.minmax_buffer:
+                    self.mmb[j] = frames[f"mmb{j}"]
         except (KeyError, pl.exceptions.PolarsError) as e:
             raise StateError(f"operator {self.op_id}: saved state is incomplete or has the wrong shape; "
                              f"recapture the sketch") from e
@@ -206,6 +216,46 @@ class Aggregation(StatefulOperator):
                   .group_by([*self.key_names, V]).agg(pl.col(MULT).sum().alias(N))
                   for j in self.minmax}
         return partial, fpairs, values
+
+    # -- bounded MIN/MAX buffers (paper 7.2) -----------------------------------------------------------------------
+
+    def _within_bounds(self, j: int, vals: pl.DataFrame) -> pl.DataFrame:
+        """Aggregate selection (Liu et al.): value changes beyond a cut group's bound cannot reach its MIN/MAX (an
+        insert there is worse than a kept value; a delete there removes a value not kept) and are dropped."""
+        keys = self.key_names
+        bounded = vals.join(self.mmb[j], on=keys, how="left", nulls_equal=True)
+        beyond = (pl.col(V) > pl.col("__bound")) if self.aggs[j][1].func == "min" else (pl.col(V) < pl.col("__bound"))
+        return bounded.filter(~beyond.fill_null(False)).drop("__bound")
+
+    def _trim_minmax(self, j: int, touched: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
+        """Keep the best ``minmax_buffer`` values of each touched group; fail when a cut group ran out."""
+        keys = self.key_names
+        mm = self.mm[j]
+        descending = self.aggs[j][1].func == "max"
+        part = mm.join(touched, on=keys, how="semi", nulls_equal=True)
+        rest = mm.join(touched, on=keys, how="anti", nulls_equal=True)
+        ranked = part.with_columns(pl.col(V).rank("ordinal", descending=descending).over(keys).alias("__r"))
+        kept = ranked.filter(pl.col("__r") <= self.minmax_buffer)
+        cut = ranked.filter(pl.col("__r") > self.minmax_buffer).select(keys).unique()
+        if cut.height:
+            bound = (kept.join(cut, on=keys, how="semi", nulls_equal=True).group_by(keys)
+                     .agg((pl.col(V).min() if descending else pl.col(V).max()).alias("__bound")))
+            bound = bound.with_columns(pl.col("__bound").cast(self.mmb[j].schema["__bound"]))
+            self.mmb[j] = pl.concat([self.mmb[j].join(bound.select(keys), on=keys, how="anti", nulls_equal=True),
+                                     bound.select(self.mmb[j].columns)])
+        mm = pl.concat([rest, kept.drop("__r")])
+        self.mm[j] = mm
+        # a cut group whose kept values were all deleted while it still has values: its MIN/MAX is unknown
+        held = mm.join(touched, on=keys, how="semi", nulls_equal=True).select(keys).unique()
+        live = new.filter(pl.col(f"__n{j}") > 0).select(keys)
+        lost = (self.mmb[j].join(touched, on=keys, how="semi", nulls_equal=True)
+                .join(held, on=keys, how="anti", nulls_equal=True))
+        if lost.join(live, on=keys, how="semi", nulls_equal=True).height:
+            raise BufferExhaustedError(f"operator {self.op_id}: deletions emptied a MIN/MAX buffer of "
+                                       f"{self.minmax_buffer} values; the sketch must be recaptured")
+        # groups that are gone (or fully held again) need no bound any more
+        self.mmb[j] = self.mmb[j].join(lost, on=keys, how="anti", nulls_equal=True)
+        return mm
 
     def _partials(self, d: pl.DataFrame) -> pl.DataFrame:
         m = pl.col(MULT)
@@ -329,9 +379,12 @@ class Aggregation(StatefulOperator):
         for j in self.minmax:
             vals = values.get(j)
             mm = self.mm[j]
+            func = self.aggs[j][1].func
             if vals is not None and vals.height:
                 vals = vals.cast({k: self.key_types[k] for k in keys})  # type: ignore[arg-type]
                 vals = vals.with_columns(pl.col(V).cast(mm.schema[V]))
+                if self.minmax_buffer and self.mmb[j].height:
+                    vals = self._within_bounds(j, vals)
                 merged = (pl.concat([mm.join(vals.select([*keys, V]), on=[*keys, V], how="semi", nulls_equal=True),
                                      vals])
                           .group_by([*keys, V]).agg(pl.col(N).sum()))
@@ -341,7 +394,8 @@ class Aggregation(StatefulOperator):
                 mm = pl.concat([mm.join(vals.select([*keys, V]), on=[*keys, V], how="anti", nulls_equal=True),
                                 merged.filter(pl.col(N) > 0).select(mm.columns)])
                 self.mm[j] = mm
-            func = self.aggs[j][1].func
+            if self.minmax_buffer:
+                mm = self._trim_minmax(j, touched, new)
             ext = (mm.join(touched, on=keys, how="semi", nulls_equal=True).group_by(keys)
                    .agg((pl.col(V).min() if func == "min" else pl.col(V).max()).alias(f"__m{j}_new")))
             new = (new.join(ext, on=keys, how="left", nulls_equal=True)

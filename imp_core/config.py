@@ -34,10 +34,11 @@ class Optimizations:
     join_key_pushdown: bool = True
     bloom_filters: bool = True
     netting: bool = True
-    aggregate_selection: bool = True
     small_side_in_memory: bool = True
-    topk_buffer: int = 0  # 0 = keep every input (exact, the paper's 5.2.7); l >= k keeps only the best l
-    minmax_buffer: int = 0  # 0 = keep every value; l keeps the best l values per group
+    # bounded buffers (paper 7.2); with them, changes beyond a buffer's bound are dropped before any state update
+    # (aggregate selection, Liu et al.). 0 keeps every input row / value (the paper's 5.2.6-5.2.7 state).
+    topk_buffer: int = 0
+    minmax_buffer: int = 0
     small_side_rows: int = 100_000
 
     @classmethod
@@ -50,7 +51,6 @@ class Optimizations:
             "keys": "join_key_pushdown",
             "bloom": "bloom_filters",
             "netting": "netting",
-            "aggsel": "aggregate_selection",
             "smallside": "small_side_in_memory",
         }
         if text.strip() == "none":

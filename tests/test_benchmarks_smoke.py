@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-EXPECTED = ["engine_throughput", "engine_state", "capture", "skipping", "q_groups", "q_having", "q_joinsel",
+EXPECTED = ["engine_throughput", "engine_state", "capture", "skipping", "q_groups", "q_having", "q_joinsel", "joinsel_optimizations",
             "q_sketch", "q_selpd", "breakeven_groups", "tpch", "topk_buffers", "topk_memory", "eager_vs_lazy",
             "mixed_workload"]
 

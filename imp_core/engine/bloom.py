@@ -17,15 +17,15 @@ import numpy as np
 import polars as pl
 
 SEEDS = (0x9E3779B9, 0x85EBCA6B, 0xC2B2AE35)
-MAX = np.iinfo(np.uint16).max
+MAX = np.iinfo(np.uint8).max
 MIN_SIZE = 1 << 10
-MAX_SIZE = 1 << 24  # 16M counters, 32 MB
+MAX_SIZE = 1 << 24  # 16M one-byte counters: 16 MB (less once compressed in the state blob)
 
 
 class CountingBloom:
     def __init__(self, size: int, counters: np.ndarray | None = None) -> None:
         self.size = int(size)
-        self.counters = counters if counters is not None else np.zeros(self.size, dtype=np.uint16)
+        self.counters = counters if counters is not None else np.zeros(self.size, dtype=np.uint8)
 
     @classmethod
     def for_keys(cls, expected: int) -> CountingBloom:
@@ -55,7 +55,7 @@ class CountingBloom:
         saturated = current >= MAX
         updated = np.clip(current + delta, 0, MAX)
         updated[saturated] = MAX  # a saturated counter lost count: it must keep admitting
-        self.counters = updated.astype(np.uint16)
+        self.counters = updated.astype(np.uint8)
 
     def may_contain(self, keys: pl.DataFrame) -> np.ndarray:
         """Boolean mask: False means the key certainly has no partner."""
@@ -69,5 +69,5 @@ class CountingBloom:
 
     @classmethod
     def from_frame(cls, df: pl.DataFrame) -> CountingBloom:
-        counters = df.get_column("c").to_numpy().astype(np.uint16).copy()
+        counters = df.get_column("c").to_numpy().astype(np.uint8).copy()
         return cls(len(counters), counters)

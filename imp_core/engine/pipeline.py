@@ -256,6 +256,15 @@ class Pipeline:
         op.reset()
         return op.process(rows)
 
+    def warm_caches(self, backend: Backend, versions: Versions) -> None:
+        """Build every join's side caches at ``versions`` now (they are otherwise built on first use)."""
+        for node in self.plan.walk():
+            if isinstance(node, Join):
+                op = self.op(node)
+                assert isinstance(op, JoinOp)
+                op.build_caches(_LazySide(backend, node.left, self, versions),
+                                _LazySide(backend, node.right, self, versions))
+
     def parent_join(self, node: Plan) -> JoinOp:
         """The join operator that has ``node`` as an input."""
         for n in self.plan.walk():

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from imp_core.errors import StateError
 
+_WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 MAGIC = b"IMPS"
 FORMAT = "imp-arrow-ipc"
 FORMAT_VERSION = 1
@@ -46,7 +47,8 @@ def encode(kind: str, op_id: str, fingerprint: str, meta: dict[str, Any], frames
     for name, df in frames.items():
         sink = io.BytesIO()
         table = df.to_arrow()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
+        # zstd inside the IPC stream (self-describing: readers need no option); counters and ids compress well
+        with pa.ipc.new_stream(sink, table.schema, options=_WRITE_OPTIONS) as writer:
             writer.write_table(table)
         data = sink.getvalue()
         body.write(struct.pack("<Q", len(data)))

@@ -152,6 +152,13 @@ class JoinOp(StatefulOperator):
             bloom.add(keys, key_counts.get_column("__n").to_numpy())
             self.caches[side] = ("bloom", bloom)
 
+    def build_caches(self, left: JoinSide, right: JoinSide) -> None:
+        """Build both side caches now instead of on the first delta (e.g. right after a capture)."""
+        if self.stateful_now:
+            for side, access in (("left", left), ("right", right)):
+                if self.caches[side] is None:
+                    self._build(side, access)
+
     def _join_with(self, side: str, access: JoinSide, delta: pl.DataFrame, delta_is_left: bool) -> pl.DataFrame:
         """``delta`` joined with ``side``'s contents, using (and lazily building) the side's cache."""
         if self.caches[side] is None:

@@ -73,12 +73,18 @@ def sketched_sql(spark: SparkSession, sql: str, *, dialect: str = "spark", maint
     return execute(spark, query.plan, sources, versions, partitions, sketch)[0]
 
 
-def _fresh(service: SketchService, sketch: str, maintain: bool):  # noqa: ANN202
+def _fresh(service: SketchService, sketch: str, table: str, maintain: bool):  # noqa: ANN202
+    """The sketch's latest version (maintained first) and its partition of ``table``."""
     if maintain:
         service.maintain(sketch, strategy="lazy", trigger="api")
     record = service.catalog.get_sketch(sketch)
     latest = service.catalog.latest_version(record.id)
-    return record, latest, PartitionSet.from_json(record.partitions)
+    partitions = PartitionSet.from_json(record.partitions)
+    part = partitions.get(table)
+    if part is None:
+        raise UsageError(f"sketch {sketch} does not partition table {table} (it partitions "
+                         f"{', '.join(partitions.tables)})")
+    return latest, part
 
 
 def sketch_filter(spark: SparkSession, table: str, *, sketch: str, maintain: bool = True,
@@ -86,12 +92,7 @@ def sketch_filter(spark: SparkSession, table: str, *, sketch: str, maintain: boo
     """The predicate keeping the rows of ``table`` that lie in the fragments of ``sketch`` (maintained first)."""
     from imp_core.use.query import range_filter
 
-    service = _service(spark, settings)
-    record, latest, partitions = _fresh(service, sketch, maintain)
-    part = partitions.get(table)
-    if part is None:
-        raise UsageError(f"sketch {sketch} does not partition table {table} (it partitions "
-                         f"{', '.join(partitions.tables)})")
+    latest, part = _fresh(_service(spark, settings), sketch, table, maintain)
     return range_filter(part, list(latest.fragments.get(table, [])))
 
 
@@ -102,11 +103,7 @@ def sketched_table(spark: SparkSession, table: str, *, sketch: str, maintain: bo
     from imp_core.use.rewrite import prune_files
 
     service = _service(spark, settings)
-    record, latest, partitions = _fresh(service, sketch, maintain)
-    part = partitions.get(table)
-    if part is None:
-        raise UsageError(f"sketch {sketch} does not partition table {table} (it partitions "
-                         f"{', '.join(partitions.tables)})")
+    latest, part = _fresh(service, sketch, table, maintain)
     source = service.source(table)
     version = latest.table_versions[table]
     frags = list(latest.fragments.get(table, []))

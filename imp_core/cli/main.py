@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from imp_core.config import Settings
@@ -188,15 +188,31 @@ def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) ->
     Console().print(t)
 
 
-def _progress(verbose: bool) -> Callable[[str], None]:
-    from rich.console import Console
+class _Progress:
+    """Progress on stderr: each step is logged with its elapsed time, and a spinner shows the running step (on a
+    terminal) so nothing that takes more than a few seconds looks hung. stdout stays clean for --json."""
 
-    console = Console(stderr=True)
+    def __init__(self) -> None:
+        import time
 
-    def report(msg: str) -> None:
-        console.print(f"[dim]…[/dim] {msg}", highlight=False)
+        from rich.console import Console
 
-    return report
+        self.console = Console(stderr=True)
+        self.started = time.perf_counter()
+        self.status = self.console.status("working", spinner="dots") if self.console.is_terminal else None
+        if self.status is not None:
+            self.status.start()
+
+    def __call__(self, msg: str) -> None:
+        import time
+
+        self.console.print(f"[dim]{time.perf_counter() - self.started:6.1f}s …[/dim] {msg}", highlight=False)
+        if self.status is not None:
+            self.status.update(msg)
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -243,7 +259,14 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901
         raise UsageError("imp catalog: give an action (url, stop)")
 
     want_json = getattr(args, "json", False)
-    service = SketchService(settings, progress=_progress(getattr(args, "verbose", False)))
+    progress = _Progress()
+    try:
+        return _run_service(args, settings, SketchService(settings, progress=progress), want_json)
+    finally:
+        progress.stop()
+
+
+def _run_service(args: argparse.Namespace, settings: Settings, service: Any, want_json: bool) -> int:  # noqa: C901
 
     if args.command == "table":
         if args.action == "register":

@@ -71,9 +71,16 @@ def pairs(df: pl.DataFrame, keep: list[str]) -> pl.DataFrame:
     This is what every counting operator needs (``F_g`` in aggregation, the merge operator's counts): a fragment
     column row contributes one pair per scan, a set row one pair per fragment in its set.
     """
-    cols = ann_cols(df)
+    return pairs_lazy(df.lazy(), keep).collect(engine="in-memory")
+
+
+def pairs_lazy(df: pl.LazyFrame, keep: list[str]) -> pl.LazyFrame:
+    """``pairs`` as a lazy query, for callers that go on with it: on deltas of a few thousand rows the fixed cost
+    of each eager polars step is most of the work, and one lazy run replaces several steps."""
+    schema = df.collect_schema()
+    cols = [c for c in schema.names() if is_annotation(c)]
     if not cols:
-        return pl.DataFrame(schema={**{k: df.schema[k] for k in keep}, FRAG: FRAG_DTYPE, MULT: pl.Int64})
+        return pl.LazyFrame(schema={**{k: schema[k] for k in keep}, FRAG: FRAG_DTYPE, MULT: pl.Int64})
     parts = []
     for c in cols:
         if c == SET:
@@ -134,5 +141,5 @@ def consolidate(df: pl.DataFrame) -> pl.DataFrame:
     if df.height <= 1:
         return df.filter(pl.col(MULT) != 0) if df.height else df
     keys = [c for c in df.columns if c != MULT]
-    out = df.group_by(keys, maintain_order=True).agg(pl.col(MULT).sum())
-    return out.filter(pl.col(MULT) != 0).select(df.columns)
+    return (df.lazy().group_by(keys, maintain_order=True).agg(pl.col(MULT).sum())
+            .filter(pl.col(MULT) != 0).select(df.columns).collect(engine="in-memory"))

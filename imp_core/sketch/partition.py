@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,11 +92,17 @@ class Partition:
     def fragments(self) -> int:
         return len(self.bounds) - 1
 
+    @functools.cached_property
+    def _inner_bounds(self) -> dict[pl.DataType, pl.Series]:
+        return {}
+
     def fragment_of(self, values: pl.Series) -> np.ndarray:
         """Fragment id (0-based, local) of every value; vectorized binary search over the inner bounds."""
-        inner = pl.Series(list(self.bounds[1:-1]), dtype=values.dtype) if self.fragments > 1 else None
-        if inner is None:
+        if self.fragments <= 1:
             return np.zeros(len(values), dtype=np.int32)
+        inner = self._inner_bounds.get(values.dtype)
+        if inner is None:  # built once per value type: a thousand bounds cost more to convert than to search
+            inner = self._inner_bounds[values.dtype] = pl.Series(list(self.bounds[1:-1]), dtype=values.dtype)
         idx = inner.search_sorted(values, side="right")
         frag = idx.to_numpy().astype(np.int32, copy=False)
         if values.null_count():

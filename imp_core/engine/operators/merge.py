@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow.compute as pc
 
-from imp_core.engine.annotation import FRAG, MULT, pairs
+from imp_core.engine.annotation import MULT, SET, ann_cols
 from imp_core.engine.operators.base import StatefulOperator
 from imp_core.errors import StateError
 
@@ -44,12 +45,20 @@ class Merge(StatefulOperator):
     def process(self, delta: pl.DataFrame) -> SketchDelta:
         if delta.height == 0 or self.total == 0:
             return SketchDelta((), ())
-        p = pairs(delta, [])
-        frag = p.get_column(FRAG).to_numpy().astype(np.int64, copy=False)
-        mult = p.get_column(MULT).to_numpy().astype(np.int64, copy=False)
-        if frag.size and (frag.min() < 0 or frag.max() >= self.total):
-            raise StateError(f"operator {self.op_id}: fragment id outside the partition; recapture the sketch")
-        change = np.bincount(frag, weights=mult, minlength=self.total).astype(np.int64)
+        mult = delta.get_column(MULT).to_numpy().astype(np.int64, copy=False)
+        change = np.zeros(self.total, dtype=np.int64)
+        for col in ann_cols(delta):
+            # (row, fragment) pairs straight from the Arrow buffers: a set row counts once per fragment in its set
+            if col == SET:
+                sets = delta.get_column(SET).to_arrow()
+                frag = pc.list_flatten(sets).to_numpy(zero_copy_only=False).astype(np.int64)
+                m = np.repeat(mult, pc.list_value_length(sets).fill_null(0).to_numpy(zero_copy_only=False))
+            else:
+                frag = delta.get_column(col).to_numpy().astype(np.int64)
+                m = mult
+            if frag.size and (frag.min() < 0 or frag.max() >= self.total):
+                raise StateError(f"operator {self.op_id}: fragment id outside the partition; recapture the sketch")
+            change += np.bincount(frag, weights=m, minlength=self.total).astype(np.int64)
         return self.apply_counts(change)
 
     def apply_counts(self, change: np.ndarray) -> SketchDelta:

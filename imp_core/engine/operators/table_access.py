@@ -25,16 +25,15 @@ class TableAccess(Operator):
         self.partition = partition
         self.offset = offset
         self.frag_name = frag_col(frag_index)
+        self._columns = [pl.col(c.name).cast(polars_type(c.dtype), strict=False).alias(scan.qualified(c.name))
+                         for c in scan.columns] + [pl.col(MULT).cast(pl.Int64)]
 
     def process(self, changes: pl.DataFrame) -> pl.DataFrame:
         """Annotate change rows; ``changes`` has the table's columns and ``__mult``."""
-        cols = [pl.col(c.name).cast(polars_type(c.dtype), strict=False).alias(self.scan.qualified(c.name))
-                for c in self.scan.columns]
-        out = changes.select([*cols, pl.col(MULT).cast(pl.Int64)])
-        if self.partition is not None:
-            frag = self.partition.fragment_of(changes.get_column(self.partition.column))
-            out = out.with_columns(pl.Series(self.frag_name, frag + self.offset, dtype=FRAG_DTYPE))
-        return out
+        if self.partition is None:
+            return changes.select(self._columns)
+        frag = self.partition.fragment_of(changes.get_column(self.partition.column))
+        return changes.select([*self._columns, pl.lit(pl.Series(self.frag_name, frag + self.offset, dtype=FRAG_DTYPE))])
 
     def annotate_frame(self, rows: pl.DataFrame) -> pl.DataFrame:
         """Annotate current contents read elsewhere (already named ``alias.column``)."""

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -63,7 +64,8 @@ def read_range(root: Path, after: int, upto: int, columns: list[str], schema: pa
             table = _read(root, f, columns, schema, partition_columns, change_type)
             if table is None:
                 return None
-            parts.append(table.append_column("_commit_version", pa.array([version] * table.num_rows, pa.int64())))
+            parts.append(table.append_column("_commit_version",
+                                             pa.array(np.full(table.num_rows, version, dtype=np.int64))))
     if not parts:
         fields = [schema.field(c) for c in columns]
         return pa.schema(fields + [pa.field("_change_type", pa.string()),
@@ -91,7 +93,9 @@ def _read(root: Path, action: dict[str, Any], columns: list[str], schema: pa.Sch
     stored = [c for c in columns if c not in partition_columns]
     read_cols = stored + ([] if change_type else ["_change_type"])
     try:
-        table = pq.read_table(path, columns=read_cols)
+        # ParquetFile, not read_table: no dataset discovery for one known file (a few ms per small file)
+        with pq.ParquetFile(path) as f:
+            table = f.read(columns=read_cols, use_threads=False)
     except (OSError, pa.ArrowInvalid, KeyError):
         return None
     out = []

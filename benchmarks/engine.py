@@ -121,7 +121,7 @@ def state_experiment(quick: bool, runs: int) -> Experiment:
     data = table(rows, groups, seed=5)
     pipe = pipeline_for(data, groups, 1000)
     exp = Experiment("engine_state", f"Operator state for {groups:,} groups ({rows:,} rows, 1,000 fragments)",
-                     log_y=False, x_label="", y_label="seconds")
+                     log_y=False, x_label="", y_label="seconds / MB")
     holder: dict[str, dict[str, bytes]] = {}
 
     def serialize() -> None:

@@ -55,6 +55,7 @@ class Experiment:
     x_label: str = "case"
     y_label: str = "seconds"
     notes: list[str] = field(default_factory=list)
+    timed: bool = True  # False: sizes or one whole sequence per case, not repeated timings
 
     def add(self, case: str, variant: str, run: int, value: float, unit: str = "s", x: float | None = None,
             **extra: Any) -> None:
@@ -159,9 +160,11 @@ class Experiment:
 
     def markdown(self) -> str:
         variants = self.variants()
-        lines = [f"**{self.title}** — median of {self.runs_per_case()} runs after a warm-up (min–max); "
-                 f"[CSV](bench/{self.name}.csv), ![plot](bench/{self.name}.png)", ""]
-        header = ["case", *[f"{v} ({self.unit(v)})" for v in variants],
+        runs = self.runs_per_case()
+        how = (f"median of {runs} runs after a warm-up (min–max)" if self.timed and runs > 1 else
+               "one measurement per case" if not self.timed else "one run per case")
+        lines = [f"**{self.title}** — {how}; [CSV](bench/{self.name}.csv), ![plot](bench/{self.name}.png)", ""]
+        header = ["case", *[v if v.endswith(f"({self.unit(v)})") else f"{v} ({self.unit(v)})" for v in variants],
                   *[f"{a}/{b} (median of per-run ratios)" for a, b in self.ratios]]
         lines.append("| " + " | ".join(header) + " |")
         lines.append("|" + "---|" * len(header))
@@ -187,6 +190,8 @@ class Experiment:
 
 def _fmt(vals: Iterable[float]) -> str:
     vals = list(vals)
+    if len(vals) == 1:
+        return _num(vals[0])
     med = statistics.median(vals)
     return f"{_num(med)} ({_num(min(vals))}–{_num(max(vals))})"
 

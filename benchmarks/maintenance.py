@@ -66,7 +66,21 @@ class Setup:
         self.caches_s = time.perf_counter() - t0
         self.blobs = pipe.state_blobs()
         self.sketch = pipe.sketch()
+        self.state_mb = pipe.state_size_bytes() / 1e6
         self.next_id = {n: data.max_id(Path(s.path)) + 1 for n, s in self.sources.items() if "id" in schemas[n].names}
+
+    def record_memory(self, exp: Experiment, label: str) -> None:
+        """Paper 8.6: operator state (in memory and serialized), sketch bitset and bounds, after capture."""
+        import json
+
+        from imp_core.sketch.sketch import Sketch
+
+        sketch = Sketch.from_global(self.partitions, self.sketch)
+        exp.add(label, "state in memory (MB)", 0, self.state_mb, unit="MB")
+        exp.add(label, "state serialized (MB)", 0, sum(len(b) for b in self.blobs.values()) / 1e6, unit="MB")
+        exp.add(label, "sketch bitset (KB)", 0, sum(len(b) for b in sketch.bits(self.partitions).values()) / 1e3,
+                unit="KB")
+        exp.add(label, "bounds (KB)", 0, len(json.dumps(self.partitions.to_json(), default=str)) / 1e3, unit="KB")
 
     def pipeline(self) -> Pipeline:
         return Pipeline.configured(self.query.plan, self.partitions, self.opts)
@@ -131,6 +145,10 @@ def imp_vs_fm(exp: Experiment, setup: Setup, table: str, batches: list[int], run
         setup.advance(target, imp_pipe)  # type: ignore[arg-type]
 
 
+MEMORY = Experiment("memory", "Memory (paper 8.6): operator state after capture, sketch bitset and bounds, per query",
+                    log_y=True, y_label="size", timed=False)
+
+
 def q_groups(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
     rows = scaled(200_000 if quick else 10_000_000)
     variants = [(50, 3), (1000, 320), (5000, 1600), (500_000, 1600)]
@@ -145,6 +163,7 @@ def q_groups(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
         path = data.base_table(name, rows, groups)
         sql = f"SELECT a, AVG(b) AS ab FROM {name} GROUP BY a HAVING AVG(c) < {threshold}"
         setup = Setup(spark, sql, {name: path}, (name, "a"), 1000)
+        setup.record_memory(MEMORY, f"Q_groups {groups:,} groups")
         imp_vs_fm(exp, setup, name, batches, runs, groups, label=f"{groups:,} groups, n=")
         for r in exp.rows:
             r.x = None
@@ -179,7 +198,34 @@ def joinsel(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
         sql = (f"SELECT a, AVG(b) AS ab FROM {big} JOIN {helper} ON (a = ttid) WHERE b < 1000 "
                f"GROUP BY a HAVING AVG(c) < 1000")
         setup = Setup(spark, sql, {big: big_path, helper: helper_path}, (big, "a"), 1000)
+        setup.record_memory(MEMORY, f"Q_joinsel {pct}%")
         imp_vs_fm(exp, setup, big, batches, runs, groups, label=f"{pct}% sel, n=")
+    for r in exp.rows:
+        r.x = None
+    return exp
+
+
+def q_join(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
+    """Q_join (paper A.1.3, Fig. 11c/12c): 1-n joins of a grouped table with a helper of unique keys; every row of
+    the grouped table finds exactly one partner (n = rows per join value: 20, 2K, 200K)."""
+    rows = scaled(200_000 if quick else 10_000_000)
+    helper = f"tjoinhelp_{rows}"
+    helper_path = data.join_helper(helper, rows, rows, 1.0)
+    # (groups, label, WHERE threshold on b, HAVING threshold on avg(c)) as in the paper's SQL
+    variants = [(500_000, "1-20", 100_000, 100_000), (5000, "1-2K", 1000, 1000), (50, "1-200K", 10, 10)]
+    if quick:
+        variants = [(5000, "1-2K", 1000, 1000)]
+    exp = Experiment("q_join", f"Q_join 1-n: IMP vs FM, {rows:,} x {rows:,} rows, change on the grouped table",
+                     ratios=[("FM", "IMP")], y_label="seconds")
+    batches = [10, 1000] if quick else BATCHES
+    for groups, label, b_max, c_max in variants:
+        name = f"t1gb{groups}g_{rows}" if groups != 5000 else f"t1gbjoin_{rows}"
+        path = data.base_table(name, rows, groups)
+        sql = (f"SELECT a, avg(b) AS ab FROM (SELECT a AS a, b AS b, c AS c FROM {name} WHERE b < {b_max}) tt "
+               f"JOIN {helper} ON (a = ttid) GROUP BY a HAVING avg(c) < {c_max}")
+        setup = Setup(spark, sql, {name: path, helper: helper_path}, (name, "a"), 1000)
+        setup.record_memory(MEMORY, f"Q_join {label}")
+        imp_vs_fm(exp, setup, name, batches, runs, groups, label=f"{label}, n=")
     for r in exp.rows:
         r.x = None
     return exp
@@ -246,6 +292,7 @@ def q_having(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
     for n, clause in ([(10, having[10])] if quick else having.items()):
         sql = f"SELECT a, avg(b) AS ab FROM {name} GROUP BY a {clause}"
         setup = Setup(spark, sql, {name: path}, (name, "a"), 1000)
+        setup.record_memory(MEMORY, f"Q_having {n} aggs")
         imp_vs_fm(exp, setup, name, [1000] if quick else [10, 100, 1000], runs, groups, label=f"{n} aggs, n=")
     for r in exp.rows:
         r.x = None
@@ -265,6 +312,7 @@ def q_sketch(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
            f"JOIN {helper} ON (a = ttid) GROUP BY a HAVING avg(c) < 1000")
     for frags in ([100] if quick else [10, 100, 1000, 5000]):
         setup = Setup(spark, sql, {name: path, helper: helper_path}, (name, "a"), frags)
+        setup.record_memory(MEMORY, f"Q_sketch {frags} fragments")
         before = len(exp.rows)
         imp_vs_fm(exp, setup, name, [1000], runs, groups, label=f"{frags} fragments, n=")
         for r in exp.rows[before:]:
@@ -307,12 +355,30 @@ def q_selpd(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
     return exp
 
 
-def run(quick: bool = False, runs: int = 5) -> list[Experiment]:
+def sketch_sizes() -> Experiment:
+    """Paper Fig. 18: size of a sketch (bitset) and of its partition's bounds by number of fragments."""
+    import json
+
+    from imp_core.sketch.sketch import Sketch
+
+    exp = Experiment("sketch_sizes", "Sketch bitset and bounds size by number of fragments (paper Fig. 18)",
+                     log_x=True, log_y=True, x_label="fragments", y_label="KB", timed=False)
+    for n in (100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 100_000):
+        parts = PartitionSet((Partition("t", "a", tuple(range(0, 10 * (n + 1), 10)), "int"),))
+        full = Sketch.from_global(parts, range(n))
+        exp.add(f"{n:,}", "sketch bitset (KB)", 0, sum(len(b) for b in full.bits(parts).values()) / 1e3, "KB", x=n)
+        exp.add(f"{n:,}", "bounds as JSON (KB)", 0, len(json.dumps(parts.to_json())) / 1e3, "KB", x=n)
+    return exp
+
+
+def run(quick: bool = False, runs: int = 5):  # noqa: ANN201
+    """Yield each experiment as soon as it is measured (the caller writes it), so a long run keeps what it did."""
     spark = spark_session()
-    out = []
-    for fn in (q_groups, q_having, joinsel, joinsel_optimizations, q_sketch, q_selpd, breakeven):
+    MEMORY.rows.clear()
+    for fn in (q_groups, q_having, joinsel, q_join, joinsel_optimizations, q_sketch, q_selpd, breakeven):
         t0 = time.perf_counter()
         exp = fn(spark, quick, runs)
         print(f"   {exp.name}: {time.perf_counter() - t0:.0f} s", flush=True)
-        out.append(exp)
-    return out
+        yield exp
+    yield MEMORY
+    yield sketch_sizes()

@@ -36,9 +36,9 @@ def _fresh_sketch(service: SketchService, name: str, sql: str, on: str, fragment
     service.create_sketch(name, sql, [on], fragments=fragments, strategy="eager")
 
 
-def _clone_at_start(service: SketchService, source: str, name: str) -> None:
-    """A new sketch whose version 1 is ``source``'s version 1 (same table versions, sketch and operator state), so
-    every run maintains the same backlog from the same start."""
+def _clone_at_start(service: SketchService, source: str, name: str, version: int = 1) -> None:
+    """A new sketch whose version 1 is ``source``'s version ``version`` (same table versions, sketch and operator
+    state), so every run maintains the same backlog from the same start."""
     from imp_core.catalog.store import NewVersion, StateBlob
 
     try:
@@ -46,9 +46,9 @@ def _clone_at_start(service: SketchService, source: str, name: str) -> None:
     except NotFoundError:
         pass
     record = service.catalog.get_sketch(source)
-    first = service.catalog.get_version(record.id, 1)
+    first = service.catalog.get_version(record.id, version)
     states = [StateBlob(b.operator_id, b.format, b.format_version, b.payload)
-              for b in service.catalog.load_states(record.id, 1).values()]
+              for b in service.catalog.load_states(record.id, version).values()]
     service.catalog.create_sketch(name, record.sql, record.dialect, record.template_key, record.plan_json,
                                   record.partitions, record.safety, "eager",
                                   NewVersion(first.table_versions, first.bits, first.fragments, "capture"), states)
@@ -141,15 +141,83 @@ def mixed_workload(service: SketchService, quick: bool, runs: int) -> Experiment
     return exp
 
 
-def run(quick: bool = False, runs: int = 5) -> list[Experiment]:
+def whole_job(service: SketchService, quick: bool, runs: int) -> Experiment:
+    """Maintenance as the whole job an Airflow task runs (process start to catalog commit), IMP vs FM.
+
+    Each run maintains a clone of the same catalog version over the same change: ``IMP job`` is
+    ``spark-submit imp_core/jobs/submit.py maintain --strategy lazy``, ``FM job`` the same with ``recapture``, and
+    ``IMP CLI`` is ``imp sketch maintain`` (no JVM: single-table maintenance never starts Spark).
+    """
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from imp_core.jobs import SUBMIT_PATH
+
+    rows = scaled(200_000 if quick else 10_000_000)
+    groups = 5000
+    name = f"t1gb{groups}g_{rows}"
+    path = data.base_table(name, rows, groups)
+    data.reset(path)
+    service.register_table(name, str(path), replace=True)
+    sql = f"SELECT a, AVG(b) AS ab FROM {name} GROUP BY a HAVING AVG(c) < 1600"
+    _fresh_sketch(service, "wj", sql, f"{name}.a", 1000)
+    exp = Experiment("whole_job", f"Whole maintenance job, process start to commit (what an Airflow task runs), "
+                     f"Q_groups 5K groups, {rows:,} rows, 1,000 fragments",
+                     ratios=[("FM job", "IMP job"), ("FM job", "IMP CLI")], y_label="seconds")
+    home = str(service.settings.home)
+    bin_dir = Path(sys.executable).parent
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("IMP_", "PYSPARK_GATEWAY"))},
+           "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    submit = [str(bin_dir / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+              "--conf", "spark.sql.shuffle.partitions=8", SUBMIT_PATH]
+    commands = {
+        "IMP job": [*submit, "maintain", "--sketch", "wj_run", "--strategy", "lazy", "--home", home],
+        "FM job": [*submit, "recapture", "--sketch", "wj_run", "--home", home],
+        "IMP CLI": [str(bin_dir / "imp"), "--home", home, "sketch", "maintain", "wj_run", "--strategy", "lazy"],
+    }
+    next_id = data.max_id(path) + 1
+    record = service.catalog.get_sketch("wj")
+    for i, size in enumerate([10, 1000] if not quick else [10]):
+        next_id = data.change(path, size, seed=7000 + i, groups=groups, next_id=next_id)
+        start = service.catalog.latest_version(record.id).version
+        sketches: dict[str, list[int]] = {}
+
+        def job(variant: str):  # noqa: ANN202
+            def run_once() -> float:
+                _clone_at_start(service, "wj", "wj_run", start)
+                t0 = time.perf_counter()
+                done = subprocess.run(commands[variant], env=env, capture_output=True, text=True)
+                elapsed = time.perf_counter() - t0
+                if done.returncode != 0:
+                    raise RuntimeError(f"{variant} failed: {done.stderr.strip()[-500:]}")
+                shown = json.loads(subprocess.run([str(bin_dir / "imp"), "--home", home, "sketch", "show", "wj_run",
+                                                   "--json"], env=env, capture_output=True, text=True,
+                                                  check=True).stdout)
+                sketches[variant] = shown["partitions"][0]["fragments"]
+                return elapsed
+            return run_once
+
+        exp.measure(f"{size:,} change rows", {v: job(v) for v in commands}, max(3, runs - 2), x=size)
+        if len({tuple(f) for f in sketches.values()}) != 1:
+            raise AssertionError(f"whole_job: the jobs committed different sketches: {sketches}")
+        service.maintain("wj", strategy="lazy")
+    exp.notes.append("- three runs per variant (each starts a JVM); the ratio shows what job start-up leaves of the "
+                     "in-process speed-up")
+    return exp
+
+
+def run(quick: bool = False, runs: int = 5):  # noqa: ANN201
     spark = spark_session()
     with tempfile.TemporaryDirectory() as home:
         service = service_for(Path(home), spark)
         try:
-            out = [eager_vs_lazy(service, quick, runs), mixed_workload(service, quick, runs)]
+            yield whole_job(service, quick, runs)
+            yield eager_vs_lazy(service, quick, runs)
+            yield mixed_workload(service, quick, runs)
         finally:
             from imp_core.catalog.embedded import stop_embedded
 
             service.catalog.close()
             stop_embedded(service.settings)
-    return out

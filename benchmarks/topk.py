@@ -40,9 +40,12 @@ def run(quick: bool = False, runs: int = 5) -> list[Experiment]:
     name = path.name
     sql = f"SELECT a, avg(b) AS ab FROM {name} GROUP BY a ORDER BY a LIMIT 10"
     exp = Experiment("topk_buffers", f"Top-k (k=10) under deletions of 20 rows per update, {rows:,} rows, "
-                     f"{groups:,} groups: total time of {updates} updates", log_y=True, y_label="seconds (total)")
+                     f"{groups:,} groups: total time of {updates} updates", log_y=True, y_label="seconds (total)",
+                     timed=False)
     memory = Experiment("topk_memory", "Top-k state size (MB) after the updates, by buffer size", log_y=False,
-                        y_label="MB")
+                        y_label="MB", timed=False)
+    per_update = Experiment("topk_update", f"Top-k (k=10): maintenance time per update (IMP, or FM when the buffer ran "
+                            f"out), {updates} updates of 20 deleted rows", log_y=True, y_label="seconds per update")
     strategies = ["minimal", "random", "2:1", "4:1"] if not quick else ["2:1"]
     for strategy in strategies:
         for buffer in ((20, 0) if quick else (20, 50, 100, 0)):
@@ -75,12 +78,15 @@ def run(quick: bool = False, runs: int = 5) -> list[Experiment]:
                 except BufferExhaustedError:
                     _, pipe = setup.fm(target)
                     recaptures += 1
-                total += time.perf_counter() - t0
+                elapsed = time.perf_counter() - t0
+                total += elapsed
+                per_update.add(strategy, label, u, elapsed)
                 setup.advance(target, pipe)
             exp.add(strategy, label, 0, total, recaptures=recaptures)
+            exp.notes.append(f"- {strategy}, {label}: {recaptures} recaptures (buffer exhausted)")
             pipe = setup.pipeline()
             pipe.load_state_blobs(setup.blobs)
             memory.add(strategy, label, 0, pipe.state_size_bytes() / 1e6, unit="MB")
             data.reset(path)
     exp.notes.append("- one run per configuration (each is a sequence of updates); `recaptures` in the CSV")
-    return [exp, memory]
+    return [exp, per_update, memory]

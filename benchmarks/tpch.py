@@ -92,7 +92,8 @@ class LineitemChanges:
             write_deltalake(str(self.path), rows_, mode="append")
 
 
-def run(quick: bool = False, runs: int = 5) -> list[Experiment]:
+def run(quick: bool = False, runs: int = 5):  # noqa: ANN201
+    """Yields the experiment after each query (the caller rewrites its files), so a long run keeps what it did."""
     spark = spark_session()
     scale = round((0.1 if quick else 1.0) * SCALE, 3) or 0.01
     root = data.tpch(scale)
@@ -114,9 +115,9 @@ def run(quick: bool = False, runs: int = 5) -> list[Experiment]:
                 target_fn = _committer(setup, changes, size, kind)
                 _measure(exp, setup, f"{name} {kind} {size:,}", target_fn, runs, size)
         print(f"   {name}: {time.perf_counter() - t0:.0f} s", flush=True)
-    for r in exp.rows:
-        r.x = None
-    return [exp]
+        for r in exp.rows:
+            r.x = None
+        yield exp
 
 
 def _committer(setup: Setup, changes: LineitemChanges, size: int, kind: str):  # noqa: ANN202

@@ -232,44 +232,50 @@ def q_join(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
 
 
 def joinsel_optimizations(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
-    """Q_joinsel with and without the join optimizations (Bloom filters, join-key push-down), paper Fig. 13b/d."""
+    """Q_joinsel with and without the join optimizations (paper Fig. 13b/d): all on; Bloom filters and join-key
+    push-down without the partner index (the paper's optimizations); none of them."""
     rows = scaled(200_000 if quick else 10_000_000)
     groups = 5000
     big = f"t1gbjoin_{rows}"
     big_path = data.base_table(big, rows, groups)
-    exp = Experiment("joinsel_optimizations", f"Q_joinsel, IMP with and without Bloom filters + join-key push-down, "
-                     f"{rows:,} x {rows:,} rows", ratios=[("IMP off", "IMP on")], y_label="seconds")
-    off = Optimizations(bloom_filters=False, join_key_pushdown=False, small_side_in_memory=False)
+    exp = Experiment("joinsel_optimizations", f"Q_joinsel, IMP with and without the join optimizations, "
+                     f"{rows:,} x {rows:,} rows", ratios=[("none", "all on"), ("none", "Bloom + keys")],
+                     y_label="seconds")
+    configs = {
+        "all on": Optimizations(),
+        "Bloom + keys": Optimizations(partner_index=False, small_side_in_memory=False),
+        "none": Optimizations(bloom_filters=False, join_key_pushdown=False, small_side_in_memory=False,
+                              partner_index=False),
+    }
     for pct in ([5] if quick else [1, 5, 10]):
         helper = f"tjoinhelppercent{pct}_{rows}"
         helper_path = data.join_helper(helper, rows, groups, pct / 100)
         sql = (f"SELECT a, AVG(b) AS ab FROM {big} JOIN {helper} ON (a = ttid) WHERE b < 1000 "
                f"GROUP BY a HAVING AVG(c) < 1000")
         tables = {big: big_path, helper: helper_path}
-        on = Setup(spark, sql, tables, (big, "a"), 1000)
-        plain = Setup(spark, sql, tables, (big, "a"), 1000, off)
-        exp.notes.append(f"- {pct}%: building the Bloom filter of the helper side once after capture took "
-                         f"{on.caches_s:.1f} s")
+        setups = {name: Setup(spark, sql, tables, (big, "a"), 1000, opts) for name, opts in configs.items()}
+        first = setups["all on"]
+        for name, setup in setups.items():
+            exp.notes.append(f"- {pct}%, {name}: join caches built once after capture in {setup.caches_s:.1f} s")
         for i, size in enumerate([1000] if quick else [10, 100, 1000, 10_000]):
-            target = on.commit_change(big, size, seed=5000 + i, groups=groups)
-            plain.versions = dict(on.versions)
+            target = first.commit_change(big, size, seed=5000 + i, groups=groups)
+            for setup in setups.values():
+                setup.versions = dict(first.versions)
             last: dict[str, object] = {}
 
-            def run_on() -> float:
-                elapsed, pipe, _ = on.imp(target)
-                last["on"] = pipe
-                return elapsed
+            def variant(name: str):  # noqa: ANN202
+                def run_once() -> float:
+                    elapsed, pipe, _ = setups[name].imp(target)
+                    last[name] = pipe
+                    return elapsed
+                return run_once
 
-            def run_off() -> float:
-                elapsed, pipe, _ = plain.imp(target)
-                last["off"] = pipe
-                return elapsed
-
-            exp.measure(f"{pct}% sel, n={size:,}", {"IMP on": run_on, "IMP off": run_off}, runs, x=size)
-            if last["on"].sketch() != last["off"].sketch():  # type: ignore[attr-defined]
+            exp.measure(f"{pct}% sel, n={size:,}", {name: variant(name) for name in configs}, runs, x=size)
+            sketches = {name: last[name].sketch() for name in configs}  # type: ignore[attr-defined]
+            if len({frozenset(v) for v in sketches.values()}) != 1:
                 raise AssertionError("the join optimizations changed the sketch")
-            on.advance(target, last["on"])  # type: ignore[arg-type]
-            plain.advance(target, last["off"])  # type: ignore[arg-type]
+            for name, setup in setups.items():
+                setup.advance(target, last[name])  # type: ignore[arg-type]
     for r in exp.rows:
         r.x = None
     return exp

@@ -35,11 +35,13 @@ class Optimizations:
     bloom_filters: bool = True
     netting: bool = True
     small_side_in_memory: bool = True
+    partner_index: bool = True
     # bounded buffers (paper 7.2); with them, changes beyond a buffer's bound are dropped before any state update
     # (aggregate selection, Liu et al.). 0 keeps every input row / value (the paper's 5.2.6-5.2.7 state).
     topk_buffer: int = 0
     minmax_buffer: int = 0
     small_side_rows: int = 100_000
+    partner_rows: int = 1_000_000  # largest partner index (rows of a large join side that can join) kept in state
 
     @classmethod
     def parse(cls, text: str | None) -> Optimizations:
@@ -52,6 +54,7 @@ class Optimizations:
             "bloom": "bloom_filters",
             "netting": "netting",
             "smallside": "small_side_in_memory",
+            "partners": "partner_index",
         }
         if text.strip() == "none":
             return replace(opts, **{v: False for v in names.values()})
@@ -59,9 +62,9 @@ class Optimizations:
         for part in (p.strip() for p in text.split(",") if p.strip()):
             if "=" in part:
                 key, _, value = part.partition("=")
-                if key not in ("topk_buffer", "minmax_buffer", "small_side_rows"):
+                if key not in ("topk_buffer", "minmax_buffer", "small_side_rows", "partner_rows"):
                     raise ConfigError(f"{ENV_OPTIMIZATIONS}: unknown setting {key!r}; use topk_buffer=N, "
-                                      f"minmax_buffer=N or small_side_rows=N")
+                                      f"minmax_buffer=N, small_side_rows=N or partner_rows=N")
                 try:
                     changes[key] = int(value)
                 except ValueError as e:

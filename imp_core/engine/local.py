@@ -52,6 +52,11 @@ class LocalBackend:
                      versions: Versions) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
         return _summary(self.relation(node, pipeline, versions), keys, max_rows)
 
+    def rows_with_keys(self, node: Plan, keys: list[str], values: pl.DataFrame, max_rows: int, pipeline: Pipeline,
+                       versions: Versions) -> pl.DataFrame | None:
+        rows = self.relation(node, pipeline, versions).join(values, on=keys, how="semi")
+        return None if max_rows and rows.height > max_rows else rows
+
     def fragment_counts(self, node: Plan, pipeline: Pipeline, versions: Versions) -> np.ndarray:
         rel = self.relation(node, pipeline, versions)
         p = pairs(rel, [])

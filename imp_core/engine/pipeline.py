@@ -70,6 +70,12 @@ class Backend(Protocol):
         """``node``'s annotated rows if at most ``max_rows``, else its join-key counts (key columns, ``__n``)."""
         ...
 
+    def rows_with_keys(self, node: Plan, keys: list[str], values: pl.DataFrame, max_rows: int, pipeline: Pipeline,
+                       versions: Versions) -> pl.DataFrame | None:
+        """``node``'s annotated rows whose ``keys`` match a row of ``values``; None if more than ``max_rows`` (0: no
+        limit)."""
+        ...
+
 
 @dataclass
 class PassStats:
@@ -106,7 +112,8 @@ class Pipeline:
     def configured(cls, plan: Plan, partitions: PartitionSet, opts: Any) -> Pipeline:
         """A pipeline with the optimizations switched on in ``opts`` (``imp_core.config.Optimizations``)."""
         caching = JoinCaching(bloom=opts.bloom_filters,
-                              small_rows=opts.small_side_rows if opts.small_side_in_memory else 0)
+                              small_rows=opts.small_side_rows if opts.small_side_in_memory else 0,
+                              partner_rows=opts.partner_rows if opts.partner_index else 0)
         return cls(plan, partitions, topk_buffer=opts.topk_buffer, join_caching=caching,
                    minmax_buffer=opts.minmax_buffer)
 
@@ -321,6 +328,11 @@ class _LazySide:
         if self.pipeline.current(self.node) is not None:
             return None, None  # computed from operator state: already in memory
         return self.backend.side_summary(self.node, keys, max_rows, self.pipeline, self.versions)
+
+    def rows_with_keys(self, keys: list[str], values: pl.DataFrame, max_rows: int) -> pl.DataFrame | None:
+        if self.pipeline.current(self.node) is not None:
+            return None  # computed from operator state: already in memory
+        return self.backend.rows_with_keys(self.node, keys, values, max_rows, self.pipeline, self.versions)
 
 
 __all__ = ["Backend", "Pipeline", "PassStats", "SketchDelta", "Versions", "MULT", "SET", "AggCall"]

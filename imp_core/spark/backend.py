@@ -164,6 +164,30 @@ class SparkBackend:
         self.spark_jobs += 1
         return None, self.conform(to_polars(counts), node)
 
+    def rows_with_keys(self, node: Plan, keys: list[str], values: pl.DataFrame, max_rows: int, pipeline: Pipeline,
+                       versions: Versions) -> pl.DataFrame | None:
+        """One job: ``node``'s rows whose keys occur in ``values`` (a few keys become an ``IN`` filter that Parquet
+        statistics can skip data with; many are a broadcast semi-join)."""
+        df = self.compiler(pipeline, versions, fragments_in_spark=False).compile(node)
+        if len(keys) == 1 and values.height <= 2000:
+            wanted = values.get_column(keys[0]).drop_nulls().unique()
+            df = df.filter(col(keys[0]).isin(wanted.to_list()))
+        else:
+            renamed = values.select([pl.col(k).alias(f"__k{i}") for i, k in enumerate(keys)])
+            other = F.broadcast(to_spark(self.spark, renamed))
+            cond = None
+            for i, k in enumerate(keys):
+                term = col(k) == F.col(f"__k{i}")
+                cond = term if cond is None else cond & term
+            df = df.join(other, on=cond, how="left_semi")
+        if max_rows:
+            df = df.limit(max_rows + 1)
+        rows = to_polars(df)
+        self.spark_jobs += 1
+        if max_rows and rows.height > max_rows:
+            return None
+        return self.conform(self.annotate_raw(rows, pipeline), node)
+
     def join_side(self, node: Plan, pipeline: Pipeline, versions: Versions) -> SparkJoinSide:
         return SparkJoinSide(self, pipeline, node, versions)
 

@@ -1,4 +1,5 @@
-"""Join side caches (small sides kept whole, counting Bloom filters): same sketches as without them, fewer joins."""
+"""Join side caches (small sides kept whole, partner indexes, counting Bloom filters): same sketches as without
+them, fewer joins."""
 
 from __future__ import annotations
 
@@ -49,6 +50,11 @@ class CountingBackend(LocalBackend):
     def __init__(self, store: Store) -> None:
         super().__init__(store.frame)
         self.joins = 0
+        self.lookups = 0
+
+    def rows_with_keys(self, node, keys, values, max_rows, pipeline, versions):  # noqa: ANN001, ANN201
+        self.lookups += 1
+        return super().rows_with_keys(node, keys, values, max_rows, pipeline, versions)
 
     def join_side(self, node, pipeline, versions):  # noqa: ANN001, ANN201
         side = super().join_side(node, pipeline, versions)
@@ -59,13 +65,22 @@ class CountingBackend(LocalBackend):
                 outer.joins += 1
                 return side.join_delta(delta, delta_is_left)
 
+            def summary(self, keys, max_rows):  # noqa: ANN001, ANN201
+                return side.summary(keys, max_rows)
+
+            def rows_with_keys(self, keys, values, max_rows):  # noqa: ANN001, ANN201
+                return side.rows_with_keys(keys, values, max_rows)
+
         return Counted()
 
 
 def pipelines(plan, parts):  # noqa: ANN001, ANN201
     return {"plain": Pipeline(plan, parts),
             "bloom": Pipeline(plan, parts, join_caching=JoinCaching(bloom=True, small_rows=0)),
-            "small": Pipeline(plan, parts, join_caching=JoinCaching(bloom=True, small_rows=1000))}
+            "small": Pipeline(plan, parts, join_caching=JoinCaching(bloom=True, small_rows=1000)),
+            "partners": Pipeline(plan, parts, join_caching=JoinCaching(bloom=True, small_rows=0, partner_rows=1000)),
+            "partners, no Bloom": Pipeline(plan, parts, join_caching=JoinCaching(bloom=False, partner_rows=1000)),
+            "partners, tight": Pipeline(plan, parts, join_caching=JoinCaching(bloom=True, partner_rows=3))}
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -133,3 +148,38 @@ def test_bloom_filter_forgets_deleted_keys_and_skips_the_join() -> None:
     joins = backend.joins
     p.maintain_pass("r", changes, backend, {"r": 1, "s": 0})
     assert backend.joins == joins  # the filter proved no partner exists: the join with s was skipped
+
+
+def test_a_partner_index_joins_known_keys_in_memory_and_looks_up_new_ones_once() -> None:
+    # s is "large" (no small-side cache); r's keys 0..2 have partners in s, key 7 none; key 5 arrives later
+    store = Store([(1, k, 1) for k in (0, 1, 2, 7)], [(k, 1) for k in range(40)])
+    schemas = {t: store.frame(t, 0).to_arrow().schema for t in ("r", "s")}
+    plan = parse_query(SQL, schemas).plan
+    parts = PartitionSet((Partition("r", "g", (0, 2, 4), "int"),))
+    backend = CountingBackend(store)
+    p = Pipeline(plan, parts, join_caching=JoinCaching(bloom=True, small_rows=0, partner_rows=100))
+    p.capture(backend, {"r": 0, "s": 0})
+    versions = {"r": 0, "s": 0}
+
+    def step(table: str, deletes: list[int], inserts: list[tuple]) -> None:
+        changes = store.change(table, deletes, inserts)
+        versions[table] = len(store.versions[table]) - 1
+        p.maintain_pass(table, changes, backend, dict(versions))
+        p.load_state_blobs(p.state_blobs())  # the index survives a reload from the catalog
+        fresh = Pipeline(plan, parts)
+        fresh.capture(backend, versions)
+        assert p.sketch() == fresh.sketch()
+
+    step("r", [], [(1, 1, 2)])  # first delta builds the index (one lookup of r's keys in s)
+    joins, lookups = backend.joins, backend.lookups
+    step("r", [], [(1, 2, 3), (3, 0, 4)])  # known keys: joined in memory
+    step("r", [0], [])
+    assert (backend.joins, backend.lookups) == (joins, lookups)
+    step("r", [], [(3, 5, 1)])  # key 5 is new to r: its partners are looked up once...
+    assert backend.lookups == lookups + 1
+    step("r", [], [(3, 5, 2)])  # ... and then known
+    assert backend.lookups == lookups + 1
+    step("s", [5], [(5, 9), (2, 3)])  # s changes: r's side builds its own index (one lookup), s's index follows
+    assert backend.lookups == lookups + 2
+    step("r", [], [(3, 5, 3), (1, 2, 1)])  # the changed partners of keys 2 and 5 came from the index
+    assert backend.lookups == lookups + 2 and backend.joins == joins

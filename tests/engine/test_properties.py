@@ -955,7 +955,9 @@ def check_step(case: Case, pipe: Pipeline, store: Store, versions: dict[str, int
 
 
 def optimized_pipeline(plan: Plan, parts: PartitionSet) -> Pipeline:
-    return Pipeline(plan, parts, topk_buffer=3, join_caching=JoinCaching(bloom=True, small_rows=8), minmax_buffer=2)
+    # sides of up to 4 rows are kept whole, larger ones get a partner index (or, past 40 partner rows, a Bloom filter)
+    return Pipeline(plan, parts, topk_buffer=3, join_caching=JoinCaching(bloom=True, small_rows=4, partner_rows=40),
+                    minmax_buffer=2)
 
 
 def run_case(case: Case) -> None:

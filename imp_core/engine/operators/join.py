@@ -13,10 +13,16 @@ side at the versions already reached):
 
 * a **small side** (at most ``small_rows`` rows, e.g. a dimension table) is kept whole, annotated, and deltas of the
   other side join it in memory without any Spark job (the iOLAP paper's small-state joins);
-* a **large side** gets a counting Bloom filter over its join keys: delta rows whose key certainly has no partner
-  are dropped before the join, and when none is left the join with the large side is skipped entirely.
+* a **large side whose partners are few** gets a *partner index*: the side's rows whose join key occurs in the other
+  side (``X ⋉ Y``, at most ``partner_rows`` rows) together with the other side's join-key counts. A delta of the
+  other side whose keys are all known joins the index in memory, without a Spark job; rows with a key the other
+  side did not have yet fetch that key's partners once (one small lookup) and add them to the index. The index only
+  promises to hold *every* partner of every key it lists, so a key count that drifted could only cost a lookup.
+  This is the iOLAP paper's small-state join applied to the part of a large side that can actually join;
+* a **large side** also gets a counting Bloom filter over its join keys: delta rows whose key certainly has no
+  partner are dropped before the join (or before a partner lookup), and when none is left nothing is joined.
 
-Both are built lazily, the first time a delta needs the side after a capture, so full maintenance stays the plain
+All are built lazily, the first time a delta needs the side after a capture, so full maintenance stays the plain
 capture query.
 """
 
@@ -25,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 import polars as pl
 
 from imp_core.engine.annotation import MULT, after_join, consolidate, rename_for_join
@@ -34,6 +41,9 @@ from imp_core.engine.operators.base import StatefulOperator
 from imp_core.errors import StateError
 from imp_core.plan.expr import Binary, Col, Expr, conjoin
 from imp_core.plan.nodes import Join
+
+
+N_KEY = "__n"  # rows of the other side per join key, in a partner index
 
 
 class JoinSide(Protocol):
@@ -48,6 +58,11 @@ class JoinSide(Protocol):
         ``(None, None)`` when the side is in memory anyway (nothing to cache)."""
         ...
 
+    def rows_with_keys(self, keys: list[str], values: pl.DataFrame, max_rows: int) -> pl.DataFrame | None:
+        """The side's annotated rows whose ``keys`` equal a row of ``values`` (columns named like ``keys``); None
+        when there are more than ``max_rows`` (0: no limit) or the side is in memory anyway."""
+        ...
+
 
 @dataclass(frozen=True)
 class JoinCaching:
@@ -55,6 +70,21 @@ class JoinCaching:
 
     bloom: bool = True
     small_rows: int = 0  # 0: never keep a side whole
+    partner_rows: int = 0  # 0: no partner index
+
+
+@dataclass
+class PartnerIndex:
+    """One side's rows whose join key occurs in the other side, and the other side's join-key counts.
+
+    Invariant: for every key in ``keys``, ``rows`` holds *all* of the side's current rows with that key. Keys the
+    other side gains are added with their partners (fetched); keys it loses are dropped with theirs.
+    """
+
+    rows: pl.DataFrame
+    keys: pl.DataFrame  # k0..kn (canonical key types) and __n: the other side's rows per key
+    bloom: CountingBloom | None
+    fresh: bool = False  # built during this pass: ``keys`` already counts the pass's delta
 
 
 class JoinOp(StatefulOperator):
@@ -85,14 +115,18 @@ class JoinOp(StatefulOperator):
         for a, b in zip(self.left_keys, self.right_keys):
             ta, tb = polars_type(node.left.field(a).dtype), polars_type(node.right.field(b).dtype)
             self.key_types.append(ta if ta == tb else (pl.Float64 if (ta.is_float() or tb.is_float()) else pl.Int64))
+        # a partner index matches keys by value: only when both sides' key columns have the same type
+        self._same_key_types = all(polars_type(node.left.field(a).dtype) == polars_type(node.right.field(b).dtype)
+                                   for a, b in zip(self.left_keys, self.right_keys))
         self.reset()
 
     @property
     def stateful_now(self) -> bool:
-        return bool(self.left_keys) and (self.caching.bloom or self.caching.small_rows > 0)
+        return bool(self.left_keys) and (self.caching.bloom or self.caching.small_rows > 0
+                                         or self.caching.partner_rows > 0)
 
     def reset(self) -> None:
-        # per side: ("rows", frame) | ("bloom", filter) | None (not built yet)
+        # per side: ("rows", frame) | ("partners", PartnerIndex) | ("bloom", filter) | None (not built yet)
         self.caches: dict[str, tuple[str, Any] | None] = {"left": None, "right": None}
 
     def process(self, dl: pl.DataFrame | None, dr: pl.DataFrame | None, left: JoinSide,
@@ -108,10 +142,10 @@ class JoinOp(StatefulOperator):
             if has_r:
                 self._apply("right", dr)  # type: ignore[arg-type]
         if has_l:
-            parts.append(self._join_with("right", right, dl, True) if caching  # type: ignore[arg-type]
+            parts.append(self._join_with("right", right, dl, True, left) if caching  # type: ignore[arg-type]
                          else right.join_delta(dl, delta_is_left=True))  # type: ignore[arg-type]
         if has_r:
-            parts.append(self._join_with("left", left, dr, False) if caching  # type: ignore[arg-type]
+            parts.append(self._join_with("left", left, dr, False, right) if caching  # type: ignore[arg-type]
                          else left.join_delta(dr, delta_is_left=False))  # type: ignore[arg-type]
         if has_l and has_r:
             dd = self.join_frames(dl, dr)  # type: ignore[arg-type]
@@ -128,7 +162,11 @@ class JoinOp(StatefulOperator):
         return frame.select([pl.col(n).cast(t, strict=False).alias(f"k{i}")
                              for i, (n, t) in enumerate(zip(names, self.key_types))])
 
+    def _names(self, side: str) -> list[str]:
+        return self.left_keys if side == "left" else self.right_keys
+
     def _apply(self, side: str, delta: pl.DataFrame) -> None:
+        """Bring ``side``'s cache to the side's contents after its own ``delta``."""
         cache = self.caches[side]
         if cache is None:
             return
@@ -136,37 +174,90 @@ class JoinOp(StatefulOperator):
         if kind == "rows":
             self.caches[side] = ("rows", consolidate(pl.concat([value, delta.select(value.columns)],
                                                                how="vertical_relaxed")))
-        else:
+        elif kind == "bloom":
             value.add(self._keys(side, delta), delta.get_column(MULT).to_numpy())
+        else:
+            index: PartnerIndex = value
+            if index.bloom is not None:
+                index.bloom.add(self._keys(side, delta), delta.get_column(MULT).to_numpy())
+            # rows of listed keys change with the side; the index's other rows are not affected
+            kcols = [f"k{i}" for i in range(len(self.key_types))]
+            listed = self._keys(side, delta).join(index.keys.select(kcols), on=kcols, how="semi").unique()
+            if listed.height:
+                names = self._names(side)
+                listed = self._named(listed, names)
+                changed = delta.join(listed, on=names, how="semi")
+                touched = index.rows.join(listed, on=names, how="semi")
+                rest = index.rows.join(listed, on=names, how="anti")
+                merged = consolidate(pl.concat([touched, changed.select(index.rows.columns)], how="vertical_relaxed"))
+                index.rows = pl.concat([rest, merged.select(rest.columns)], how="vertical_relaxed")
 
-    def _build(self, side: str, access: JoinSide) -> None:
-        names = self.left_keys if side == "left" else self.right_keys
+    def _named(self, keys: pl.DataFrame, names: list[str]) -> pl.DataFrame:
+        """Canonical key columns ``k0..`` renamed to a side's key column names."""
+        return keys.select([pl.col(f"k{i}").alias(n) for i, n in enumerate(names)])
+
+    def _build(self, side: str, access: JoinSide, other: JoinSide | None) -> None:
+        names = self._names(side)
         small = self.caching.small_rows if self.caching.small_rows > 0 else 0
         rows, key_counts = access.summary(names, small)
         if rows is not None:
             self.caches[side] = ("rows", rows)
-        elif key_counts is not None and self.caching.bloom:
+            return
+        if key_counts is None:
+            return  # the side is computed in memory anyway
+        bloom = None
+        if self.caching.bloom:
             bloom = CountingBloom.for_keys(key_counts.height)
-            keys = key_counts.select([pl.col(n).cast(t, strict=False).alias(f"k{i}")
-                                      for i, (n, t) in enumerate(zip(names, self.key_types))])
-            bloom.add(keys, key_counts.get_column("__n").to_numpy())
+            bloom.add(self._canonical(key_counts, names), key_counts.get_column("__n").to_numpy())
+        if self.caching.partner_rows > 0 and self._same_key_types and other is not None:
+            index = self._partner_index(side, access, other, bloom)
+            if index is not None:
+                self.caches[side] = ("partners", index)
+                return
+        if bloom is not None:
             self.caches[side] = ("bloom", bloom)
+
+    def _partner_index(self, side: str, access: JoinSide, other: JoinSide,
+                       bloom: CountingBloom | None) -> PartnerIndex | None:
+        """``side``'s rows with a key the other side has, if there are at most ``partner_rows`` of them."""
+        other_side = "right" if side == "left" else "left"
+        limit = self.caching.partner_rows
+        _, counts = other.summary(self._names(other_side), 0)
+        if counts is None or counts.height > limit:
+            return None
+        keys = self._canonical(counts, self._names(other_side)).with_columns(
+            counts.get_column("__n").cast(pl.Int64).alias(N_KEY)).drop_nulls().filter(pl.col(N_KEY) > 0)
+        names = self._names(side)
+        rows = access.rows_with_keys(names, self._named(keys, names), limit)
+        if rows is None:
+            return None
+        return PartnerIndex(rows, keys, bloom)
+
+    def _canonical(self, frame: pl.DataFrame, names: list[str]) -> pl.DataFrame:
+        return frame.select([pl.col(n).cast(t, strict=False).alias(f"k{i}")
+                             for i, (n, t) in enumerate(zip(names, self.key_types))])
 
     def build_caches(self, left: JoinSide, right: JoinSide) -> None:
         """Build both side caches now instead of on the first delta (e.g. right after a capture)."""
         if self.stateful_now:
-            for side, access in (("left", left), ("right", right)):
+            for side, access, other in (("left", left, right), ("right", right, left)):
                 if self.caches[side] is None:
-                    self._build(side, access)
+                    self._build(side, access, other)
 
-    def _join_with(self, side: str, access: JoinSide, delta: pl.DataFrame, delta_is_left: bool) -> pl.DataFrame:
+    def _join_with(self, side: str, access: JoinSide, delta: pl.DataFrame, delta_is_left: bool,
+                   other: JoinSide | None = None) -> pl.DataFrame:
         """``delta`` joined with ``side``'s contents, using (and lazily building) the side's cache."""
         if self.caches[side] is None:
-            self._build(side, access)
+            self._build(side, access, other)
+            cache = self.caches[side]
+            if cache is not None and cache[0] == "partners":
+                cache[1].fresh = True  # built at the versions this pass reaches: its key counts include `delta`
         cache = self.caches[side]
         if cache is not None and cache[0] == "rows":
             rows = cache[1]
             return self.join_frames(delta, rows) if delta_is_left else self.join_frames(rows, delta)
+        if cache is not None and cache[0] == "partners":
+            return self._join_partners(side, access, cache[1], delta, delta_is_left)
         if cache is not None and cache[0] == "bloom":
             own = "left" if delta_is_left else "right"
             keep = cache[1].may_contain(self._keys(own, delta))
@@ -175,26 +266,99 @@ class JoinOp(StatefulOperator):
                 return self.empty_output()  # no delta row can have a partner: no join at all
         return access.join_delta(delta, delta_is_left)
 
+    def _join_partners(self, side: str, access: JoinSide, index: PartnerIndex, delta: pl.DataFrame,
+                       delta_is_left: bool) -> pl.DataFrame:
+        """``delta`` (of the other side) joined through ``side``'s partner index; then the index follows the other
+        side's keys: new keys come with their fetched partners, keys whose count reaches 0 leave."""
+        own = "left" if delta_is_left else "right"
+        kcols = [f"k{i}" for i in range(len(self.key_types))]
+        dkeys = self._keys(own, delta)
+        known = np.zeros(delta.height, dtype=bool)
+        hit = dkeys.with_row_index("__i").join(index.keys.select(kcols), on=kcols, how="semi").get_column("__i")
+        known[hit.to_numpy()] = True
+        has_key = ~np.any(np.stack([dkeys.get_column(c).is_null().to_numpy() for c in kcols]), axis=0)
+        fresh_mask = ~known & has_key  # keys the other side did not have: their partners are not in the index
+        parts = []
+        if known.any():
+            part = delta.filter(pl.Series(known))
+            parts.append(self.join_frames(part, index.rows) if delta_is_left else self.join_frames(index.rows, part))
+        fetched = None
+        if fresh_mask.any():
+            new = delta.filter(pl.Series(fresh_mask))
+            if index.bloom is not None:
+                new = new.filter(pl.Series(index.bloom.may_contain(self._keys(own, new))))
+            if new.height:
+                names = self._names(side)
+                fetched = access.rows_with_keys(names, self._named(self._keys(own, new).unique(), names), 0)
+                if fetched is None:  # the side cannot be looked up by key: the plain join
+                    parts.append(access.join_delta(new, delta_is_left))
+                else:
+                    parts.append(self.join_frames(new, fetched) if delta_is_left
+                                 else self.join_frames(fetched, new))
+        self._follow_keys(side, index, dkeys, delta.get_column(MULT), fetched)
+        parts = [p for p in parts if p.height]
+        if not parts:
+            return self.empty_output()
+        return pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0]
+
+    def _follow_keys(self, side: str, index: PartnerIndex, dkeys: pl.DataFrame, mult: pl.Series,
+                     fetched: pl.DataFrame | None) -> None:
+        """Count the other side's delta into the index's keys; keep the fetched partners of keys now listed and
+        drop the rows of keys no longer listed."""
+        kcols = [f"k{i}" for i in range(len(self.key_types))]
+        names = self._names(side)
+        if index.fresh:
+            index.fresh = False  # the counts were read at the versions this pass reaches
+        else:
+            change = dkeys.with_columns(mult.alias(N_KEY)).drop_nulls(kcols).group_by(kcols).agg(pl.col(N_KEY).sum())
+            merged = pl.concat([index.keys, change.select(index.keys.columns)], how="vertical_relaxed")
+            merged = merged.group_by(kcols).agg(pl.col(N_KEY).sum())
+            gone = merged.filter(pl.col(N_KEY) <= 0).select(kcols)
+            index.keys = merged.filter(pl.col(N_KEY) > 0)
+            if gone.height:
+                index.rows = index.rows.join(self._named(gone, names), on=names, how="anti")
+        if fetched is not None and fetched.height:
+            kept = fetched.join(self._named(index.keys.select(kcols), names), on=names, how="semi")
+            # fetched keys were not listed before, so none of their rows is in the index yet
+            index.rows = pl.concat([index.rows, kept.select(index.rows.columns)], how="vertical_relaxed")
+
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
         meta: dict[str, Any] = {"polars": pl.__version__}
         frames: dict[str, pl.DataFrame] = {}
         for side, cache in self.caches.items():
             meta[side] = None if cache is None else cache[0]
-            if cache is not None:
-                frames[side] = cache[1] if cache[0] == "rows" else cache[1].to_frame()
+            if cache is None:
+                continue
+            kind, value = cache
+            if kind == "rows":
+                frames[side] = value
+            elif kind == "bloom":
+                frames[side] = value.to_frame()
+            else:
+                frames[side] = value.rows
+                frames[f"{side}_keys"] = value.keys
+                if value.bloom is not None:
+                    frames[f"{side}_bloom"] = value.bloom.to_frame()
         return meta, frames
 
     def set_state_frames(self, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
         self.reset()
+        same_hash = meta.get("polars") == pl.__version__
         for side in ("left", "right"):
             kind = meta.get(side)
             if kind is None:
                 continue
-            if side not in frames:
+            if side not in frames or (kind == "partners" and f"{side}_keys" not in frames):
                 raise StateError(f"operator {self.op_id}: the {side} join cache is missing its data; recapture")
             if kind == "rows":
                 self.caches[side] = ("rows", frames[side])
-            elif meta.get("polars") == pl.__version__:
+            elif kind == "partners":
+                # a filter hashed by another polars version is dropped (it only ever saves work); rows and key
+                # counts do not depend on hashing
+                bloom = CountingBloom.from_frame(frames[f"{side}_bloom"]) \
+                    if same_hash and f"{side}_bloom" in frames else None
+                self.caches[side] = ("partners", PartnerIndex(frames[side], frames[f"{side}_keys"], bloom))
+            elif same_hash:
                 self.caches[side] = ("bloom", CountingBloom.from_frame(frames[side]))
             # a filter hashed by another polars version is rebuilt on first use (it only ever saves work)
 

@@ -44,6 +44,7 @@ from imp_core.plan.nodes import Join
 
 
 N_KEY = "__n"  # rows of the other side per join key, in a partner index
+PARTNER_KEYS_PER_ROW = 4
 
 
 class JoinSide(Protocol):
@@ -223,7 +224,8 @@ class JoinOp(StatefulOperator):
         other_side = "right" if side == "left" else "left"
         limit = self.caching.partner_rows
         _, counts = other.summary(self._names(other_side), 0)
-        if counts is None or counts.height > limit:
+        # key counts are two numbers a key: up to PARTNER_KEYS_PER_ROW of them per partner row the index may hold
+        if counts is None or counts.height > PARTNER_KEYS_PER_ROW * limit:
             return None
         keys = self._canonical(counts, self._names(other_side)).with_columns(
             counts.get_column("__n").cast(pl.Int64).alias(N_KEY)).drop_nulls().filter(pl.col(N_KEY) > 0)

@@ -26,9 +26,9 @@ def check_compatible(table: str, registered: pa.Schema, current: pa.Schema, used
             continue
         if name not in current.names:
             raise SchemaChangedError(f"table {table} no longer has column {name}, which sketch {sketch} uses; "
-                                     f"drop the sketch and register it again")
+                                     f"drop the sketch (`imp sketch drop {sketch}`) and register it again")
         old, new = registered.field(name).type, current.field(name).type
         if old != new:
             raise SchemaChangedError(f"table {table} changed column {name} from {old} to {new} since sketch {sketch} "
-                                     f"was registered; run `imp sketch recapture {sketch} --allow-schema-change` or "
-                                     f"drop and register the sketch again")
+                                     f"was registered; drop the sketch (`imp sketch drop {sketch}`) and register it "
+                                     f"again with `imp sketch create`")

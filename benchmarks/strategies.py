@@ -199,7 +199,7 @@ def whole_job(service: SketchService, quick: bool, runs: int) -> Experiment:
                 return elapsed
             return run_once
 
-        exp.measure(f"{size:,} change rows", {v: job(v) for v in commands}, max(3, runs - 2), x=size)
+        exp.measure(f"{size:,} change rows", {v: job(v) for v in commands}, runs if quick else max(3, runs - 2), x=size)
         if len({tuple(f) for f in sketches.values()}) != 1:
             raise AssertionError(f"whole_job: the jobs committed different sketches: {sketches}")
         service.maintain("wj", strategy="lazy")

@@ -57,6 +57,11 @@ class LocalBackend:
         rows = self.relation(node, pipeline, versions).join(values, on=keys, how="semi")
         return None if max_rows and rows.height > max_rows else rows
 
+    def key_counts(self, node: Plan, keys: list[str], max_keys: int, pipeline: Pipeline,
+                   versions: Versions) -> pl.DataFrame | None:
+        counts = self.relation(node, pipeline, versions).group_by(keys).agg(pl.col(MULT).sum().alias("__n"))
+        return None if counts.height > max_keys else counts
+
     def fragment_counts(self, node: Plan, pipeline: Pipeline, versions: Versions) -> np.ndarray:
         rel = self.relation(node, pipeline, versions)
         p = pairs(rel, [])

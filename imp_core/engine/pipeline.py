@@ -76,6 +76,11 @@ class Backend(Protocol):
         limit)."""
         ...
 
+    def key_counts(self, node: Plan, keys: list[str], max_keys: int, pipeline: Pipeline,
+                   versions: Versions) -> pl.DataFrame | None:
+        """``node``'s rows per join key (key columns, ``__n``); None if it has more than ``max_keys`` keys."""
+        ...
+
 
 @dataclass
 class PassStats:
@@ -333,6 +338,11 @@ class _LazySide:
         if self.pipeline.current(self.node) is not None:
             return None  # computed from operator state: already in memory
         return self.backend.rows_with_keys(self.node, keys, values, max_rows, self.pipeline, self.versions)
+
+    def key_counts(self, keys: list[str], max_keys: int) -> pl.DataFrame | None:
+        if self.pipeline.current(self.node) is not None:
+            return None  # computed from operator state: already in memory
+        return self.backend.key_counts(self.node, keys, max_keys, self.pipeline, self.versions)
 
 
 __all__ = ["Backend", "Pipeline", "PassStats", "SketchDelta", "Versions", "MULT", "SET", "AggCall"]

@@ -188,6 +188,15 @@ class SparkBackend:
             return None
         return self.conform(self.annotate_raw(rows, pipeline), node)
 
+    def key_counts(self, node: Plan, keys: list[str], max_keys: int, pipeline: Pipeline,
+                   versions: Versions) -> pl.DataFrame | None:
+        """One job; at most ``max_keys + 1`` keys come back (a side with more is not worth listing)."""
+        df = self.compiler(pipeline, versions, fragments_in_spark=False).compile(node)
+        counts = df.groupBy(*[col(k) for k in keys]).agg(F.sum(col(MULT)).alias("__n")).limit(max_keys + 1)
+        out = to_polars(counts)
+        self.spark_jobs += 1
+        return None if out.height > max_keys else self.conform(out, node)
+
     def join_side(self, node: Plan, pipeline: Pipeline, versions: Versions) -> SparkJoinSide:
         return SparkJoinSide(self, pipeline, node, versions)
 

@@ -71,6 +71,9 @@ class CountingBackend(LocalBackend):
             def rows_with_keys(self, keys, values, max_rows):  # noqa: ANN001, ANN201
                 return side.rows_with_keys(keys, values, max_rows)
 
+            def key_counts(self, keys, max_keys):  # noqa: ANN001, ANN201
+                return side.key_counts(keys, max_keys)
+
         return Counted()
 
 

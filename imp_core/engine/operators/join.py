@@ -64,6 +64,11 @@ class JoinSide(Protocol):
         when there are more than ``max_rows`` (0: no limit) or the side is in memory anyway."""
         ...
 
+    def key_counts(self, keys: list[str], max_keys: int) -> pl.DataFrame | None:
+        """The side's rows per join key (key columns, ``__n``); None when it has more than ``max_keys`` distinct
+        keys or is in memory anyway."""
+        ...
+
 
 @dataclass(frozen=True)
 class JoinCaching:
@@ -223,9 +228,9 @@ class JoinOp(StatefulOperator):
         """``side``'s rows with a key the other side has, if there are at most ``partner_rows`` of them."""
         other_side = "right" if side == "left" else "left"
         limit = self.caching.partner_rows
-        _, counts = other.summary(self._names(other_side), 0)
         # key counts are two numbers a key: up to PARTNER_KEYS_PER_ROW of them per partner row the index may hold
-        if counts is None or counts.height > PARTNER_KEYS_PER_ROW * limit:
+        counts = other.key_counts(self._names(other_side), PARTNER_KEYS_PER_ROW * limit)
+        if counts is None:
             return None
         keys = self._canonical(counts, self._names(other_side)).with_columns(
             counts.get_column("__n").cast(pl.Int64).alias(N_KEY)).drop_nulls().filter(pl.col(N_KEY) > 0)

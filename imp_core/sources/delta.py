@@ -270,29 +270,58 @@ class DeltaSource:
         out (selection push-down); callers apply their exact filter afterwards.
         """
         self.check_version(upto)
+        fast = self._changes_from_log(after, upto, columns)
+        if fast is not None:
+            raw, schema, wanted = fast
+            return self._signed(raw, wanted, schema)
         schema = self.schema(upto)
         wanted = columns if columns is not None else schema.names
         missing = [c for c in wanted if c not in schema.names]
         if missing:
             raise SourceError(f"table {self.name}: column(s) {', '.join(missing)} do not exist at version {upto}")
+        self.check_cdf_range(after, upto)
         if after == upto:
-            self.check_cdf_range(after, upto)
             return _empty_changes(schema, wanted)
-        raw = self._changes_from_log(after, upto, wanted, schema)
-        if raw is None:
-            self.check_cdf_range(after, upto)
-            raw = self._changes_from_delta_rs(after, upto, wanted, predicate)
-        return self._signed(raw, wanted, schema)
+        return self._signed(self._changes_from_delta_rs(after, upto, wanted, predicate), wanted, schema)
 
-    def _changes_from_log(self, after: int, upto: int, wanted: list[str], schema: pa.Schema) -> pa.Table | None:
-        """The fast path (``changelog.py``); None when the range needs delta-rs."""
+    @cached_property
+    def _metadata_at(self) -> dict[int, tuple[pa.Schema, list[str], bool]]:
+        # (schema, partition columns, CDF on) per version, carried forward over commits without a metaData action
+        return {}
+
+    def _metadata(self, version: int) -> tuple[pa.Schema, list[str], bool]:
+        if version not in self._metadata_at:
+            self._metadata_at[version] = (self.schema(version), self.partition_columns(version),
+                                          self.cdf_enabled(version))
+        return self._metadata_at[version]
+
+    def _changes_from_log(self, after: int, upto: int,
+                          columns: list[str] | None) -> tuple[pa.Table, pa.Schema, list[str]] | None:
+        """The fast path (``changelog.py``); None when the range needs delta-rs.
+
+        The reader gives up on any metaData action inside the range, so when it succeeds the table's schema,
+        partitioning and CDF setting at ``upto`` are those at ``after``: they are carried forward instead of
+        opening the table at ``upto`` (which replays its log). An eager run of many small batches then opens the
+        table once, not once per batch.
+        """
         from imp_core.sources import changelog
 
         root = changelog.local_root(self.path)
-        if root is None or after < 0 or not self.cdf_enabled(upto):
+        if root is None or after < 0 or after > upto:
             return None
-        # no metadata action inside the range (the reader returns None otherwise), so CDF was on at every version
-        return changelog.read_range(root, after, upto, wanted, schema, self.partition_columns(upto))
+        schema, partition_columns, cdf = self._metadata(after)
+        wanted = columns if columns is not None else schema.names
+        if not cdf or any(c not in schema.names for c in wanted):
+            return None
+        if after == upto:
+            return _empty_changes(schema, wanted).drop([MULT, VERSION]).append_column(
+                "_change_type", pa.array([], pa.string())).append_column(
+                "_commit_version", pa.array([], pa.int64())), schema, wanted
+        raw = changelog.read_range(root, after, upto, wanted, schema, partition_columns)
+        if raw is None:
+            return None
+        self._metadata_at[upto] = (schema, partition_columns, cdf)
+        return raw, schema, wanted
 
     def _changes_from_delta_rs(self, after: int, upto: int, wanted: list[str], predicate: str | None) -> pa.Table:
         try:

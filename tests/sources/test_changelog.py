@@ -15,8 +15,9 @@ CDF = {"delta.enableChangeDataFeed": "true"}
 
 def both(source: DeltaSource, after: int, upto: int) -> tuple[list, list]:
     schema = source.schema(upto)
-    fast = source._changes_from_log(after, upto, schema.names, schema)
-    assert fast is not None, "the fast path should handle this range"
+    found = source._changes_from_log(after, upto, schema.names)
+    assert found is not None, "the fast path should handle this range"
+    fast = found[0]
     slow = source._changes_from_delta_rs(after, upto, schema.names, None)
 
     def rows(t: pa.Table) -> list:
@@ -56,10 +57,26 @@ def test_fast_path_declines_metadata_changes_and_vacuumed_files(tmp_path: Path) 
     DeltaTable(path).alter.set_table_properties({"delta.logRetentionDuration": "interval 30 days"})  # v1 metadata
     write_deltalake(path, pa.table({"id": [3]}), mode="append")  # v2
     source = DeltaSource("t", path)
-    schema = source.schema()
-    assert source._changes_from_log(0, 2, ["id"], schema) is None  # metadata inside the range
-    assert source._changes_from_log(1, 2, ["id"], schema) is not None
+    assert source._changes_from_log(0, 2, ["id"]) is None  # metadata inside the range
+    assert source._changes_from_log(1, 2, ["id"]) is not None
     DeltaTable(path).delete("id = 1")  # v3 with a cdc file
     for f in Path(path, "_change_data").rglob("*.parquet"):
         f.unlink()
-    assert source._changes_from_log(2, 3, ["id"], schema) is None  # falls back (and delta-rs then fails clearly)
+    assert source._changes_from_log(2, 3, ["id"]) is None  # falls back (and delta-rs then fails clearly)
+
+
+def test_consecutive_ranges_open_the_table_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eager maintenance reads (v0, v1], (v1, v2], ...: metadata is carried over commits without a metaData action
+    instead of replaying the log at every version."""
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": [1, 2], "x": [1.0, 2.0]}), configuration=CDF)  # v0
+    for i in range(4):
+        write_deltalake(path, pa.table({"id": [10 + i], "x": [float(i)]}), mode="append")  # v1..v4
+    source = DeltaSource("t", path)
+    opened: list[int | None] = []
+    real_open = source._open
+    monkeypatch.setattr(source, "_open", lambda version=None: opened.append(version) or real_open(version))
+    rows = [source.changes(v, v + 1, ["id", "x"]).column("id").to_pylist() for v in range(4)]
+    assert rows == [[10], [11], [12], [13]]
+    assert [v for v in opened if v is not None] == [0]  # version 0 once, none of 1..4
+    assert source.changes(4, 4, ["x"]).num_rows == 0 and source.changes(4, 4, ["x"]).column_names[0] == "x"

@@ -44,18 +44,23 @@ class CountingBloom:
         return np.stack(cols, axis=1) if cols else np.zeros((0, 3), dtype=np.int64)
 
     def add(self, keys: pl.DataFrame, counts: np.ndarray) -> None:
-        """Add (positive counts) or remove (negative counts) keys."""
+        """Add (positive counts) or remove (negative counts) keys.
+
+        Touches only the counters the keys hash to: a filter sized for millions of keys must not cost a pass over
+        all its counters for a delta of ten rows (that made a 10-row TPC-H SF1 delta take 0.4 s).
+        """
         if keys.height == 0:
             return
         pos = self._positions(keys)
-        delta = np.zeros(self.size, dtype=np.int64)
-        for j in range(pos.shape[1]):
-            np.add.at(delta, pos[:, j], counts.astype(np.int64))
-        current = self.counters.astype(np.int64)
-        saturated = current >= MAX
+        flat = pos.reshape(-1)  # row-major: each key's positions side by side
+        weights = np.repeat(np.asarray(counts, dtype=np.int64), pos.shape[1])
+        touched, inverse = np.unique(flat, return_inverse=True)
+        delta = np.zeros(touched.size, dtype=np.int64)
+        np.add.at(delta, inverse, weights)
+        current = self.counters[touched].astype(np.int64)
         updated = np.clip(current + delta, 0, MAX)
-        updated[saturated] = MAX  # a saturated counter lost count: it must keep admitting
-        self.counters = updated.astype(np.uint8)
+        updated[current >= MAX] = MAX  # a saturated counter lost count: it must keep admitting
+        self.counters[touched] = updated.astype(np.uint8)
 
     def may_contain(self, keys: pl.DataFrame) -> np.ndarray:
         """Boolean mask: False means the key certainly has no partner."""
@@ -65,7 +70,7 @@ class CountingBloom:
         return (self.counters[pos] > 0).all(axis=1)
 
     def to_frame(self) -> pl.DataFrame:
-        return pl.DataFrame({"c": self.counters})
+        return pl.DataFrame({"c": self.counters.copy()})  # the counters change in place later
 
     @classmethod
     def from_frame(cls, df: pl.DataFrame) -> CountingBloom:

@@ -78,7 +78,7 @@ def decode(blob: bytes, *, kind: str | None = None, op_id: str | None = None,
     if not (isinstance(header, dict) and header.get("format") == FORMAT and isinstance(header.get("frames"), list)
             and all(isinstance(n, str) for n in header["frames"]) and isinstance(header.get("meta", {}), dict)):
         raise StateError(f"{where}: state header is malformed; recapture the sketch")
-    raw = blob[10 + hlen:]
+    raw = memoryview(blob)[10 + hlen:]  # no copy of a state of many MB
     if hashlib.sha256(raw).hexdigest() != header.get("sha256"):
         raise StateError(f"{where}: state payload is corrupt (checksum mismatch); recapture the sketch")
     if kind is not None and header.get("kind") != kind:
@@ -96,7 +96,7 @@ def decode(blob: bytes, *, kind: str | None = None, op_id: str | None = None,
             pos += 8
             if pos + n > len(raw):
                 raise ValueError(f"frame {name} runs past the end of the blob")
-            reader = pa.ipc.open_stream(pa.BufferReader(raw[pos:pos + n]))
+            reader = pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(raw[pos:pos + n])))
             frames[name] = pl.from_arrow(reader.read_all(), rechunk=False)  # type: ignore[assignment]
             pos += n
     except (struct.error, ValueError, pa.ArrowException, pl.exceptions.PolarsError) as e:

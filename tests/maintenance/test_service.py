@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -144,6 +145,32 @@ def test_concurrent_maintainers_serialize(service, tmp_path: Path) -> None:  # n
     made = sorted(v.version for r in results for v in r.versions)
     assert made == [2] and sum(r.up_to_date for r in results) == 2
     assert fragments(service, "conc") == recaptured_fragments(service, "conc")
+
+
+@pytest.mark.slow
+def test_six_maintainer_processes_make_each_version_once(service, tmp_path: Path) -> None:  # noqa: ANN001
+    """Six `imp sketch maintain --strategy eager --batch-size 1` processes race over a backlog of five table
+    versions: together they commit versions 2..6 exactly once each, in order, and end at a recapture's sketch."""
+    path = register(service, tmp_path, "race")
+    for step in range(5):
+        change(path, step)
+    record = service.catalog.get_sketch("race")
+    env = dict(os.environ, IMP_HOME=str(service.settings.home), IMP_SPARK_MASTER="local[1]",
+               PYSPARK_PYTHON=sys.executable)
+    env.pop("IMP_CATALOG_URL", None)
+    cmd = [sys.executable, "-m", "imp_core.cli.main", "sketch", "maintain", "race", "--strategy", "eager",
+           "--batch-size", "1", "--json"]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(6)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-500:] for o in outs]
+    versions = service.catalog.versions(record.id)
+    assert [v.version for v in versions] == [1, 2, 3, 4, 5, 6]
+    assert versions[-1].table_versions == {"race": DeltaTable(str(path)).version()}
+    made = sorted(v for out, _ in outs for v in json.loads(out)["versions"])
+    assert made == [2, 3, 4, 5, 6]  # each version committed by exactly one process, none lost
+    assert sum(json.loads(out)["up_to_date"] for out, _ in outs) >= 1  # the others found nothing left to do
+    assert fragments(service, "race") == recaptured_fragments(service, "race")
 
 
 def test_schema_change_of_a_used_column_is_refused(service, tmp_path: Path) -> None:  # noqa: ANN001

@@ -98,7 +98,8 @@ def eager_vs_lazy(service: SketchService, quick: bool, runs: int) -> Experiment:
     return exp
 
 
-def mixed_workload(service: SketchService, quick: bool, runs: int) -> Experiment:
+def mixed_workload(service: SketchService, quick: bool, runs: int,
+                   cases: list[tuple[int, int, int]] | None = None) -> Experiment:
     """Queries and updates interleaved (paper 8.1). The time of the queries counts, with whatever each method does to
     answer them (creating, maintaining or recapturing the sketch, running the query); executing the updates is the
     same work for every method (a Delta delete rewrites whole files, seconds here against milliseconds in the paper's
@@ -113,42 +114,39 @@ def mixed_workload(service: SketchService, quick: bool, runs: int) -> Experiment
                      f"with sketch creation and maintenance), IMP = lazy maintenance + use, FM = recapture + use, "
                      f"NS = no sketch", ratios=[("NS", "IMP"), ("FM", "IMP")], log_y=True, y_label="seconds (total)",
                      timed=False)
-    ratios = [(1, 1), (1, 5), (5, 1)]
-    sizes = [1, 20, 200, 2000]
-    if quick:
-        ratios, sizes = [(1, 1)], [20]
+    if cases is None:  # (queries, updates, change size); the paper's grid, or its 1:1 / 20 case when quick
+        cases = [(1, 1, 20)] if quick else [(q, u, n) for q, u in [(1, 1), (1, 5), (5, 1)] for n in [1, 20, 200, 2000]]
     update_s: list[float] = []
-    for q, u in ratios:
-        for size in sizes:
-            case = f"{q}Q:{u}U, size {size}"
-            for method in ("IMP", "FM", "NS"):
-                data.reset(path)
-                service.register_table(name, str(path), replace=True)
-                try:
-                    service.catalog.drop_sketch("mixed")
-                except NotFoundError:
-                    pass
-                next_id = data.max_id(path) + 1
-                spent = 0.0
-                created = False
-                for i in range(ops):
-                    if i % (q + u) >= q:  # an update
-                        t0 = time.perf_counter()
-                        next_id = data.change(path, size, seed=i, groups=groups, next_id=next_id)
-                        update_s.append(time.perf_counter() - t0)
-                        continue
+    for q, u, size in cases:
+        case = f"{q}Q:{u}U, size {size}"
+        for method in ("IMP", "FM", "NS"):
+            data.reset(path)
+            service.register_table(name, str(path), replace=True)
+            try:
+                service.catalog.drop_sketch("mixed")
+            except NotFoundError:
+                pass
+            next_id = data.max_id(path) + 1
+            spent = 0.0
+            created = False
+            for i in range(ops):
+                if i % (q + u) >= q:  # an update
                     t0 = time.perf_counter()
-                    if method == "NS":
-                        service.query(sql, use_sketch=False)
-                    else:
-                        if not created:
-                            service.create_sketch("mixed", sql, [f"{name}.a"], fragments=1000)
-                            created = True
-                        elif method == "FM" and service.is_stale("mixed"):
-                            service.maintain("mixed", strategy="recapture")
-                        service.query(sql)
-                    spent += time.perf_counter() - t0
-                exp.add(case, method, 0, spent)
+                    next_id = data.change(path, size, seed=i, groups=groups, next_id=next_id)
+                    update_s.append(time.perf_counter() - t0)
+                    continue
+                t0 = time.perf_counter()
+                if method == "NS":
+                    service.query(sql, use_sketch=False)
+                else:
+                    if not created:
+                        service.create_sketch("mixed", sql, [f"{name}.a"], fragments=1000)
+                        created = True
+                    elif method == "FM" and service.is_stale("mixed"):
+                        service.maintain("mixed", strategy="recapture")
+                    service.query(sql)
+                spent += time.perf_counter() - t0
+            exp.add(case, method, 0, spent)
     if update_s:
         exp.notes.append(f"- executing the updates (not counted): median {statistics.median(update_s):.2f} s per "
                          f"update, {len(update_s)} updates")

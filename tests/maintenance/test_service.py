@@ -53,6 +53,14 @@ def register(service, tmp_path: Path, name: str, column: str = "g"):  # noqa: AN
     return path
 
 
+def cli_env(service) -> dict[str, str]:  # noqa: ANN001
+    """Environment for an `imp` process that shares this service's embedded catalog."""
+    env = dict(os.environ, IMP_HOME=str(service.settings.home), IMP_SPARK_MASTER="local[1]",
+               PYSPARK_PYTHON=sys.executable)
+    env.pop("IMP_CATALOG_URL", None)
+    return env
+
+
 def recaptured_fragments(service, name: str):  # noqa: ANN001, ANN201
     """The sketch a full recapture computes now (as a separate sketch, so the maintained one is untouched)."""
     twin = f"{name}_check"
@@ -155,9 +163,7 @@ def test_six_maintainer_processes_make_each_version_once(service, tmp_path: Path
     for step in range(5):
         change(path, step)
     record = service.catalog.get_sketch("race")
-    env = dict(os.environ, IMP_HOME=str(service.settings.home), IMP_SPARK_MASTER="local[1]",
-               PYSPARK_PYTHON=sys.executable)
-    env.pop("IMP_CATALOG_URL", None)
+    env = cli_env(service)
     cmd = [sys.executable, "-m", "imp_core.cli.main", "sketch", "maintain", "race", "--strategy", "eager",
            "--batch-size", "1", "--json"]
     procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -190,9 +196,7 @@ def test_killed_maintenance_leaves_nothing_half_written(service, tmp_path: Path)
     for step in range(5):
         change(path, step)
     record = service.catalog.get_sketch("kill")
-    env = dict(os.environ, IMP_HOME=str(service.settings.home), IMP_SPARK_MASTER="local[1]",
-               PYSPARK_PYTHON=sys.executable)
-    env.pop("IMP_CATALOG_URL", None)
+    env = cli_env(service)
     for point in POINTS:
         out = subprocess.run([sys.executable, "-m", "imp_core.cli.main", "sketch", "maintain", "kill"],
                              env={**env, "IMP_FAULT": point}, capture_output=True, text=True, timeout=300)

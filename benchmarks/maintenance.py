@@ -386,5 +386,6 @@ def run(quick: bool = False, runs: int = 5):  # noqa: ANN201
         exp = fn(spark, quick, runs)
         print(f"   {exp.name}: {time.perf_counter() - t0:.0f} s", flush=True)
         yield exp
-    yield MEMORY
+        if MEMORY.rows:  # written after each experiment, so a stopped run keeps the sizes measured so far
+            yield MEMORY
     yield sketch_sizes()

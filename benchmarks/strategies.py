@@ -98,14 +98,18 @@ def eager_vs_lazy(service: SketchService, quick: bool, runs: int) -> Experiment:
     return exp
 
 
-def mixed_workload(service: SketchService, quick: bool, runs: int,
-                   cases: list[tuple[int, int, int]] | None = None) -> Experiment:
+def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
+                   cases: list[tuple[int, int, int]] | None = None, ops: int | None = None) -> Experiment:
     """Queries and updates interleaved (paper 8.1). The time of the queries counts, with whatever each method does to
-    answer them (creating, maintaining or recapturing the sketch, running the query); executing the updates is the
-    same work for every method (a Delta delete rewrites whole files, seconds here against milliseconds in the paper's
-    Postgres) and is reported apart."""
+    answer them (creating, maintaining or recapturing the sketch, running the query).
+
+    The three methods run side by side over one sequence of updates: each update is executed once, then every query
+    of the sequence is answered by NS, FM and IMP in turn (order rotated per query), IMP and FM each with its own
+    catalog (``services``) so each finds only its own sketch. Executing the updates is the same work for every method
+    (a Delta delete rewrites whole files, seconds here against milliseconds in the paper's Postgres); it is reported
+    apart, not counted."""
     rows = scaled(200_000 if quick else 10_000_000)
-    ops = 6 if quick else 60
+    ops = ops or (6 if quick else 60)
     groups = 5000
     name = f"mixed_{rows}"
     path = data.base_table(name, rows, groups, files=100)
@@ -116,40 +120,51 @@ def mixed_workload(service: SketchService, quick: bool, runs: int,
                      timed=False)
     if cases is None:  # (queries, updates, change size); the paper's grid, or its 1:1 / 20 case when quick
         cases = [(1, 1, 20)] if quick else [(q, u, n) for q, u in [(1, 1), (1, 5), (5, 1)] for n in [1, 20, 200, 2000]]
-    update_s: list[float] = []
+    methods = ("IMP", "FM", "NS")
+    update_s: dict[int, list[float]] = {}
     for q, u, size in cases:
         case = f"{q}Q:{u}U, size {size}"
-        for method in ("IMP", "FM", "NS"):
-            data.reset(path)
+        data.reset(path)
+        for service in services.values():
             service.register_table(name, str(path), replace=True)
             try:
                 service.catalog.drop_sketch("mixed")
             except NotFoundError:
                 pass
-            next_id = data.max_id(path) + 1
-            spent = 0.0
-            created = False
-            for i in range(ops):
-                if i % (q + u) >= q:  # an update
-                    t0 = time.perf_counter()
-                    next_id = data.change(path, size, seed=i, groups=groups, next_id=next_id)
-                    update_s.append(time.perf_counter() - t0)
-                    continue
+        next_id = data.max_id(path) + 1
+        spent = dict.fromkeys(methods, 0.0)
+        created: set[str] = set()
+        answers: dict[str, list] = {}
+        queries = 0
+        for i in range(ops):
+            if i % (q + u) >= q:  # an update, executed once for all methods
+                t0 = time.perf_counter()
+                next_id = data.change(path, size, seed=i, groups=groups, next_id=next_id)
+                update_s.setdefault(size, []).append(time.perf_counter() - t0)
+                continue
+            for method in methods[queries % 3:] + methods[:queries % 3]:
+                service = services["FM" if method == "FM" else "IMP"]
                 t0 = time.perf_counter()
                 if method == "NS":
-                    service.query(sql, use_sketch=False)
+                    result = service.query(sql, use_sketch=False)
                 else:
-                    if not created:
+                    if method not in created:
                         service.create_sketch("mixed", sql, [f"{name}.a"], fragments=1000)
-                        created = True
+                        created.add(method)
                     elif method == "FM" and service.is_stale("mixed"):
                         service.maintain("mixed", strategy="recapture")
-                    service.query(sql)
-                spent += time.perf_counter() - t0
-            exp.add(case, method, 0, spent)
-    if update_s:
-        exp.notes.append(f"- executing the updates (not counted): median {statistics.median(update_s):.2f} s per "
-                         f"update, {len(update_s)} updates")
+                    result = service.query(sql)
+                spent[method] += time.perf_counter() - t0
+                answers[method] = sorted([round(v, 6) if isinstance(v, float) else v for v in r] for r in result.rows)
+            queries += 1
+            if len({repr(a) for a in answers.values()}) != 1:
+                raise AssertionError(f"mixed workload {case}, operation {i}: the methods' answers differ")
+        for method in methods:
+            exp.add(case, method, 0, spent[method], queries=queries, updates=ops - queries)
+    for size, times in sorted(update_s.items()):
+        exp.notes.append(f"- executing the updates (not counted): size {size}: median {statistics.median(times):.2f} s "
+                         f"per update, {len(times)} updates")
+    exp.notes.append("- one sequence per case; the three methods answer each query in turn over the same updates")
     return exp
 
 
@@ -224,12 +239,14 @@ def run(quick: bool = False, runs: int = 5):  # noqa: ANN201
     spark = spark_session()
     with tempfile.TemporaryDirectory() as home:
         service = service_for(Path(home), spark)
+        fm_service = service_for(Path(home) / "fm", spark)  # FM's own catalog: each method finds only its sketch
         try:
             yield whole_job(service, quick, runs)
             yield eager_vs_lazy(service, quick, runs)
-            yield mixed_workload(service, quick, runs)
+            yield mixed_workload({"IMP": service, "FM": fm_service}, quick, runs)
         finally:
             from imp_core.catalog.embedded import stop_embedded
 
-            service.catalog.close()
-            stop_embedded(service.settings)
+            for s in (service, fm_service):
+                s.catalog.close()
+                stop_embedded(s.settings)

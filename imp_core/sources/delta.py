@@ -272,8 +272,7 @@ class DeltaSource:
         self.check_version(upto)
         fast = self._changes_from_log(after, upto, columns)
         if fast is not None:
-            raw, schema, wanted = fast
-            return self._signed(raw, wanted, schema)
+            return fast
         schema = self.schema(upto)
         wanted = columns if columns is not None else schema.names
         missing = [c for c in wanted if c not in schema.names]
@@ -295,9 +294,8 @@ class DeltaSource:
                                           self.cdf_enabled(version))
         return self._metadata_at[version]
 
-    def _changes_from_log(self, after: int, upto: int,
-                          columns: list[str] | None) -> tuple[pa.Table, pa.Schema, list[str]] | None:
-        """The fast path (``changelog.py``); None when the range needs delta-rs.
+    def _changes_from_log(self, after: int, upto: int, columns: list[str] | None) -> pa.Table | None:
+        """The fast path (``changelog.py``), as signed change rows; None when the range needs delta-rs.
 
         The reader gives up on any metaData action inside the range, so when it succeeds the table's schema,
         partitioning and CDF setting at ``upto`` are those at ``after``: they are carried forward instead of
@@ -314,14 +312,12 @@ class DeltaSource:
         if not cdf or any(c not in schema.names for c in wanted):
             return None
         if after == upto:
-            return _empty_changes(schema, wanted).drop([MULT, VERSION]).append_column(
-                "_change_type", pa.array([], pa.string())).append_column(
-                "_commit_version", pa.array([], pa.int64())), schema, wanted
+            return _empty_changes(schema, wanted)
         raw = changelog.read_range(root, after, upto, wanted, schema, partition_columns)
         if raw is None:
             return None
         self._metadata_at[upto] = (schema, partition_columns, cdf)
-        return raw, schema, wanted
+        return self._signed(raw, wanted, schema)
 
     def _changes_from_delta_rs(self, after: int, upto: int, wanted: list[str], predicate: str | None) -> pa.Table:
         try:

@@ -15,15 +15,14 @@ CDF = {"delta.enableChangeDataFeed": "true"}
 
 def both(source: DeltaSource, after: int, upto: int) -> tuple[list, list]:
     schema = source.schema(upto)
-    found = source._changes_from_log(after, upto, schema.names)
-    assert found is not None, "the fast path should handle this range"
-    fast = found[0]
-    slow = source._changes_from_delta_rs(after, upto, schema.names, None)
+    fast = source._changes_from_log(after, upto, schema.names)
+    assert fast is not None, "the fast path should handle this range"
+    slow = source._signed(source._changes_from_delta_rs(after, upto, schema.names, None), schema.names, schema)
 
     def rows(t: pa.Table) -> list:
-        signed = source._signed(t, schema.names, schema)
-        return sorted(tuple(r.values()) for r in signed.to_pylist())
+        return sorted(tuple(r.values()) for r in t.to_pylist())
 
+    assert fast.schema == slow.schema
     return rows(fast), rows(slow)
 
 

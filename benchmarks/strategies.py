@@ -122,6 +122,17 @@ def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
         cases = [(1, 1, 20)] if quick else [(q, u, n) for q, u in [(1, 1), (1, 5), (5, 1)] for n in [1, 20, 200, 2000]]
     methods = ("IMP", "FM", "NS")
     update_s: dict[int, list[float]] = {}
+    # warm-up, not counted: the first query and the first capture of the session pay Spark's start-up (JIT, caches)
+    data.reset(path)
+    for service in services.values():
+        service.register_table(name, str(path), replace=True)
+        service.query(sql, use_sketch=False)
+        try:
+            service.catalog.drop_sketch("mixed")
+        except NotFoundError:
+            pass
+        service.create_sketch("mixed", sql, [f"{name}.a"], fragments=1000)
+        service.query(sql)
     for q, u, size in cases:
         case = f"{q}Q:{u}U, size {size}"
         data.reset(path)

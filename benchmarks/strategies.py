@@ -99,7 +99,8 @@ def eager_vs_lazy(service: SketchService, quick: bool, runs: int) -> Experiment:
 
 
 def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
-                   cases: list[tuple[int, int, int]] | None = None, ops: int | None = None) -> Experiment:
+                   cases: list[tuple[int, int, int]] | None = None,
+                   ops: int | dict[int, int] | None = None) -> Experiment:
     """Queries and updates interleaved (paper 8.1). The time of the queries counts, with whatever each method does to
     answer them (creating, maintaining or recapturing the sketch, running the query).
 
@@ -107,19 +108,27 @@ def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
     of the sequence is answered by NS, FM and IMP in turn (order rotated per query), IMP and FM each with its own
     catalog (``services``) so each finds only its own sketch. Executing the updates is the same work for every method
     (a Delta delete rewrites whole files, seconds here against milliseconds in the paper's Postgres); it is reported
-    apart, not counted."""
+    apart, not counted.
+
+    ``ops`` is the length of each case's sequence, or a length per change size: by default 60 operations, 24 for
+    changes of 200 and 2,000 rows, whose random deletes touch most of the table's 100 files, so that every update
+    rewrites most of the 10M rows (about half a minute in delta-rs, the same for every method and not counted)."""
     rows = scaled(200_000 if quick else 10_000_000)
-    ops = ops or (6 if quick else 60)
+    if ops is None:
+        ops = 6 if quick else {1: 60, 20: 60, 200: 24, 2000: 24}
+    if cases is None:  # (queries, updates, change size); the paper's grid, or its 1:1 / 20 case when quick
+        cases = [(1, 1, 20)] if quick else [(q, u, n) for q, u in [(1, 1), (1, 5), (5, 1)] for n in [1, 20, 200, 2000]]
+    length = (lambda size: ops) if isinstance(ops, int) else (lambda size: ops.get(size, 60))
+    lengths = sorted({length(n) for _, _, n in cases})
     groups = 5000
     name = f"mixed_{rows}"
     path = data.base_table(name, rows, groups, files=100)
     sql = f"SELECT a, AVG(c) AS ac FROM {name} GROUP BY a HAVING AVG(c) < 300"
-    exp = Experiment("mixed_workload", f"Mixed workload: {ops} operations on {rows:,} rows (total time of the queries, "
+    exp = Experiment("mixed_workload", f"Mixed workload: {'/'.join(map(str, lengths))} operations per case on "
+                     f"{rows:,} rows (total time of the queries, "
                      f"with sketch creation and maintenance), IMP = lazy maintenance + use, FM = recapture + use, "
                      f"NS = no sketch", ratios=[("NS", "IMP"), ("FM", "IMP")], log_y=True, y_label="seconds (total)",
                      timed=False)
-    if cases is None:  # (queries, updates, change size); the paper's grid, or its 1:1 / 20 case when quick
-        cases = [(1, 1, 20)] if quick else [(q, u, n) for q, u in [(1, 1), (1, 5), (5, 1)] for n in [1, 20, 200, 2000]]
     methods = ("IMP", "FM", "NS")
     update_s: dict[int, list[float]] = {}
     # warm-up, not counted: the first query and the first capture of the session pay Spark's start-up (JIT, caches)
@@ -135,6 +144,7 @@ def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
         service.query(sql)
     for q, u, size in cases:
         case = f"{q}Q:{u}U, size {size}"
+        n_ops = length(size)
         data.reset(path)
         for service in services.values():
             service.register_table(name, str(path), replace=True)
@@ -147,7 +157,7 @@ def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
         created: set[str] = set()
         answers: dict[str, list] = {}
         queries = 0
-        for i in range(ops):
+        for i in range(n_ops):
             if i % (q + u) >= q:  # an update, executed once for all methods
                 t0 = time.perf_counter()
                 next_id = data.change(path, size, seed=i, groups=groups, next_id=next_id)
@@ -171,7 +181,7 @@ def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
             if len({repr(a) for a in answers.values()}) != 1:
                 raise AssertionError(f"mixed workload {case}, operation {i}: the methods' answers differ")
         for method in methods:
-            exp.add(case, method, 0, spent[method], queries=queries, updates=ops - queries)
+            exp.add(case, method, 0, spent[method], queries=queries, updates=n_ops - queries)
     for size, times in sorted(update_s.items()):
         exp.notes.append(f"- executing the updates (not counted): size {size}: median {statistics.median(times):.2f} s "
                          f"per update, {len(times)} updates")

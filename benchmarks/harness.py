@@ -56,6 +56,7 @@ class Experiment:
     y_label: str = "seconds"
     notes: list[str] = field(default_factory=list)
     timed: bool = True  # False: sizes or one whole sequence per case, not repeated timings
+    warmup: bool = True  # False: runs recorded with ``add`` with no warm-up round before them
 
     def add(self, case: str, variant: str, run: int, value: float, unit: str = "s", x: float | None = None,
             **extra: Any) -> None:
@@ -161,7 +162,8 @@ class Experiment:
     def markdown(self) -> str:
         variants = self.variants()
         runs = self.runs_per_case()
-        how = (f"median of {runs} runs after a warm-up (min–max)" if self.timed and runs > 1 else
+        after = " after a warm-up" if self.warmup else ""
+        how = (f"median of {runs} runs{after} (min–max)" if self.timed and runs > 1 else
                "one measurement per case" if not self.timed else "one run per case")
         lines = [f"**{self.title}** — {how}; [CSV](bench/{self.name}.csv), ![plot](bench/{self.name}.png)", ""]
         header = ["case", *[v if v.endswith(f"({self.unit(v)})") else f"{v} ({self.unit(v)})" for v in variants],

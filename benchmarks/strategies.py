@@ -64,7 +64,7 @@ def eager_vs_lazy(service: SketchService, quick: bool, runs: int) -> Experiment:
     sql = f"SELECT a, AVG(c) AS ac FROM {name} GROUP BY a HAVING AVG(c) > 1500 AND AVG(c) < 1800"
     exp = Experiment("eager_vs_lazy", f"Maintaining {updates:,} single-row updates ({rows:,} rows, 5K groups): "
                      f"eager in batches of n change rows vs lazy, total time incl. catalog commits",
-                     log_x=True, x_label="batch size (change rows)", y_label="seconds")
+                     log_x=True, x_label="batch size (change rows)", y_label="seconds", warmup=False)
     data.reset(path)
     service.register_table(name, str(path), replace=True)
     _fresh_sketch(service, "edb", sql, f"{name}.a", 1000)

@@ -45,7 +45,8 @@ def run(quick: bool = False, runs: int = 5) -> list[Experiment]:
     memory = Experiment("topk_memory", "Top-k state size (MB) after the updates, by buffer size", log_y=False,
                         y_label="MB", timed=False)
     per_update = Experiment("topk_update", f"Top-k (k=10): maintenance time per update (IMP, or FM when the buffer ran "
-                            f"out), {updates} updates of 20 deleted rows", log_y=True, y_label="seconds per update")
+                            f"out), {updates} updates of 20 deleted rows", log_y=True, y_label="seconds per update",
+                            warmup=False)
     strategies = ["minimal", "random", "2:1", "4:1"] if not quick else ["2:1"]
     for strategy in strategies:
         for buffer in ((20, 0) if quick else (20, 50, 100, 0)):

@@ -182,6 +182,7 @@ def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
                 raise AssertionError(f"mixed workload {case}, operation {i}: the methods' answers differ")
         for method in methods:
             exp.add(case, method, 0, spent[method], queries=queries, updates=n_ops - queries)
+        print(f"   mixed workload {case}: " + ", ".join(f"{m} {spent[m]:.1f} s" for m in methods), flush=True)
     for size, times in sorted(update_s.items()):
         exp.notes.append(f"- executing the updates (not counted): size {size}: median {statistics.median(times):.2f} s "
                          f"per update, {len(times)} updates")

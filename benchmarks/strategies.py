@@ -99,8 +99,7 @@ def eager_vs_lazy(service: SketchService, quick: bool, runs: int) -> Experiment:
 
 
 def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
-                   cases: list[tuple[int, int, int]] | None = None,
-                   ops: int | dict[int, int] | None = None) -> Experiment:
+                   cases: list[tuple[int, int, int, int]] | None = None) -> Experiment:
     """Queries and updates interleaved (paper 8.1). The time of the queries counts, with whatever each method does to
     answer them (creating, maintaining or recapturing the sketch, running the query).
 
@@ -110,21 +109,21 @@ def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
     (a Delta delete rewrites whole files, seconds here against milliseconds in the paper's Postgres); it is reported
     apart, not counted.
 
-    ``ops`` is the length of each case's sequence, or a length per change size: by default 60 operations, 24 for
-    changes of 200 and 2,000 rows, whose random deletes touch most of the table's 100 files, so that every update
-    rewrites most of the 10M rows (about half a minute in delta-rs, the same for every method and not counted)."""
+    A case is (queries, updates, change size, operations). The default is the paper's grid of ratios and change
+    sizes with 60 operations each (24 for changes of 200 and 2,000 rows, whose random deletes touch most of the
+    table's 100 files, so that every update rewrites most of the 10M rows: the same work for every method and not
+    counted), plus the target case 1:1 with 20-row changes at the paper's length of 1,000 operations."""
     rows = scaled(200_000 if quick else 10_000_000)
-    if ops is None:
-        ops = 6 if quick else {1: 60, 20: 60, 200: 24, 2000: 24}
-    if cases is None:  # (queries, updates, change size); the paper's grid, or its 1:1 / 20 case when quick
-        cases = [(1, 1, 20)] if quick else [(q, u, n) for q, u in [(1, 1), (1, 5), (5, 1)] for n in [1, 20, 200, 2000]]
-    length = (lambda size: ops) if isinstance(ops, int) else (lambda size: ops.get(size, 60))
-    lengths = sorted({length(n) for _, _, n in cases})
+    if cases is None:
+        cases = [(1, 1, 20, 6)] if quick else [
+            *[(q, u, n, 60 if n <= 20 else 24) for q, u in [(1, 1), (1, 5), (5, 1)] for n in [1, 20, 200, 2000]],
+            (1, 1, 20, 1000)]
+    lengths = sorted({n_ops for *_, n_ops in cases})
     groups = 5000
     name = f"mixed_{rows}"
     path = data.base_table(name, rows, groups, files=100)
     sql = f"SELECT a, AVG(c) AS ac FROM {name} GROUP BY a HAVING AVG(c) < 300"
-    exp = Experiment("mixed_workload", f"Mixed workload: {'/'.join(map(str, lengths))} operations per case on "
+    exp = Experiment("mixed_workload", f"Mixed workload: {'/'.join(f'{n:,}' for n in lengths)} operations per case on "
                      f"{rows:,} rows (total time of the queries, "
                      f"with sketch creation and maintenance), IMP = lazy maintenance + use, FM = recapture + use, "
                      f"NS = no sketch", ratios=[("NS", "IMP"), ("FM", "IMP")], log_y=True, y_label="seconds (total)",
@@ -142,9 +141,8 @@ def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
             pass
         service.create_sketch("mixed", sql, [f"{name}.a"], fragments=1000)
         service.query(sql)
-    for q, u, size in cases:
-        case = f"{q}Q:{u}U, size {size}"
-        n_ops = length(size)
+    for q, u, size, n_ops in cases:
+        case = f"{q}Q:{u}U, size {size}" + (f", {n_ops:,} ops" if n_ops >= 100 else "")
         data.reset(path)
         for service in services.values():
             service.register_table(name, str(path), replace=True)

@@ -29,12 +29,17 @@ def service_for(home: Path, spark) -> SketchService:  # noqa: ANN001
     return SketchService(settings, spark=spark, progress=lambda m: None)
 
 
-def _fresh_sketch(service: SketchService, name: str, sql: str, on: str, fragments: int) -> None:
+def _drop_sketch(service: SketchService, name: str) -> None:
     try:
         service.catalog.drop_sketch(name)
     except NotFoundError:
         pass
-    service.create_sketch(name, sql, [on], fragments=fragments, strategy="eager")
+
+
+def _fresh_sketch(service: SketchService, name: str, sql: str, on: str, fragments: int,
+                  strategy: str = "eager") -> None:
+    _drop_sketch(service, name)
+    service.create_sketch(name, sql, [on], fragments=fragments, strategy=strategy)
 
 
 def _clone_at_start(service: SketchService, source: str, name: str, version: int = 1) -> None:
@@ -42,10 +47,7 @@ def _clone_at_start(service: SketchService, source: str, name: str, version: int
     state), so every run maintains the same backlog from the same start."""
     from imp_core.catalog.store import NewVersion, StateBlob
 
-    try:
-        service.catalog.drop_sketch(name)
-    except NotFoundError:
-        pass
+    _drop_sketch(service, name)
     record = service.catalog.get_sketch(source)
     first = service.catalog.get_version(record.id, version)
     states = [StateBlob(b.operator_id, b.format, b.format_version, b.payload)
@@ -135,21 +137,14 @@ def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
     for service in services.values():
         service.register_table(name, str(path), replace=True)
         service.query(sql, use_sketch=False)
-        try:
-            service.catalog.drop_sketch("mixed")
-        except NotFoundError:
-            pass
-        service.create_sketch("mixed", sql, [f"{name}.a"], fragments=1000)
+        _fresh_sketch(service, "mixed", sql, f"{name}.a", 1000, strategy="lazy")
         service.query(sql)
     for q, u, size, n_ops in cases:
         case = f"{q}Q:{u}U, size {size}" + (f", {n_ops:,} ops" if n_ops >= 100 else "")
         data.reset(path)
         for service in services.values():
             service.register_table(name, str(path), replace=True)
-            try:
-                service.catalog.drop_sketch("mixed")
-            except NotFoundError:
-                pass
+            _drop_sketch(service, "mixed")
         next_id = data.max_id(path) + 1
         spent = dict.fromkeys(methods, 0.0)
         created: set[str] = set()

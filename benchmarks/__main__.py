@@ -1,8 +1,9 @@
 """``python -m benchmarks [--quick] [--only NAME ...] [--runs N]``: run the benchmark suite.
 
 Writes docs/bench/<experiment>.csv and .png and regenerates the tables in docs/BENCHMARKS.md. ``make bench`` runs
-everything at full scale (five to six hours on 2 cores: TPC-H about 40 min, the microbenchmarks about 1.5 h, the
-strategies and top-k the rest); ``make bench-quick`` runs every experiment at a small scale.
+everything at full scale (about six hours on 2 cores: TPC-H about 40 min, the microbenchmarks about 1.5 h, top-k
+about 45 min, the strategies about 2.5 h, of which the mixed workload's grid takes 30 min and its 1,000-operation
+case 1.5 h); ``make bench-quick`` runs every experiment at a small scale.
 """
 
 from __future__ import annotations

@@ -90,6 +90,20 @@ def test_lazy_and_eager_reach_the_recaptured_sketch(service, tmp_path: Path) -> 
     assert service.maintain("lz").up_to_date
 
 
+def test_optimize_between_runs_is_not_a_change(service, tmp_path: Path) -> None:  # noqa: ANN001
+    """A compaction clustered on the sketch column (what fixes file pruning) is maintained through, not recaptured,
+    and contributes no change rows: its commit rewrites files with ``dataChange = false``."""
+    path = register(service, tmp_path, "opt")
+    change(path, 0)  # +2 rows
+    DeltaTable(str(path)).optimize.z_order(["g"])
+    change(path, 1)  # -1 row
+    DeltaTable(str(path)).optimize.compact()
+    result = service.maintain("opt")
+    assert [v.method for v in result.versions] == ["incremental"]
+    assert result.delta_rows == 3
+    assert fragments(service, "opt") == recaptured_fragments(service, "opt")
+
+
 def test_recapture_when_change_feed_is_vacuumed(service, tmp_path: Path) -> None:  # noqa: ANN001
     path = register(service, tmp_path, "vac")
     for step in range(1, 3):

@@ -79,3 +79,30 @@ def test_consecutive_ranges_open_the_table_once(tmp_path: Path, monkeypatch: pyt
     assert rows == [[10], [11], [12], [13]]
     assert [v for v in opened if v is not None] == [0]  # version 0 once, none of 1..4
     assert source.changes(4, 4, ["x"]).num_rows == 0 and source.changes(4, 4, ["x"]).column_names[0] == "x"
+
+
+def test_compaction_and_zorder_are_not_changes(tmp_path: Path) -> None:
+    """OPTIMIZE rewrites files (``dataChange = false``): neither path may read the rewritten rows as changes.
+
+    This is what a nightly compaction clustered on the sketch column commits between two maintenance runs; a reader
+    that took its removes for deletes and its adds for inserts would double-count every row of the table.
+    """
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": list(range(10)), "a": [i % 3 for i in range(10)]}), configuration=CDF)
+    for i in range(4):  # v1..v4: small files, as nightly appends leave them
+        write_deltalake(path, pa.table({"id": [100 + i, 200 + i], "a": [i, 2 - i % 3]}), mode="append")
+    before = len(DeltaTable(path).file_uris())
+    metrics = DeltaTable(path).optimize.compact()  # v5
+    assert metrics["numFilesRemoved"] == before and metrics["numFilesAdded"] == 1
+    write_deltalake(path, pa.table({"id": [300], "a": [1]}), mode="append")  # v6
+    DeltaTable(path).delete("id = 100")  # v7
+    metrics = DeltaTable(path).optimize.z_order(["a"])  # v8
+    assert metrics["numFilesRemoved"] >= 1
+    source = DeltaSource("t", path)
+    assert source.current_version() == 8
+    for after, upto in [(4, 5), (7, 8)]:
+        fast, slow = both(source, after, upto)
+        assert fast == slow == [], (after, upto)
+    fast, slow = both(source, 4, 8)
+    assert fast == slow
+    assert sorted((r[0], r[2]) for r in fast) == [(100, -1), (300, 1)]  # (id, __mult): only the real changes

@@ -5,6 +5,8 @@ included).
   committed sketch version per batch) versus one lazy maintenance; total time.
 * ``mixed_workload``: a sequence of operations (queries and updates of a given size, at a given query:update ratio);
   IMP = lazy maintenance + sketch use, FM = recapture + sketch use, NS = no sketch. Total time of the sequence.
+* ``compaction``: the mixed workload's table as its updates left it, then after OPTIMIZE ZORDER BY the sketch's
+  column; the sketch maintained through the rewrite; the query with (IMP) and without (NS) the sketch, both times.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from benchmarks import data
 from benchmarks.harness import Experiment, scaled
@@ -183,6 +188,64 @@ def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
     return exp
 
 
+def compaction(service: SketchService, quick: bool, runs: int, path: Path | None = None) -> Experiment:
+    """What restores file pruning once small insert files have piled up: OPTIMIZE ZORDER BY the sketch's column.
+
+    Runs on the mixed workload's table as its last case left it (the suite runs it right after ``mixed_workload``):
+    every insert appended a small file of rows from random groups, which Delta's min/max statistics cannot prune. A
+    sketch is created on that state and maintained through the rewrite, which commits with ``dataChange = false``:
+    maintenance must be incremental with no change rows (checked). The query with the sketch (IMP) and without (NS)
+    are timed side by side before and after; their answers must agree. The rewrite keeps the table's generated
+    file count (target size = table size / 100)."""
+    from deltalake import DeltaTable
+
+    rows = scaled(200_000 if quick else 10_000_000)
+    name = f"mixed_{rows}"
+    path = path or data.base_table(name, rows, 5000, files=100)
+    sql = f"SELECT a, AVG(c) AS ac FROM {name} GROUP BY a HAVING AVG(c) < 300"
+    service.register_table(name, str(path), replace=True)
+    _drop_sketch(service, "mixed")  # the workload's own sketch would answer the query too
+    _fresh_sketch(service, "compact", sql, f"{name}.a", 1000, strategy="lazy")
+    exp = Experiment("compaction", f"Q_mixed on the mixed workload's table ({rows:,} rows) after its updates, before "
+                     f"and after OPTIMIZE ZORDER BY a; IMP = with the sketch (maintained through the rewrite), NS = "
+                     f"without", ratios=[("NS", "IMP")], log_y=False, y_label="seconds")
+
+    def measure(case: str) -> None:
+        results: dict[str, Any] = {}
+
+        def query(method: str) -> Callable[[], None]:
+            def run_once() -> None:
+                results[method] = service.query(sql, use_sketch=method == "IMP")
+            return run_once
+
+        exp.measure(case, {"IMP": query("IMP"), "NS": query("NS")}, runs)
+        answers = {m: sorted([round(v, 6) if isinstance(v, float) else v for v in r] for r in res.rows)
+                   for m, res in results.items()}
+        if answers["IMP"] != answers["NS"]:
+            raise AssertionError(f"compaction, {case}: the sketched query's answer differs from the plain query's")
+        scan_i, scan_n = results["IMP"].scanned, results["NS"].scanned
+        exp.notes.append(f"- {case}: files read with the sketch {scan_i.files_read}/{scan_i.files_total}, without "
+                         f"{scan_n.files_read}/{scan_n.files_total}")
+
+    measure("after the updates")
+    table = DeltaTable(str(path))
+    size = sum(pa.table(table.get_add_actions(flatten=True)).column("size_bytes").to_pylist())
+    t0 = time.perf_counter()
+    table.optimize.z_order(["a"], target_size=max(1 << 20, size // 100))
+    optimize_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    result = service.maintain("compact")
+    maintain_s = time.perf_counter() - t0
+    if [v.method for v in result.versions] != ["incremental"] or result.delta_rows:
+        raise AssertionError(f"compaction: maintenance through OPTIMIZE was {[v.method for v in result.versions]} "
+                             f"with {result.delta_rows} change rows; expected one incremental version and none")
+    exp.notes.append(f"- OPTIMIZE ZORDER BY (a) with delta-rs: {optimize_s:.1f} s, measured once; maintenance through "
+                     f"it: incremental, 0 change rows, {maintain_s:.2f} s")
+    measure("after OPTIMIZE ZORDER BY a")
+    _drop_sketch(service, "compact")
+    return exp
+
+
 def whole_job(service: SketchService, quick: bool, runs: int) -> Experiment:
     """Maintenance as the whole job an Airflow task runs (process start to catalog commit), IMP vs FM.
 
@@ -259,6 +322,7 @@ def run(quick: bool = False, runs: int = 5):  # noqa: ANN201
             yield whole_job(service, quick, runs)
             yield eager_vs_lazy(service, quick, runs)
             yield mixed_workload({"IMP": service, "FM": fm_service}, quick, runs)
+            yield compaction(service, quick, runs)
         finally:
             from imp_core.catalog.embedded import stop_embedded
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import os
 import statistics
+import textwrap
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -152,7 +153,7 @@ class Experiment:
             ax.set_yscale("log")
         ax.set_xlabel(self.x_label)
         ax.set_ylabel(self.y_label)
-        ax.set_title(self.title, fontsize=10)
+        ax.set_title(textwrap.fill(self.title, 90), fontsize=9)  # long titles would be cut at the figure's edges
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()

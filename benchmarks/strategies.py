@@ -41,6 +41,12 @@ def _drop_sketch(service: SketchService, name: str) -> None:
         pass
 
 
+def _answer(result: Any) -> list[list[Any]]:
+    """A query result's rows in a comparable form: sorted, floats rounded (AVG over files read in another order
+    differs in the last bits)."""
+    return sorted([round(v, 6) if isinstance(v, float) else v for v in r] for r in result.rows)
+
+
 def _fresh_sketch(service: SketchService, name: str, sql: str, on: str, fragments: int,
                   strategy: str = "eager") -> None:
     _drop_sketch(service, name)
@@ -174,7 +180,7 @@ def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
                         service.maintain("mixed", strategy="recapture")
                     result = service.query(sql)
                 spent[method] += time.perf_counter() - t0
-                answers[method] = sorted([round(v, 6) if isinstance(v, float) else v for v in r] for r in result.rows)
+                answers[method] = _answer(result)
             queries += 1
             if len({repr(a) for a in answers.values()}) != 1:
                 raise AssertionError(f"mixed workload {case}, operation {i}: the methods' answers differ")
@@ -219,9 +225,7 @@ def compaction(service: SketchService, quick: bool, runs: int, path: Path | None
             return run_once
 
         exp.measure(case, {"IMP": query("IMP"), "NS": query("NS")}, runs)
-        answers = {m: sorted([round(v, 6) if isinstance(v, float) else v for v in r] for r in res.rows)
-                   for m, res in results.items()}
-        if answers["IMP"] != answers["NS"]:
+        if _answer(results["IMP"]) != _answer(results["NS"]):
             raise AssertionError(f"compaction, {case}: the sketched query's answer differs from the plain query's")
         scan_i, scan_n = results["IMP"].scanned, results["NS"].scanned
         exp.notes.append(f"- {case}: files read with the sketch {scan_i.files_read}/{scan_i.files_total}, without "

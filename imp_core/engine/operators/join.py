@@ -34,9 +34,10 @@ from typing import Any, Protocol
 import numpy as np
 import polars as pl
 
-from imp_core.engine.annotation import MULT, after_join, consolidate, rename_for_join
+from imp_core.engine.annotation import MULT, after_join, ann_cols, consolidate, rename_for_join
 from imp_core.engine.bloom import CountingBloom
 from imp_core.engine.evaluate import compile_expr, polars_type
+from imp_core.engine.operators.aggregation import normalize_float
 from imp_core.engine.operators.base import StatefulOperator
 from imp_core.errors import StateError
 from imp_core.plan.expr import Binary, Col, Expr, conjoin
@@ -164,9 +165,7 @@ class JoinOp(StatefulOperator):
     # -- side caches ---------------------------------------------------------------------------------------------
 
     def _keys(self, side: str, frame: pl.DataFrame) -> pl.DataFrame:
-        names = self.left_keys if side == "left" else self.right_keys
-        return frame.select([pl.col(n).cast(t, strict=False).alias(f"k{i}")
-                             for i, (n, t) in enumerate(zip(names, self.key_types))])
+        return self._canonical(frame, self.left_keys if side == "left" else self.right_keys)
 
     def _names(self, side: str) -> list[str]:
         return self.left_keys if side == "left" else self.right_keys
@@ -241,8 +240,13 @@ class JoinOp(StatefulOperator):
         return PartnerIndex(rows, keys, bloom)
 
     def _canonical(self, frame: pl.DataFrame, names: list[str]) -> pl.DataFrame:
-        return frame.select([pl.col(n).cast(t, strict=False).alias(f"k{i}")
-                             for i, (n, t) in enumerate(zip(names, self.key_types))])
+        """Key columns ``k0..`` in one type per key pair, floats normalized as Spark matches them (so equal keys
+        hash equally in the Bloom filters and match in the partner index)."""
+        cols = []
+        for i, (n, t) in enumerate(zip(names, self.key_types)):
+            x = pl.col(n).cast(t, strict=False)
+            cols.append((normalize_float(x) if t.is_float() else x).alias(f"k{i}"))
+        return frame.select(cols)
 
     def build_caches(self, left: JoinSide, right: JoinSide) -> None:
         """Build both side caches now instead of on the first delta (e.g. right after a capture)."""
@@ -382,15 +386,23 @@ class JoinOp(StatefulOperator):
                 if left.schema[a] != right.schema[b]:
                     target = pl.Float64 if (left.schema[a].is_float() or right.schema[b].is_float()) else left.schema[a]
                     casts_l[a], casts_r[b] = target, target
-            out = left.cast(casts_l).join(right.cast(casts_r), left_on=lk, right_on=rk, how="inner", coalesce=False)  # type: ignore[arg-type]
+            left, right = left.cast(casts_l), right.cast(casts_r)  # type: ignore[arg-type]
+            # Spark normalizes float join keys (NaN = NaN whatever its bits, -0.0 = 0.0): join on normalized copies
+            floats = [i for i, a in enumerate(lk) if left.schema[a].is_float()]
+            if floats:
+                left = left.with_columns([normalize_float(pl.col(lk[i])).alias(f"__jk{i}") for i in floats])
+                right = right.with_columns([normalize_float(pl.col(rk[i])).alias(f"__jk{i}") for i in floats])
+                lk = [f"__jk{i}" if i in floats else a for i, a in enumerate(lk)]
+                rk = [f"__jk{i}" if i in floats else b for i, b in enumerate(rk)]
+            out = left.join(right, left_on=lk, right_on=rk, how="inner", coalesce=False)
         else:
             out = left.join(right, how="cross")
         if self.residual is not None and out.height:
             out = out.filter(compile_expr(self.residual).fill_null(False))
         out = out.with_columns((pl.col(MULT) * pl.col("__mult_r")).alias(MULT)).drop("__mult_r")
         out = after_join(out)
-        ann = [c for c in out.columns if c not in self.left_names and c not in self.right_names and c != MULT]
-        return out.select([*self.left_names, *self.right_names, MULT, *ann])
+        # interval columns of order-dependent sums (``order_dependence``) do not cross a join
+        return out.select([*self.left_names, *self.right_names, MULT, *ann_cols(out)])
 
     def empty_output(self) -> pl.DataFrame:
         """No change: every output column of the join (both sides), even when only one side had a delta."""

@@ -304,6 +304,11 @@ def _boundable(e: Expr, bounded: frozenset[str] | set[str]) -> bool:
     return False
 
 
+def _null_certain(e: Expr, bounded: frozenset[str] | set[str]) -> bool:
+    """Whether ``e`` is NULL for every summation order or for none: an uncertain divisor may be 0 (Spark: NULL)."""
+    return not any(isinstance(x, Binary) and x.op == "/" and x.right.columns() & bounded for x in e.walk())
+
+
 def _check_predicate(p: Expr, bounded: frozenset[str]) -> None:
     if not (p.columns() & bounded):
         return
@@ -319,14 +324,15 @@ def _check_predicate(p: Expr, bounded: frozenset[str]) -> None:
             is_numeric(p.left.dtype) and is_numeric(p.right.dtype)
     elif isinstance(p, Between):
         ok = all(_boundable(x, bounded) and is_numeric(x.dtype) for x in (p.arg, p.low, p.high))
+    elif isinstance(p, IsNull):
+        ok = _boundable(p.arg, bounded) and _null_certain(p.arg, bounded)
     elif isinstance(p, InList):
         ok = _boundable(p.arg, bounded) and not any(i.columns() & bounded for i in p.items) and \
             is_numeric(p.arg.dtype)
     else:
         ok = False
     if not ok:
-        what = "IS NULL" if isinstance(p, IsNull) else str(p)
-        raise UnsupportedError(f"the condition {what} tests a value that depends on the order in which Spark adds "
+        raise UnsupportedError(f"the condition {p} tests a value that depends on the order in which Spark adds "
                                f"numbers in a way the sketch cannot bound; {FIX_HINT}")
 
 
@@ -449,6 +455,9 @@ class IntervalCompiler:
             t2, f2 = self._compare("<=", a, hi)
             t, f = t1 & t2, f1 | f2
             return (f, t) if p.negated else (t, f)
+        if isinstance(p, IsNull):
+            null = self.interval(p.arg).lo.is_null()  # NULL exactly when there are no values (``_null_certain``)
+            return (~null, null) if p.negated else (null, ~null)
         if isinstance(p, InList):
             a = self.interval(p.arg)
             parts = [self._compare("=", a, self.interval(i)) for i in p.items]

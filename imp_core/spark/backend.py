@@ -256,23 +256,25 @@ class SparkBackend:
         grouped = df.groupBy(*keys, *[col(c) for c in frag_cols]).agg(*aggs)
         rows = to_polars(grouped)
         self.spark_jobs += 1
-        rows = rows.cast({k: op.key_types[k] for k in key_names}, strict=False)  # type: ignore[arg-type]
+        rows = op.encode_keys(rows.cast({k: op.key_types[k] for k in key_names}, strict=False))  # type: ignore[arg-type]
+        state_keys = op.key_names  # float keys NaN-free (``nan_flag``)
         if exact and rows.height and (rows.get_column("__mmax").max() or 0) > 1:  # type: ignore[operator]
             rows = self._multiplied_out(df, keys, key_names, frag_cols, exact, op, rows)
-        partial = rows.group_by(key_names).agg([pl.col(c).sum() for c in summed])
-        fparts = [rows.select([*key_names, pl.col(c).cast(FRAG_DTYPE).alias(FRAG), pl.col(CNT).alias(N)])
+        partial = rows.group_by(state_keys).agg([pl.col(c).sum() for c in summed])
+        fparts = [rows.select([*state_keys, pl.col(c).cast(FRAG_DTYPE).alias(FRAG), pl.col(CNT).alias(N)])
                   for c in frag_cols]
         if fparts:
-            fpairs = pl.concat(fparts).group_by([*key_names, FRAG]).agg(pl.col(N).sum())
+            fpairs = pl.concat(fparts).group_by([*state_keys, FRAG]).agg(pl.col(N).sum())
         else:
-            fpairs = pl.DataFrame(schema={**{k: op.key_types[k] for k in key_names}, FRAG: FRAG_DTYPE, N: pl.Int64})
+            fpairs = pl.DataFrame(schema={**{k: op.key_types[k] for k in state_keys}, FRAG: FRAG_DTYPE, N: pl.Int64})
         values: dict[int, pl.DataFrame] = {}
         for j in op.minmax:
             a = node.aggs[j][1]
             arg = compile_expr(a.arg)  # type: ignore[arg-type]
             vdf = (df.select(*keys, arg.alias(V), m).filter(col(V).isNotNull())
                    .groupBy(*[col(k) for k in key_names], col(V)).agg(F.sum(m).alias(N)))
-            values[j] = to_polars(vdf).cast({k: op.key_types[k] for k in key_names}, strict=False)  # type: ignore[arg-type]
+            vals = to_polars(vdf).cast({k: op.key_types[k] for k in key_names}, strict=False)  # type: ignore[arg-type]
+            values[j] = op.encode_values(j, op.encode_keys(vals))
             self.spark_jobs += 1
         return partial, fpairs, values
 
@@ -286,19 +288,19 @@ class SparkBackend:
             vdf = (df.filter(F.abs(m) > 1).select(*keys, *[col(c) for c in frag_cols], v.alias(V), m)
                    .groupBy(*[col(k) for k in key_names], *[col(c) for c in frag_cols], col(V))
                    .agg(F.sum(m).alias(N)))
-            part = to_polars(vdf).cast({k: op.key_types[k] for k in key_names}, strict=False)  # type: ignore[arg-type]
+            part = op.encode_keys(to_polars(vdf).cast({k: op.key_types[k] for k in key_names}, strict=False))  # type: ignore[arg-type]
             self.spark_jobs += 1
             dec = part.schema[V]
             cols = [(pl.col(V) * pl.col(N).cast(pl.Decimal(38, 0))).cast(dec).alias(f"__s{j}")]
             if f"__a{j}" in rows.columns:
                 cols.append((pl.col(V).abs() * pl.col(N).cast(pl.Decimal(38, 0))).cast(dec).alias(f"__a{j}"))
-            extra.append(part.select([*key_names, *frag_cols, *cols])
-                         .group_by([*key_names, *frag_cols]).agg(pl.all().sum()))
+            extra.append(part.select([*op.key_names, *frag_cols, *cols])
+                         .group_by([*op.key_names, *frag_cols]).agg(pl.all().sum()))
         out = rows
         for part in extra:
-            names = [c for c in part.columns if c not in (*key_names, *frag_cols)]
-            part = part.cast({c: out.schema[c] for c in (*key_names, *frag_cols)})  # type: ignore[arg-type]
-            out = out.join(part, on=[*key_names, *frag_cols], how="left", suffix="__x", nulls_equal=True)
+            names = [c for c in part.columns if c not in (*op.key_names, *frag_cols)]
+            part = part.cast({c: out.schema[c] for c in (*op.key_names, *frag_cols)})  # type: ignore[arg-type]
+            out = out.join(part, on=[*op.key_names, *frag_cols], how="left", suffix="__x", nulls_equal=True)
             out = out.with_columns([(pl.col(c).fill_null(0) + pl.col(f"{c}__x").fill_null(0)).alias(c) for c in names])
             out = out.drop([f"{c}__x" for c in names])
         return out

@@ -70,6 +70,36 @@ def normalize_float(x: pl.Expr) -> pl.Expr:
     return pl.when(x == 0.0).then(0.0).when(x.is_nan()).then(NAN).otherwise(x)
 
 
+def nan_flag(name: str) -> str:
+    """The Boolean column that says a float key is NaN (the key column itself then holds 0.0).
+
+    polars joins do not match NaN with NaN reliably (a sorted single-row side takes a merge path where NaN != NaN),
+    so state frames never join on a NaN: a float key is stored as (value or 0.0, is NaN).
+    """
+    return f"__isnan__{name}"
+
+
+def nan_free(x: pl.Expr, name: str) -> list[pl.Expr]:
+    """A float key as the two NaN-free columns ``nan_flag`` describes (normalized as Spark normalizes keys)."""
+    return [pl.when(x.is_nan() | (x == 0.0)).then(0.0).otherwise(x).alias(name), x.is_nan().alias(nan_flag(name))]
+
+
+_FLIP = np.int64(0x7FFFFFFFFFFFFFFF)
+
+
+def float_order_key(x: np.ndarray) -> np.ndarray:
+    """Doubles as int64s in Spark's order (NaN above +inf, -0.0 = 0.0, every NaN one value): a MIN/MAX multiset of
+    doubles is kept in this form, which polars joins, groups and compares without NaN's exceptions."""
+    x = np.where(np.isnan(x), np.nan, np.where(x == 0.0, 0.0, x)).astype(np.float64)
+    bits = x.view(np.int64)
+    return np.where(bits < 0, bits ^ _FLIP, bits)
+
+
+def float_from_order_key(k: np.ndarray) -> np.ndarray:
+    k = k.astype(np.int64)
+    return np.where(k < 0, k ^ _FLIP, k).view(np.float64)
+
+
 def _cast_keys(df: pl.DataFrame, types: dict[str, pl.DataType], names: list[str]) -> pl.DataFrame:
     """``df`` with the ``names`` columns cast to ``types`` (no polars step when they already match)."""
     casts = {n: types[n] for n in names if df.schema[n] != types[n]}
@@ -166,10 +196,15 @@ class Aggregation(StatefulOperator):
         self.aggs = aggs
         self.fingerprint = fingerprint
         self.global_agg = not keys
-        self.key_names = [n for n, _ in keys] if keys else [DUMMY]
-        self.key_types = dict(key_types) if keys else {DUMMY: pl.Int8}
-        self._key_exprs = ([self._key_expr(n, e) for n, e in keys] if keys else
+        # float keys are stored NaN-free (``nan_flag``); key_names are the state's key columns
+        self.float_keys = [n for n, _ in keys if _is_float(key_types[n])]
+        self.key_names = ([n for n, _ in keys] + [nan_flag(n) for n in self.float_keys]) if keys else [DUMMY]
+        self.key_types = ({**key_types, **{nan_flag(n): pl.Boolean for n in self.float_keys}} if keys
+                          else {DUMMY: pl.Int8})
+        self._key_exprs = ([x for n, e in keys for x in self._key_expr(n, e)] if keys else
                            [pl.lit(0, dtype=pl.Int8).alias(DUMMY)])
+        self._key_out = [pl.when(pl.col(nan_flag(n))).then(NAN).otherwise(pl.col(n)).alias(n)
+                         if n in self.float_keys else pl.col(n) for n, _ in keys]
         self._arg_exprs = [self._arg_expr(j, a) for j, (_, a) in enumerate(aggs) if a.arg is not None]
         self.minmax = [j for j, (_, a) in enumerate(aggs) if a.func in ("min", "max")]
         self.sums = [j for j, (_, a) in enumerate(aggs) if a.func in ("sum", "avg")]
@@ -200,9 +235,25 @@ class Aggregation(StatefulOperator):
             x = normalize_float(x)
         return x.alias(f"__arg{j}")
 
-    def _key_expr(self, name: str, e: Expr) -> pl.Expr:
+    def _key_expr(self, name: str, e: Expr) -> list[pl.Expr]:
         x = compile_expr(e)
-        return (normalize_float(x) if _is_float(self.key_types[name]) else x).alias(name)
+        return nan_free(x, name) if name in self.float_keys else [x.alias(name)]
+
+    def encode_keys(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """A frame with the plain key columns (e.g. from Spark) in the state's key layout."""
+        if not self.float_keys:
+            return frame
+        return frame.with_columns([x for n in self.float_keys for x in nan_free(pl.col(n), n)])
+
+    def _float_values(self, j: int) -> bool:
+        return _is_float(polars_type(self.aggs[j][1].arg.dtype))  # type: ignore[union-attr]
+
+    def encode_values(self, j: int, vals: pl.DataFrame) -> pl.DataFrame:
+        """MIN/MAX value counts (``__v`` plain values) in the multiset's layout (doubles as ``float_order_key``)."""
+        if not self._float_values(j):
+            return vals
+        v = vals.get_column(V).cast(pl.Float64).to_numpy()
+        return vals.with_columns(pl.Series(V, float_order_key(v), dtype=pl.Int64))
 
     @staticmethod
     def _pair(j: int, kind: str) -> tuple[str, str]:
@@ -237,18 +288,20 @@ class Aggregation(StatefulOperator):
         schema[SET] = SET_DTYPE
         return schema
 
+    def _value_type(self, j: int) -> pl.DataType:
+        return pl.Int64 if self._float_values(j) else polars_type(self.aggs[j][1].arg.dtype)  # type: ignore[union-attr]
+
     def reset(self) -> None:
         self.groups = pl.DataFrame(schema=self._groups_schema())
         self.fcounts = pl.DataFrame(schema={**{k: self.key_types[k] for k in self.key_names}, FRAG: FRAG_DTYPE,
                                             N: pl.Int64})
         self.mm: dict[int, pl.DataFrame] = {
-            j: pl.DataFrame(schema={**{k: self.key_types[k] for k in self.key_names},
-                                    V: polars_type(self.aggs[j][1].arg.dtype), N: pl.Int64})  # type: ignore[union-attr]
+            j: pl.DataFrame(schema={**{k: self.key_types[k] for k in self.key_names}, V: self._value_type(j),
+                                    N: pl.Int64})
             for j in self.minmax}
         # bounded MIN/MAX buffers: per cut group, the worst value kept (every value up to it is held)
         self.mmb: dict[int, pl.DataFrame] = {
-            j: pl.DataFrame(schema={**{k: self.key_types[k] for k in self.key_names},
-                                    "__bound": polars_type(self.aggs[j][1].arg.dtype)})  # type: ignore[union-attr]
+            j: pl.DataFrame(schema={**{k: self.key_types[k] for k in self.key_names}, "__bound": self._value_type(j)})
             for j in self.minmax}
         if self.global_agg:
             # SQL: an aggregation without GROUP BY always returns one row, even over no input.
@@ -303,7 +356,7 @@ class Aggregation(StatefulOperator):
     def output_exprs(self, suffix: str = "", value_names: bool = False) -> list[pl.Expr]:
         """Expressions computing the operator's output columns from a ``groups`` frame (whose state columns carry
         ``suffix``): keys (unless ``value_names``), aggregate values, then the intervals of ``bounds``."""
-        out = [] if value_names else [pl.col(n) for n, _ in self.keys]
+        out = [] if value_names else list(self._key_out)
 
         def c(name: str) -> pl.Expr:
             return pl.col(f"{name}{suffix}")
@@ -366,9 +419,9 @@ class Aggregation(StatefulOperator):
         partial = self._partials(d)
         fpairs = (pairs_lazy(d.lazy(), self.key_names).group_by([*self.key_names, FRAG])
                   .agg(pl.col(MULT).sum().alias(N)).collect(engine="in-memory"))
-        values = {j: d.select([*self.key_names, pl.col(f"__arg{j}").alias(V), MULT])
-                  .filter(pl.col(V).is_not_null())
-                  .group_by([*self.key_names, V]).agg(pl.col(MULT).sum().alias(N))
+        values = {j: self.encode_values(j, d.select([*self.key_names, pl.col(f"__arg{j}").alias(V), MULT])
+                                        .filter(pl.col(V).is_not_null())
+                                        .group_by([*self.key_names, V]).agg(pl.col(MULT).sum().alias(N)))
                   for j in self.minmax}
         return partial, fpairs, values
 
@@ -394,7 +447,7 @@ class Aggregation(StatefulOperator):
         cut = ranked.filter(pl.col("__r") > self.minmax_buffer).select(keys).unique()
         if cut.height:
             bound = (kept.join(cut, on=keys, how="semi", nulls_equal=True).group_by(keys)
-                     .agg((pl.col(V).min() if descending else self._max(j)).alias("__bound")))
+                     .agg((pl.col(V).min() if descending else pl.col(V).max()).alias("__bound")))
             bound = bound.with_columns(pl.col("__bound").cast(self.mmb[j].schema["__bound"]))
             self.mmb[j] = pl.concat([self.mmb[j].join(bound.select(keys), on=keys, how="anti", nulls_equal=True),
                                      bound.select(self.mmb[j].columns)])
@@ -411,10 +464,6 @@ class Aggregation(StatefulOperator):
         # groups that are gone (or fully held again) need no bound any more
         self.mmb[j] = self.mmb[j].join(lost, on=keys, how="anti", nulls_equal=True)
         return mm
-
-    def _max(self, j: int) -> pl.Expr:
-        """The largest value in Spark's order: NaN above every number (polars' ``max`` skips NaN)."""
-        return pl.col(V).nan_max() if _is_float(self.mm[j].schema[V]) else pl.col(V).max()
 
     def _partial_exprs(self) -> tuple[list[pl.Expr], list[str]]:
         """Per-row terms of the batch's partial aggregates, and the names of the columns the group-by adds up."""
@@ -694,7 +743,7 @@ class Aggregation(StatefulOperator):
             if sets_change:
                 same = same & pl.col(SET).eq_missing(pl.col(f"{SET}{OLD}"))
             self._expr_cache[key] = [
-                *[pl.col(n) for n, _ in self.keys],
+                *self._key_out,
                 *[o.alias(f"__o{k}") for k, o in enumerate(old_vals)], *new_vals, pl.col(f"{SET}{OLD}"),
                 pl.col(SET), pl.col(ROW).is_not_null().alias("__had"),
                 (pl.lit(True) if self.global_agg else pl.col(CNT) > 0).alias("__alive"), same.alias("__same")]
@@ -738,7 +787,10 @@ class Aggregation(StatefulOperator):
             if self.minmax_buffer:
                 mm = self._trim_minmax(j, touched, new)
             ext = (mm.join(touched, on=keys, how="semi", nulls_equal=True).group_by(keys)
-                   .agg((pl.col(V).min() if func == "min" else self._max(j)).alias(f"__m{j}_new")))
+                   .agg((pl.col(V).min() if func == "min" else pl.col(V).max()).alias(f"__m{j}_new")))
+            if self._float_values(j):  # back from the order key to the double
+                ext = ext.with_columns(pl.Series(f"__m{j}_new", float_from_order_key(
+                    ext.get_column(f"__m{j}_new").to_numpy()), dtype=pl.Float64))
             new = (new.join(ext, on=keys, how="left", nulls_equal=True)
                    .with_columns(pl.col(f"__m{j}_new").alias(f"__m{j}")).drop(f"__m{j}_new"))
         return new

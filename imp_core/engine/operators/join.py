@@ -37,7 +37,7 @@ import polars as pl
 from imp_core.engine.annotation import MULT, after_join, ann_cols, consolidate, rename_for_join
 from imp_core.engine.bloom import CountingBloom
 from imp_core.engine.evaluate import compile_expr, polars_type
-from imp_core.engine.operators.aggregation import normalize_float
+from imp_core.engine.operators.aggregation import nan_flag, nan_free, normalize_float
 from imp_core.engine.operators.base import StatefulOperator
 from imp_core.errors import StateError
 from imp_core.plan.expr import Binary, Col, Expr, conjoin
@@ -122,9 +122,11 @@ class JoinOp(StatefulOperator):
         for a, b in zip(self.left_keys, self.right_keys):
             ta, tb = polars_type(node.left.field(a).dtype), polars_type(node.right.field(b).dtype)
             self.key_types.append(ta if ta == tb else (pl.Float64 if (ta.is_float() or tb.is_float()) else pl.Int64))
-        # a partner index matches keys by value: only when both sides' key columns have the same type
+        # a partner index matches keys by value with polars joins: only when both sides' key columns have the same
+        # type, and not for float keys (polars joins do not match NaN with NaN reliably)
         self._same_key_types = all(polars_type(node.left.field(a).dtype) == polars_type(node.right.field(b).dtype)
-                                   for a, b in zip(self.left_keys, self.right_keys))
+                                   for a, b in zip(self.left_keys, self.right_keys)) and \
+            not any(t.is_float() for t in self.key_types)
         self.reset()
 
     @property
@@ -387,14 +389,16 @@ class JoinOp(StatefulOperator):
                     target = pl.Float64 if (left.schema[a].is_float() or right.schema[b].is_float()) else left.schema[a]
                     casts_l[a], casts_r[b] = target, target
             left, right = left.cast(casts_l), right.cast(casts_r)  # type: ignore[arg-type]
-            # Spark normalizes float join keys (NaN = NaN whatever its bits, -0.0 = 0.0): join on normalized copies
+            # Spark matches float join keys normalized (NaN = NaN whatever its bits, -0.0 = 0.0); polars joins do not
+            # match NaN reliably, so the join is on NaN-free copies (value or 0.0, is NaN)
             floats = [i for i, a in enumerate(lk) if left.schema[a].is_float()]
             if floats:
-                left = left.with_columns([normalize_float(pl.col(lk[i])).alias(f"__jk{i}") for i in floats])
-                right = right.with_columns([normalize_float(pl.col(rk[i])).alias(f"__jk{i}") for i in floats])
-                lk = [f"__jk{i}" if i in floats else a for i, a in enumerate(lk)]
-                rk = [f"__jk{i}" if i in floats else b for i, b in enumerate(rk)]
-            out = left.join(right, left_on=lk, right_on=rk, how="inner", coalesce=False)
+                left = left.with_columns([x for i in floats for x in nan_free(pl.col(lk[i]), f"__jk{i}")])
+                right = right.with_columns([x for i in floats for x in nan_free(pl.col(rk[i]), f"__jk{i}")])
+                extra = [nan_flag(f"__jk{i}") for i in floats]
+                lk = [f"__jk{i}" if i in floats else a for i, a in enumerate(lk)] + extra
+                rk = [f"__jk{i}" if i in floats else b for i, b in enumerate(rk)] + extra
+            out = left.join(right, left_on=lk, right_on=rk, how="inner", coalesce=False, suffix="__r")
         else:
             out = left.join(right, how="cross")
         if self.residual is not None and out.height:

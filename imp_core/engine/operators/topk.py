@@ -194,14 +194,14 @@ class TopKOp(StatefulOperator):
                 return self._empty()
         old_top = self.top()
         keys = [*self.data_cols, SKEY]
-        hit = self.rows.join(d.select(keys), on=keys, how="semi", nulls_equal=True)
-        merged = d.join(hit.select([*keys, N]), on=keys, how="left", nulls_equal=True).with_columns(
-            (pl.col(N).fill_null(0) + pl.col("__dn")).alias(N))
+        # fold by grouping, not joining: polars joins do not match NaN with NaN reliably, its group-by does
+        changes = d.rename({"__dn": N}).select(self.rows.columns).cast(self.rows.schema)  # type: ignore[arg-type]
+        merged = pl.concat([self.rows, changes]).group_by(keys, maintain_order=True).agg(
+            pl.col(N).sum(), pl.col(SET).first())
         if merged.filter(pl.col(N) < 0).height:
             raise StateError(f"operator {self.op_id}: the change feed deleted rows the top-k state never saw; "
                              f"recapture the sketch")
-        rest = self.rows.join(d.select(keys), on=keys, how="anti", nulls_equal=True)
-        self.rows = pl.concat([rest, merged.filter(pl.col(N) > 0).select(self.rows.columns)])
+        self.rows = merged.filter(pl.col(N) > 0).select(self.rows.columns)
         if self.buffer:
             self._trim()
         new_top = self.top()

@@ -153,7 +153,7 @@ def _binary(e: Binary) -> Column:
     if is_temporal(lt):
         if is_temporal(rt):
             return F.datediff(_compile(e.left), _compile(e.right))
-        days = _compile(e.right)
+        days = _compile(e.right).cast("int")  # Spark 4's date_add takes an INT, not a BIGINT
         return F.date_add(_compile(e.left), days if op == "+" else -days)
     if op == "/":
         return _compile(e.left).cast("double") / _compile(e.right).cast("double")

@@ -182,6 +182,7 @@ def test_generated_cases_on_spark(service, tmp_path_factory) -> None:  # noqa: A
             ran.append(case.sql)
 
     one()
+    print(f"{len(ran)} generated cases ran on Spark")
     assert len(ran) >= 2, f"only {len(ran)} of the drawn cases could be sketched; the oracle barely ran"
 
 

@@ -380,9 +380,12 @@ def _run_service(args: argparse.Namespace, settings: Settings, service: Any, wan
             _table("sketches", ["name", "version", "method", "table versions", "current", "state", "last run"],
                    [[r.get("name"), r.get("latest_version"), r.get("latest_method"), r.get("table_versions"),
                      r.get("current_table_versions"),
-                     ("unusable: " + str(r.get("unusable_reason"))) if not r.get("usable", True)
-                     else "stale" if r.get("is_stale") else "fresh",
+                     "UNUSABLE" if not r.get("usable", True) else "stale" if r.get("is_stale") else "fresh",
                      r.get("last_run_status")] for r in rows])
+            for r in rows:
+                if not r.get("usable", True):
+                    print(f"sketch {r['name']} is unusable: {r['unusable_reason']}; drop and re-create it to use a "
+                          f"sketch again")
         return 0
     if a == "history":
         rows = service.history(args.name)

@@ -5,6 +5,10 @@ crashed run leaves either the whole new version (row and state) or nothing. The 
 delete a committed version (triggers in the ``0001_initial`` migration); the only sanctioned removal is deleting the
 operator state of versions older than the retention window.
 
+A sketch whose assumptions stopped holding is marked unusable (``mark_unusable``; also done by ``register_table`` when
+a name is re-pointed at another path): it keeps its versions, takes no new ones, and is left out of
+``stale_sketches``, until it is dropped.
+
 Concurrency: ``commit_version`` is optimistic (it names the version it builds on and fails with
 ``ConcurrentMaintenanceError`` if another maintainer committed first); ``sketch_lock`` lets maintainers of one
 sketch queue up instead of racing, while different sketches proceed in parallel.

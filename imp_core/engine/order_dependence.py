@@ -396,7 +396,7 @@ class IntervalCompiler:
                 c = _corners([a.lo / b.lo, a.lo / b.hi, a.hi / b.lo, a.hi / b.hi], [a, b])
                 return Iv(pl.when(zero).then(-INF).otherwise(c.lo), pl.when(zero).then(NAN).otherwise(c.hi))
         if isinstance(e, Func) and e.name == "abs":
-            a = self.interval(e.arg)
+            a = self.interval(e.args[0])
             lo = pl.when(a.lo >= 0.0).then(a.lo).when(a.hi <= 0.0).then(-a.hi).otherwise(0.0)
             hi = pl.max_horizontal(a.lo.abs(), a.hi.abs())
             return _fix(lo, hi, [a])

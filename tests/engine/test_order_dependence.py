@@ -98,3 +98,17 @@ def test_conservative_sketch_grows_only_at_the_boundary() -> None:
     pipe = Pipeline(plan, PartitionSet((Partition("t", "g", (1, 2, 3, 4), "int"),)))
     pipe.capture(LocalBackend(lambda name, v: data), {"t": 0})
     assert pipe.sketch() == {0, 1}  # group 1 (at 0.6) and group 2 (5.0); not group 3 (0.01)
+
+
+def test_intervals_through_abs_division_and_monotone_functions() -> None:
+    """ABS, a quotient by an uncertain divisor that may be 0 (unknown), ROUND: conservative and exact where they can
+    be; a group with no values (SUM NULL) never passes."""
+    data = pl.DataFrame({"g": [1, 1, 1, 2, 3, 3], "x": [0.1, 0.2, -0.9, None, 1.0, -1.0], "d": [None] * 6,
+                         "i": [0] * 6}, schema={"g": pl.Int64, "x": pl.Float64, "d": pl.Decimal(10, 2), "i": pl.Int64})
+    parts = PartitionSet((Partition("t", "g", (1, 2, 3, 4), "int"),))
+    for having, expected in [("ABS(SUM(x)) >= 0.6", {0}), ("ROUND(SUM(x), 1) = -0.6", {0}),
+                             ("COUNT(*) / SUM(x) > 100", {2}), ("SUM(x) IS NULL", {1})]:
+        plan = parse_query(f"SELECT g FROM t GROUP BY g HAVING {having}", SCHEMA).plan
+        pipe = Pipeline(plan, parts)
+        pipe.capture(LocalBackend(lambda name, v: data), {"t": 0})
+        assert pipe.sketch() == expected, having

@@ -61,6 +61,8 @@ OLD = "__old"  # suffix of a group's state before the batch, next to its new sta
 Frame = pl.DataFrame | pl.LazyFrame
 NAN = float("nan")
 INT53 = float(2 ** 53)  # integers up to this add up exactly in double, in any order
+# version of the state's frames: 2 = NaN/±inf counts, NaN-free float keys, MIN/MAX doubles as order keys
+LAYOUT = 2
 # per float SUM/AVG: counts of the contributions kept apart from the finite sum
 SPECIAL = ("__nan", "__inf", "__ninf")  # NaN, +inf, -inf
 
@@ -319,11 +321,14 @@ class Aggregation(StatefulOperator):
             frames[f"mm{j}"] = df
             if self.minmax_buffer:
                 frames[f"mmb{j}"] = self.mmb[j]
-        return {"keys": self.key_names, "aggs": [a.func for _, a in self.aggs]}, frames
+        return {"keys": self.key_names, "aggs": [a.func for _, a in self.aggs], "layout": LAYOUT}, frames
 
     def set_state_frames(self, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
         if meta.get("keys") != self.key_names or meta.get("aggs") != [a.func for _, a in self.aggs]:
             raise StateError(f"operator {self.op_id}: saved state is for a different aggregation; recapture")
+        if meta.get("layout") != LAYOUT:
+            raise StateError(f"operator {self.op_id}: saved state was written by an older engine (layout "
+                             f"{meta.get('layout', 1)}, now {LAYOUT}); recapture the sketch")
         try:
             self.groups = frames["groups"].cast(self._groups_schema())  # type: ignore[arg-type]
             self.fcounts = frames["fcounts"]

@@ -256,7 +256,8 @@ class SparkBackend:
         grouped = df.groupBy(*keys, *[col(c) for c in frag_cols]).agg(*aggs)
         rows = to_polars(grouped)
         self.spark_jobs += 1
-        rows = op.encode_keys(rows.cast({k: op.key_types[k] for k in key_names}, strict=False))  # type: ignore[arg-type]
+        rows = rows.cast({k: op.key_types[k] for k in key_names}, strict=False)  # type: ignore[arg-type]
+        rows = op.encode_keys(rows)
         state_keys = op.key_names  # float keys NaN-free (``nan_flag``)
         if exact and rows.height and (rows.get_column("__mmax").max() or 0) > 1:  # type: ignore[operator]
             rows = self._multiplied_out(df, keys, key_names, frag_cols, exact, op, rows)
@@ -288,7 +289,8 @@ class SparkBackend:
             vdf = (df.filter(F.abs(m) > 1).select(*keys, *[col(c) for c in frag_cols], v.alias(V), m)
                    .groupBy(*[col(k) for k in key_names], *[col(c) for c in frag_cols], col(V))
                    .agg(F.sum(m).alias(N)))
-            part = op.encode_keys(to_polars(vdf).cast({k: op.key_types[k] for k in key_names}, strict=False))  # type: ignore[arg-type]
+            part = to_polars(vdf).cast({k: op.key_types[k] for k in key_names}, strict=False)  # type: ignore[arg-type]
+            part = op.encode_keys(part)
             self.spark_jobs += 1
             dec = part.schema[V]
             cols = [(pl.col(V) * pl.col(N).cast(pl.Decimal(38, 0))).cast(dec).alias(f"__s{j}")]

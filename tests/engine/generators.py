@@ -707,9 +707,8 @@ def _aggregation(draw: st.DrawFn, block: Block, cols: list[X], nested: bool = Fa
             else:
                 arg = gen_num(draw, cols, 1, exact=True)
             decimal_column = [c for c in _DECIMAL_COLUMNS if arg.column and arg.fmt.endswith("." + c.name)]
-            if func == "AVG" and arg.kind == "dec":
-                if not decimal_column:  # Spark's scale of a decimal expression: not rendered for DuckDB
-                    arg = gen_num(draw, [c for c in cols if c.kind != "dec"], 1, exact=True)
+            if func == "AVG" and arg.kind == "dec" and not decimal_column:
+                func = "SUM"  # AVG of a decimal expression: its scale (Spark's rules) is not rendered for DuckDB
             if func == "AVG" and arg.kind == "dec":
                 aggs.append(X("AVG({0})", (arg,), "dec", True, agg=True, duck_fmt=_duck_decimal_avg(
                     decimal_column[0].scale)))  # type: ignore[arg-type]

@@ -26,8 +26,8 @@ NAN, INF = float("nan"), float("inf")
 OTHER_NAN = struct.unpack("<d", struct.pack("<Q", 0x7FF8000000000123))[0]
 
 
-def run(sql: str, schema: dict[str, pa.DataType], rows: list[dict], part: tuple[str, tuple], later: list[dict] | None = None,
-        deleted: list[dict] | None = None) -> tuple[pl.DataFrame, set[int]]:
+def run(sql: str, schema: dict[str, pa.DataType], rows: list[dict], part: tuple[str, tuple],
+        later: list[dict] | None = None, deleted: list[dict] | None = None) -> tuple[pl.DataFrame, set[int]]:
     """Capture over ``rows``, then (optionally) insert ``later`` and delete ``deleted`` incrementally; return the
     query's result (plain columns) and the sketch, after checking them against a fresh capture."""
     arrow = pa.schema(list(schema.items()))

@@ -19,8 +19,9 @@ from imp_core.plan.expr import Expr
 class Projection(Operator):
     kind = "projection"
 
-    def __init__(self, op_id: str, items: tuple[tuple[str, Expr], ...], bounded: frozenset[str] | set[str] = frozenset(),
-                 carry: frozenset[str] | set[str] = frozenset(), flagged: bool = False) -> None:
+    def __init__(self, op_id: str, items: tuple[tuple[str, Expr], ...],
+                 bounded: frozenset[str] | set[str] = frozenset(), carry: frozenset[str] | set[str] = frozenset(),
+                 flagged: bool = False) -> None:
         """``bounded``: input columns with intervals; ``carry``: output items whose interval the output carries."""
         super().__init__(op_id)
         self.items = items

@@ -253,11 +253,12 @@ class OrderDependence:
 
     # -- top-down: which interval columns each operator must carry -------------------------------------------------
 
-    def _needs(self, node: Plan, needed: set[str]) -> None:
+    def _needs(self, node: Plan, needed: set[str], flag: bool = False) -> None:
+        """``needed``: interval columns an operator above reads; ``flag``: whether one reads ``__certain``."""
         role = self.role(node)
         facts = self.facts[id(node)]
         role.carry = set(needed) & set(facts.bounded)
-        role.flagged_output = facts.maybe == Maybe.FLAGGED
+        role.flagged_output = flag and facts.maybe == Maybe.FLAGGED
         if isinstance(node, (Scan,)):
             return
         if isinstance(node, (Aggregate, Distinct, Join)):
@@ -266,20 +267,22 @@ class OrderDependence:
             return
         child = node.children[0]
         child_facts = self.facts[id(child)]
-        role.flagged_input = child_facts.maybe == Maybe.FLAGGED
+        # a top-k over rows a conservative selection kept needs to know the sure ones; others pass the need down
+        child_flag = child_facts.maybe == Maybe.FLAGGED and (isinstance(node, TopK) or role.flagged_output)
+        role.flagged_input = child_flag
         if isinstance(node, Project):
             below: set[str] = set()
             for name, e in node.items:
                 if name in role.carry:
                     below |= e.columns() & child_facts.bounded
-            self._needs(child, below)
+            self._needs(child, below, child_flag)
             return
         own: set[str] = set()
         if isinstance(node, Select):
             own = node.predicate.columns() & child_facts.bounded
         elif isinstance(node, TopK):
             own = set().union(*(k.expr.columns() for k in node.order)) & child_facts.bounded
-        self._needs(child, role.carry | own)
+        self._needs(child, role.carry | own, child_flag)
 
 
 # --- expressions over intervals -----------------------------------------------------------------------------------

@@ -358,15 +358,16 @@ class Aggregation(StatefulOperator):
 
     # -- output --------------------------------------------------------------------------------------------------
 
-    def output_exprs(self, suffix: str = "", value_names: bool = False) -> list[pl.Expr]:
+    def output_exprs(self, suffix: str = "", value_names: bool = False, intervals: bool = True) -> list[pl.Expr]:
         """Expressions computing the operator's output columns from a ``groups`` frame (whose state columns carry
-        ``suffix``): keys (unless ``value_names``), aggregate values, then the intervals of ``bounds``."""
+        ``suffix``): keys (unless ``value_names``), aggregate values, then the intervals of ``bounds`` (unless not
+        ``intervals``)."""
         out = [] if value_names else list(self._key_out)
 
         def c(name: str) -> pl.Expr:
             return pl.col(f"{name}{suffix}")
 
-        intervals: list[pl.Expr] = []
+        bounds: list[pl.Expr] = []
         for j, (name, a) in enumerate(self.aggs):
             if a.arg is None:
                 out.append(c(CNT).alias(name))
@@ -377,14 +378,20 @@ class Aggregation(StatefulOperator):
                 value, exact = self._sum_value(j, a, c)
                 value = pl.when(n > 0).then(value).otherwise(None).cast(polars_type(a.dtype))
                 out.append(value.alias(name))
-                if j in self.bounded:
-                    abs_sum = c(f"__a{j}") + c(f"__ac{j}") if j in self.floats else c(f"__a{j}")
-                    lo, hi = sum_interval(value, n, abs_sum, exact, a.func == "avg",
-                                          None if j in self.floats else INT53)
-                    intervals += [lo.alias(lo_name(name)), hi.alias(hi_name(name))]
+                if j in self.bounded and intervals:
+                    lo, hi = self._interval(j, value, n, self._abs_sum(j, c), exact)
+                    bounds += [lo.alias(lo_name(name)), hi.alias(hi_name(name))]
             else:
                 out.append(c(f"__m{j}").alias(name))
-        return out + intervals
+        return out + bounds
+
+    def _abs_sum(self, j: int, c: Any) -> pl.Expr:
+        return c(f"__a{j}") + c(f"__ac{j}") if j in self.floats else c(f"__a{j}")
+
+    def _interval(self, j: int, value: pl.Expr, n: pl.Expr, abs_sum: pl.Expr,
+                  exact: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+        return sum_interval(value, n, abs_sum, exact, self.aggs[j][1].func == "avg",
+                            None if j in self.floats else INT53)
 
     def _sum_value(self, j: int, a: AggCall, c: Any) -> tuple[pl.Expr, pl.Expr]:
         """A SUM/AVG's value (n > 0) and whether it is exact whatever the order of additions."""
@@ -666,7 +673,8 @@ class Aggregation(StatefulOperator):
 
         # 5. output delta: Δ− old row, Δ+ new row, for groups whose row or sketch changed (an unchanged pair would
         #    cancel). Old and new values sit in the same row: one step computes both and whether they differ.
-        outs = new.select(self._compare_exprs(sets_change))
+        first, second, third = self._compare_exprs(sets_change)
+        outs = new.lazy().select(first).with_columns(second).with_columns(third).collect(engine="in-memory")
         had = outs.get_column("__had").to_numpy()
         alive = outs.get_column("__alive").to_numpy()
         unchanged = outs.get_column("__same").to_numpy() & had & alive
@@ -735,23 +743,40 @@ class Aggregation(StatefulOperator):
         err = pl.when(t.is_finite()).then(err).otherwise(0.0)
         return [t.alias(s_name), (pl.col(f"{c_name}{OLD}").fill_null(0.0) + err + dc).alias(c_name)]
 
-    def _compare_exprs(self, sets_change: bool) -> list[pl.Expr]:
-        """Per touched group: keys, old values ``__o{k}``, new values, both sketches, whether the group existed
-        (``__had``) and exists (``__alive``), and whether its output row is unchanged (``__same``)."""
+    def _compare_exprs(self, sets_change: bool) -> tuple[list[pl.Expr], list[pl.Expr], list[pl.Expr]]:
+        """Per touched group, in projections of one query: keys, old values ``__o{k}``, new values, both sketches,
+        whether the group existed (``__had``) and exists (``__alive``); then the intervals (old and new); then
+        whether the output row is unchanged (``__same``), each from the columns made before (an expression per use
+        would make the query several times larger)."""
         key = ("compare", sets_change)
         if key not in self._expr_cache:
-            old_vals = self.output_exprs(OLD, value_names=True)
-            new_vals = self.output_exprs(value_names=True)
+            old_vals = self.output_exprs(OLD, value_names=True, intervals=False)
+            new_vals = self.output_exprs(value_names=True, intervals=False)
+            first = [*self._key_out, *[o.alias(f"__o{k}") for k, o in enumerate(old_vals)], *new_vals,
+                     pl.col(f"{SET}{OLD}"), pl.col(SET), pl.col(ROW).is_not_null().alias("__had"),
+                     (pl.lit(True) if self.global_agg else pl.col(CNT) > 0).alias("__alive")]
+            second = []
+            k = len(self.aggs)
+            for j in self.bounded:
+                name, a = self.aggs[j]
+                for suffix, tag in (("", ""), (OLD, "o")):
+                    def c(col: str, suffix: str = suffix) -> pl.Expr:
+                        return pl.col(f"{col}{suffix}")
+                    _, exact = self._sum_value(j, a, c)
+                    first += [c(f"__n{j}").alias(f"__in{tag}{j}"), self._abs_sum(j, c).alias(f"__ia{tag}{j}"),
+                              exact.alias(f"__ie{tag}{j}")]
+                    value = pl.col(name if not tag else f"__o{j}")
+                    lo, hi = self._interval(j, value, pl.col(f"__in{tag}{j}"), pl.col(f"__ia{tag}{j}"),
+                                            pl.col(f"__ie{tag}{j}"))
+                    second += [lo.alias(f"__o{k}" if tag else lo_name(name)),
+                               hi.alias(f"__o{k + 1}" if tag else hi_name(name))]
+                k += 2
             same = pl.lit(True)
-            for o, n in zip(old_vals, new_vals):
-                same = same & o.eq_missing(n)
+            for k, name in enumerate(self._value_names()):
+                same = same & pl.col(f"__o{k}").eq_missing(pl.col(name))
             if sets_change:
                 same = same & pl.col(SET).eq_missing(pl.col(f"{SET}{OLD}"))
-            self._expr_cache[key] = [
-                *self._key_out,
-                *[o.alias(f"__o{k}") for k, o in enumerate(old_vals)], *new_vals, pl.col(f"{SET}{OLD}"),
-                pl.col(SET), pl.col(ROW).is_not_null().alias("__had"),
-                (pl.lit(True) if self.global_agg else pl.col(CNT) > 0).alias("__alive"), same.alias("__same")]
+            self._expr_cache[key] = (first, second, [same.alias("__same")])
         return self._expr_cache[key]
 
     def _emit_exprs(self) -> tuple[list[pl.Expr], list[pl.Expr]]:

@@ -38,5 +38,8 @@ class Selection(Operator):
     def process(self, delta: pl.DataFrame) -> pl.DataFrame:
         if not self.conservative:
             return delta if delta.height == 0 else delta.filter(self._expr)
-        out = self._ic.apply(delta).with_columns(self._cols).filter(pl.col("__may"))
-        return out.drop(["__may", *[t for t in self._ic.temps() if t in out.columns]])
+        lazy = delta.lazy()
+        for stage in self._ic.stages:
+            lazy = lazy.with_columns(stage)
+        out = lazy.with_columns(self._cols).filter(pl.col("__may")).drop(["__may", *self._ic.temps()])
+        return out.collect(engine="in-memory")

@@ -75,6 +75,12 @@ def polars_type(t: pa.DataType) -> pl.DataType:
     raise UnsupportedError(f"columns of type {t} are not supported by the incremental engine")
 
 
+def _fmod(series: list[pl.Series]) -> pl.Series:
+    """C's fmod, vectorized: exact, the sign of the dividend (inf % y and x % 0 are NaN; callers mask x % 0)."""
+    with np.errstate(invalid="ignore"):
+        return pl.Series(np.fmod(series[0].to_numpy(), series[1].to_numpy()), dtype=pl.Float64)
+
+
 _EXP_HINT = ("the JVM's math library and the engine's differ in the last bit for about one value in 15, so a "
              "sketch could miss rows at a comparison; keep {0} out of sketched queries (compute it after the query)")
 
@@ -158,10 +164,12 @@ class PolarsCompiler:
         if pa.types.is_integer(t):
             r = x % y  # polars' remainder is floored; shift it to truncated
             r = pl.when((r != 0) & ((r < 0) != (x < 0))).then(r - y).otherwise(r)
-            return pl.when(y == 0).then(None).when(y == -1).then(pl.lit(0, dtype=polars_type(t))).otherwise(r)
+            minus_one = (y == -1) & x.is_not_null()
+            return pl.when(y == 0).then(None).when(minus_one).then(pl.lit(0, dtype=polars_type(t))).otherwise(r)
         xf, yf = x.cast(pl.Float64), y.cast(pl.Float64)
         divisor = pl.when(yf == 0).then(None).otherwise(yf)
-        exact = np.fmod(xf.fill_null(0.0), divisor.fill_null(1.0))  # vectorized; the fills only avoid warnings
+        exact = pl.map_batches([xf.fill_null(0.0), divisor.fill_null(1.0)], _fmod, return_dtype=pl.Float64,
+                               is_elementwise=True)
         return pl.when(xf.is_null() | divisor.is_null()).then(None).otherwise(exact).cast(polars_type(t))
 
     def _date_arithmetic(self, e: Binary) -> pl.Expr:
@@ -342,7 +350,8 @@ class PolarsCompiler:
         end = start + length
         start = pl.max_horizontal(start, pl.lit(0))
         out = s.str.slice(start, pl.max_horizontal(end - start, pl.lit(0)))
-        return pl.when(start >= end).then(pl.when(s.is_null()).then(None).otherwise(pl.lit(""))).otherwise(out)
+        empty = pl.when(s.is_null()).then(None).otherwise(pl.lit(""))
+        return pl.when(pos.is_null() | length.is_null()).then(None).when(start >= end).then(empty).otherwise(out)
 
     def func_concat(self, e: Func) -> pl.Expr:
         return pl.concat_str([self.to(a, pa.string()) for a in e.args], ignore_nulls=False)

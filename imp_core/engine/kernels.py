@@ -140,7 +140,8 @@ def decimal_arithmetic(op: str, x: pl.Expr, y: pl.Expr, ta: pa.DataType, tb: pa.
         rounded = pl.when(Y == 0).then(None).when(den < 0).then(neg(q)).otherwise(q)
     else:
         raise ValueError(f"unknown decimal operator {op}")
-    fast = from_unscaled(pl.when(ok).then(rounded).otherwise(pl.lit(0, dtype=I128)), tr)
+    # rows the fast path cannot compute get 0 here and their exact value below; NULL operands stay NULL
+    fast = from_unscaled(pl.when(ok.not_()).then(pl.lit(0, dtype=I128)).otherwise(rounded), tr)
     slow = ~ok & x.is_not_null() & y.is_not_null()
     return exact_fallback(fast, slow, [x, y], lambda a, b: _spark_decimal(op, a, b, tr),
                           pl.Decimal(tr.precision, tr.scale))

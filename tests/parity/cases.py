@@ -475,7 +475,44 @@ LOGIC = [
     C("nullif(i1, l1)", {"i1": 5, "l1": 6}, 5),
 ]
 
-ALL: list[C] = [*INTEGERS, *FLOATS, *ROUNDING, *DECIMALS, *CASTS, *STRING_CASTS, *STRINGS, *TEMPORAL, *LOGIC]
+# NULL operands: every kernel path must keep NULL as NULL (Spark's rule for all of these)
+NULLS = [
+    *[C(expr, row, None) for expr, row in [
+        ("m1 + m2", {"m2": D("1.00")}), ("m1 - m2", {"m1": D("1.00")}), ("m1 * m2", {"m2": D("1.00")}),
+        ("m1 / m2", {"m1": D("1.00")}), ("m1 % m2", {"m2": D("1.00")}), ("x1 * x2", {"x2": D("10.00")}),
+        ("m1 + 1", {}), ("l1 % l2", {"l2": -1}), ("i1 % i2", {"i2": 0}), ("d1 % d2", {"d2": 1.0}),
+        ("d1 / d2", {"d2": 2.0}), ("l1 + l2", {"l1": 1}), ("f1 * f2", {"f1": 1.0}),
+        ("round(d1, 2)", {}), ("round(f1)", {}), ("round(m1, 1)", {}), ("round(m1, -1)", {}),
+        ("round(l1, -1)", {}), ("round(i1, -1)", {}), ("floor(d1)", {}), ("ceil(m1)", {}), ("floor(l1)", {}),
+        ("CAST(d1 AS DECIMAL(10,2))", {}), ("CAST(s1 AS DECIMAL(10,2))", {}), ("CAST(s1 AS BIGINT)", {}),
+        ("CAST(s1 AS INT)", {}), ("CAST(s1 AS DOUBLE)", {}), ("CAST(s1 AS FLOAT)", {}), ("CAST(s1 AS DATE)", {}),
+        ("CAST(s1 AS BOOLEAN)", {}), ("CAST(m1 AS INT)", {}), ("CAST(x1 AS BIGINT)", {}), ("CAST(d1 AS INT)", {}),
+        ("CAST(d1 AS SMALLINT)", {}), ("CAST(l1 AS INT)", {}), ("CAST(m1 AS DECIMAL(3,1))", {}),
+        ("CAST(m1 AS DECIMAL(20,8))", {}), ("CAST(l1 AS DECIMAL(5,2))", {}), ("CAST(m1 AS DOUBLE)", {}),
+        ("CAST(ts1 AS STRING)", {}), ("CAST(b1 AS STRING)", {}), ("CAST(m1 AS STRING)", {}),
+        ("CAST(d1 AS BOOLEAN)", {}), ("CAST(tz1 AS DATE)", {}),
+        ("substring(s1, i1)", {"s1": "abc"}), ("substring(s1, 1, i1)", {"s1": "abc"}),
+        ("concat(s1, l1)", {"s1": "a"}), ("nullif(l1, 1)", {}), ("dt1 + i1", {"dt1": date(2024, 1, 1)}),
+        ("date_add(dt1, i1)", {"i1": 1}), ("datediff(dt1, dt2)", {"dt1": date(2024, 1, 1)}),
+        ("EXTRACT(SECOND FROM ts1)", {}), ("EXTRACT(WEEK FROM dt1)", {}), ("dayofweek(dt1)", {}),
+        ("dt1 + INTERVAL 1 MONTH", {}), ("s1 LIKE 'a%'", {}), ("s1 ILIKE 'a%'", {}),
+        ("upper(s1)", {}), ("lower(s1)", {}), ("length(s1)", {}), ("trim(s1)", {}), ("ltrim(s1)", {}),
+        ("rtrim(s1)", {}), ("replace(s1, 'a', 'b')", {}), ("replace(s1, NULL, 'b')", {"s1": "abc"}),
+        ("abs(m1)", {}), ("abs(l1)", {}), ("sign(d1)", {}), ("sqrt(m1)", {}), ("-m1", {}), ("-d1", {}),
+        ("m1 = 1", {}), ("d1 < d2", {"d2": NAN}), ("greatest(l1, l2)", {}), ("coalesce(d1, m1)", {}),
+        ("CASE WHEN b1 THEN l1 END", {"b1": True}), ("l1 IN (1, 2)", {}), ("l1 BETWEEN 1 AND l2", {"l1": 1}),
+    ]],
+    C("CAST(dt1 AS TIMESTAMP)", {}, None, sql="CAST(dt1 AS TIMESTAMP_NTZ)"),
+    C("ts1 + INTERVAL 1 HOUR", {}, None, sql="CAST(ts1 + INTERVAL 1 HOUR AS TIMESTAMP_NTZ)"),
+    C("greatest(d1, d2)", {"d2": 1.0}, 1.0),
+    C("least(d1, d2)", {"d1": NAN}, NAN),
+    C("coalesce(m1, 1)", {}, D("1.00")),
+    C("l1 IS NULL", {}, True),
+    C("b1 OR TRUE", {}, True),
+    C("b1 AND FALSE", {}, False),
+]
+
+ALL: list[C] = [*INTEGERS, *FLOATS, *ROUNDING, *DECIMALS, *CASTS, *STRING_CASTS, *STRINGS, *TEMPORAL, *LOGIC, *NULLS]
 BATCHES: dict[str, list[C]] = {"integers": INTEGERS, "floats": FLOATS, "rounding": ROUNDING, "decimals": DECIMALS,
                                "casts": CASTS, "string_casts": STRING_CASTS, "strings": STRINGS,
-                               "temporal": TEMPORAL, "logic": LOGIC}
+                               "temporal": TEMPORAL, "logic": LOGIC, "nulls": NULLS}

@@ -49,7 +49,21 @@ from imp_core.plan.expr import (
 
 
 def polars_type(t: pa.DataType) -> pl.DataType:
-    """The polars dtype the engine holds values of an Arrow type in (integer and float widths kept)."""
+    """The polars dtype the engine stores values of an Arrow type in: every integer as Int64, every float as
+    Float64, decimals at precision 38. Storage is wide and exact (a FLOAT or INT value is held without change);
+    expressions compute in the exact width (``value_type``) and store their result back in this type."""
+    if pa.types.is_integer(t):
+        return pl.Int64
+    if pa.types.is_floating(t):
+        return pl.Float64
+    if pa.types.is_decimal(t):
+        return pl.Decimal(38, t.scale)
+    return value_type(t)
+
+
+def value_type(t: pa.DataType) -> pl.DataType:
+    """The polars dtype an expression computes values of an Arrow type in: Spark's width (INT + INT wraps at 32
+    bits, FLOAT * FLOAT rounds to 32 bits, a DECIMAL(p, s) overflows past p digits)."""
     if pa.types.is_integer(t):
         if pa.types.is_signed_integer(t):
             return {8: pl.Int8, 16: pl.Int16, 32: pl.Int32}.get(t.bit_width, pl.Int64)
@@ -107,13 +121,14 @@ class PolarsCompiler:
     # -- leaves -----------------------------------------------------------------------------------------------------
 
     def visit_Col(self, e: Col) -> pl.Expr:
-        return pl.col(e.name)
+        stored, exact = polars_type(e.dtype), value_type(e.dtype)
+        return pl.col(e.name) if stored == exact else pl.col(e.name).cast(exact)  # exact: storage is wider
 
     def visit_Lit(self, e: Lit) -> pl.Expr:
         if e.value is None:
-            return pl.lit(None) if e.dtype == NULL else pl.lit(None, dtype=polars_type(e.dtype))
+            return pl.lit(None) if e.dtype == NULL else pl.lit(None, dtype=value_type(e.dtype))
         value = decimal.Decimal(e.value) if pa.types.is_decimal(e.dtype) else e.value
-        return pl.lit(value, dtype=polars_type(e.dtype))
+        return pl.lit(value, dtype=value_type(e.dtype))
 
     def visit_Interval(self, e: Interval) -> pl.Expr:
         raise UnsupportedError(f"{e} is only valid added to or subtracted from a date or timestamp")
@@ -165,12 +180,12 @@ class PolarsCompiler:
             r = x % y  # polars' remainder is floored; shift it to truncated
             r = pl.when((r != 0) & ((r < 0) != (x < 0))).then(r - y).otherwise(r)
             minus_one = (y == -1) & x.is_not_null()
-            return pl.when(y == 0).then(None).when(minus_one).then(pl.lit(0, dtype=polars_type(t))).otherwise(r)
+            return pl.when(y == 0).then(None).when(minus_one).then(pl.lit(0, dtype=value_type(t))).otherwise(r)
         xf, yf = x.cast(pl.Float64), y.cast(pl.Float64)
         divisor = pl.when(yf == 0).then(None).otherwise(yf)
         exact = pl.map_batches([xf.fill_null(0.0), divisor.fill_null(1.0)], _fmod, return_dtype=pl.Float64,
                                is_elementwise=True)
-        return pl.when(xf.is_null() | divisor.is_null()).then(None).otherwise(exact).cast(polars_type(t))
+        return pl.when(xf.is_null() | divisor.is_null()).then(None).otherwise(exact).cast(value_type(t))
 
     def _date_arithmetic(self, e: Binary) -> pl.Expr:
         """``date +/- days`` and ``date - date`` on the day numbers (INT arithmetic, as Spark's date_add)."""
@@ -233,7 +248,7 @@ class PolarsCompiler:
             c = self.compile(cond).fill_null(False)
             v = self.to(value, t)
             chain = pl.when(c).then(v) if chain is None else chain.when(c).then(v)
-        default = self.to(e.default, t) if e.default is not None else pl.lit(None, dtype=polars_type(t))
+        default = self.to(e.default, t) if e.default is not None else pl.lit(None, dtype=value_type(t))
         return chain.otherwise(default) if chain is not None else default  # type: ignore[union-attr]
 
     # -- casts --------------------------------------------------------------------------------------------------------
@@ -245,7 +260,7 @@ class PolarsCompiler:
         """``CAST(x AS dst)`` for ``x`` of type ``src``, as Spark (non-ANSI) computes it."""
         if src == dst:
             return x
-        out = polars_type(dst)
+        out = value_type(dst)
         if src == NULL:
             return pl.lit(None, dtype=out)
         if is_string(dst):
@@ -391,7 +406,7 @@ class PolarsCompiler:
 
     def func_nullif(self, e: Func) -> pl.Expr:
         equal = self.compare("=", e.args[0], e.args[1]).fill_null(False)
-        return pl.when(equal).then(pl.lit(None, dtype=polars_type(e.dtype))).otherwise(self.to(e.args[0], e.dtype))
+        return pl.when(equal).then(pl.lit(None, dtype=value_type(e.dtype))).otherwise(self.to(e.args[0], e.dtype))
 
     def func_abs(self, e: Func) -> pl.Expr:
         return self.to(e.args[0], e.dtype).abs()  # integers wrap: ABS(MIN) = MIN
@@ -406,12 +421,12 @@ class PolarsCompiler:
         a = e.args[0]
         t = a.dtype
         if t == NULL:
-            return pl.lit(None, dtype=polars_type(e.dtype))
+            return pl.lit(None, dtype=value_type(e.dtype))
         if pa.types.is_integer(t):
             return self.compile(a).cast(pl.Int64)
         if pa.types.is_decimal(t):
             if t.scale == 0:
-                return self.compile(a).cast(polars_type(e.dtype))
+                return self.compile(a).cast(value_type(e.dtype))
             x = K.unscaled(self.compile(a))
             p = K.pow10(t.scale)
             q = K.neg(K.neg(x) // p) if ceil else x // p  # Int128 // is floored
@@ -432,7 +447,7 @@ class PolarsCompiler:
             return pl.lit(None, dtype=pl.Float64)
         x = self.compile(a)
         if pa.types.is_floating(t):
-            return K.round_float(x, d, polars_type(t))
+            return K.round_float(x, d, value_type(t))
         if pa.types.is_decimal(t):
             if d >= t.scale:
                 return K.rescale_decimal(x, t, e.dtype)

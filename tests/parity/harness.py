@@ -89,6 +89,14 @@ def input_table(cases: list[C]) -> pa.Table:
     return pa.table(rows, schema=SCHEMA)
 
 
+def engine_frame(table: pa.Table) -> pl.DataFrame:
+    """The rows as the engine holds them: the plan's column names, the engine's storage types."""
+    from imp_core.engine.evaluate import polars_type
+
+    frame = pl.from_arrow(table).rename({n: f"t.{n}" for n in COLUMNS})
+    return frame.cast({f"t.{n}": polars_type(t) for n, t in COLUMNS.items()})  # type: ignore[arg-type]
+
+
 @dataclass
 class Outcome:
     case: C
@@ -118,7 +126,7 @@ def run_batch(spark: Any, cases: list[C]) -> list[Outcome]:
     result = out.toArrow()
     sql_types = {f.name: f.dataType.simpleString() for f in out.schema.fields}
 
-    frame = pl.from_arrow(table).rename({n: f"t.{n}" for n in COLUMNS})
+    frame = engine_frame(table)
     engine_values: dict[int, Any] = {}
     for i, e in enumerate(irs):
         try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import random
 
-import polars as pl
 import pyarrow as pa
 import pytest
 
@@ -34,7 +33,7 @@ from imp_core.plan.expr import (
     Unary,
 )
 from tests.parity.cases import ALL, BATCHES
-from tests.parity.harness import COLUMNS, SCHEMA, C, D, run_batch, same
+from tests.parity.harness import COLUMNS, SCHEMA, C, D, engine_frame, run_batch, same
 
 # Expression classes the table does not need: aggregates are evaluated by the aggregation operator (tests/engine).
 NOT_SCALAR = {AggCall}
@@ -166,7 +165,7 @@ def test_random_values_agree_with_spark(spark) -> None:
     irs = [C(e, {}, None).ir() for e in RANDOM_EXPRESSIONS]
     truth = spark.createDataFrame(table).select(*[F.expr(e).alias(f"q{i}") for i, e in enumerate(RANDOM_EXPRESSIONS)])
     expected = truth.toArrow()
-    frame = pl.from_arrow(table).rename({n: f"t.{n}" for n in COLUMNS})
+    frame = engine_frame(table)
     engine = frame.select(*[compile_expr(e).alias(f"q{i}") for i, e in enumerate(irs)])
     problems = []
     for i, expr in enumerate(RANDOM_EXPRESSIONS):

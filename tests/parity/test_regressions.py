@@ -9,12 +9,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-import polars as pl
 import pyarrow as pa
 import pytest
 
 from imp_core.errors import PlanError, UnsupportedError
-from tests.parity.harness import COLUMNS, INF, NAN, C, D, input_table, same
+from tests.parity.harness import INF, NAN, C, D, engine_frame, input_table, same
 
 
 def engine(expr: str, **row: Any) -> Any:
@@ -22,7 +21,7 @@ def engine(expr: str, **row: Any) -> Any:
     from imp_core.engine.evaluate import compile_expr
 
     case = C(expr, row, None)
-    frame = pl.from_arrow(input_table([case])).rename({n: f"t.{n}" for n in COLUMNS})
+    frame = engine_frame(input_table([case]))
     return frame.with_columns(compile_expr(case.ir()).alias("__v"))["__v"].to_list()[0]
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import decimal
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 import polars as pl
@@ -41,7 +42,6 @@ from imp_core.plan.expr import (
     Lit,
     Unary,
     arithmetic_types,
-    common_type,
     comparison_type,
     is_string,
     require_visitors,
@@ -53,9 +53,9 @@ def polars_type(t: pa.DataType) -> pl.DataType:
     Float64, decimals at precision 38. Storage is wide and exact (a FLOAT or INT value is held without change);
     expressions compute in the exact width (``value_type``) and store their result back in this type."""
     if pa.types.is_integer(t):
-        return pl.Int64
+        return pl.Int64()
     if pa.types.is_floating(t):
-        return pl.Float64
+        return pl.Float64()
     if pa.types.is_decimal(t):
         return pl.Decimal(38, t.scale)
     return value_type(t)
@@ -66,30 +66,30 @@ def value_type(t: pa.DataType) -> pl.DataType:
     bits, FLOAT * FLOAT rounds to 32 bits, a DECIMAL(p, s) overflows past p digits)."""
     if pa.types.is_integer(t):
         if pa.types.is_signed_integer(t):
-            return {8: pl.Int8, 16: pl.Int16, 32: pl.Int32}.get(t.bit_width, pl.Int64)
-        return pl.Int64
+            return {8: pl.Int8(), 16: pl.Int16(), 32: pl.Int32()}.get(t.bit_width, pl.Int64())
+        return pl.Int64()
     if pa.types.is_float32(t) or pa.types.is_float16(t):
-        return pl.Float32
+        return pl.Float32()
     if pa.types.is_floating(t):
-        return pl.Float64
+        return pl.Float64()
     if pa.types.is_decimal(t):
         return pl.Decimal(t.precision, t.scale)
     if is_string(t):
-        return pl.String
+        return pl.String()
     if pa.types.is_boolean(t):
-        return pl.Boolean
+        return pl.Boolean()
     if pa.types.is_date(t):
-        return pl.Date
+        return pl.Date()
     if pa.types.is_timestamp(t):
         return pl.Datetime("us", t.tz) if t.tz else pl.Datetime("us")
     if t == NULL:
-        return pl.Null
+        return pl.Null()
     if pa.types.is_binary(t):
-        return pl.Binary
+        return pl.Binary()
     raise UnsupportedError(f"columns of type {t} are not supported by the incremental engine")
 
 
-def _fmod(series: list[pl.Series]) -> pl.Series:
+def _fmod(series: Sequence[pl.Series]) -> pl.Series:
     """C's fmod, vectorized: exact, the sign of the dividend (inf % y and x % 0 are NaN; callers mask x % 0)."""
     with np.errstate(invalid="ignore"):
         return pl.Series(np.fmod(series[0].to_numpy(), series[1].to_numpy()), dtype=pl.Float64)
@@ -104,7 +104,7 @@ class PolarsCompiler:
 
     # Functions the engine refuses in sketched queries, with the reason (the import check accepts these in place
     # of a func_<name>).
-    UNSUPPORTED_FUNCTIONS: dict[str, str] = {
+    UNSUPPORTED_FUNCTIONS: ClassVar[dict[str, str]] = {
         "exp": _EXP_HINT.format("EXP"),
         "ln": _EXP_HINT.format("LN"),
         "power": _EXP_HINT.format("POWER"),
@@ -243,7 +243,7 @@ class PolarsCompiler:
 
     def visit_Case(self, e: Case) -> pl.Expr:
         t = e.dtype
-        chain = None
+        chain: Any = None
         for cond, value in e.whens:
             c = self.compile(cond).fill_null(False)
             v = self.to(value, t)

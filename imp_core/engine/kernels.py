@@ -89,7 +89,7 @@ def exact_fallback(fast: pl.Expr, slow_rows: pl.Expr, args: Sequence[pl.Expr],
     so the Python work is proportional to them, not to the batch.
     """
 
-    def apply(series: list[pl.Series]) -> pl.Series:
+    def apply(series: Sequence[pl.Series]) -> pl.Series:
         out, flags, *xs = series
         flags = flags.fill_null(False)
         if not flags.any():
@@ -277,7 +277,7 @@ def string_to_float(x: pl.Expr, dtype: pl.DataType) -> pl.Expr:
     number = s.str.replace(r"[fFdD]$", "")
     words = {**V.FLOAT_JAVA_WORDS}
     lowered = s.str.to_lowercase()
-    out = pl.when(s.str.contains(V.FLOAT_TEXT)).then(number.cast(dtype, strict=False))
+    out: Any = pl.when(s.str.contains(V.FLOAT_TEXT)).then(number.cast(dtype, strict=False))
     for word, value in words.items():
         out = out.when(s == word).then(pl.lit(float(value), dtype=dtype))
     for word, value in V.FLOAT_WORDS.items():

@@ -31,7 +31,6 @@ from imp_core.config import Settings
 from imp_core.engine.evaluate import require_engine_support
 from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.state import FORMAT, FORMAT_VERSION
-from imp_core.maintenance.changes import read_changes, used_columns
 from imp_core.errors import (
     ChangeFeedUnavailableError,
     ImpError,
@@ -40,6 +39,7 @@ from imp_core.errors import (
     UnsafeSketchError,
     UsageError,
 )
+from imp_core.maintenance.changes import read_changes, used_columns
 from imp_core.plan.expr import kind_of_type
 from imp_core.plan.nodes import Plan, explain
 from imp_core.plan.safety import require_safe
@@ -131,14 +131,14 @@ class SketchService:
             self._spark = get_spark(self.settings)
         return self._spark
 
-    def backend(self, sources: dict[str, DeltaSource]):  # noqa: ANN201
+    def backend(self, sources: dict[str, DeltaSource]):
         from imp_core.spark.backend import SparkBackend
 
         return SparkBackend(lambda: self.spark, sources, self.settings.optimizations)
 
     # -- tables --------------------------------------------------------------------------------------------------
 
-    def register_table(self, name: str, path: str, replace: bool = False):  # noqa: ANN201
+    def register_table(self, name: str, path: str, replace: bool = False):
         """Register a Delta table under a name usable in SQL; it must have Change Data Feed enabled."""
         if not name.replace("_", "").isalnum():
             raise UsageError(f"table name {name!r} must be an identifier (letters, digits, underscores)")
@@ -300,7 +300,7 @@ class SketchService:
                              f"captured (imp was upgraded?); recapture the sketch")
         return pipeline
 
-    def _blobs(self, pipeline: Pipeline):  # noqa: ANN202
+    def _blobs(self, pipeline: Pipeline):
         from imp_core.catalog.store import StateBlob
 
         return [StateBlob(op_id, FORMAT, FORMAT_VERSION, blob) for op_id, blob in pipeline.state_blobs().items()]
@@ -527,7 +527,7 @@ class SketchService:
         return None
 
     def query(self, sql: str, dialect: str = "spark", use_sketch: bool = True, capture: bool = False,
-              on: list[str] | None = None, fragments: int = 100, trigger: str = "cli"):  # noqa: ANN201
+              on: list[str] | None = None, fragments: int = 100, trigger: str = "cli"):
         """Run ``sql`` on Spark, with a fresh sketch when one can answer it (lazily maintained first)."""
         from imp_core.use.query import QueryResult, collect, execute
 
@@ -830,4 +830,4 @@ def _one_line(e: BaseException) -> str:
     return lines[0] if lines else type(e).__name__
 
 
-__all__ = ["SketchService", "MaintenanceResult", "Loaded", "STRATEGIES"]
+__all__ = ["STRATEGIES", "Loaded", "MaintenanceResult", "SketchService"]

@@ -233,7 +233,7 @@ def int_literal_type(value: int) -> pa.DataType:
 
 def decimal_literal_type(value: decimal.Decimal) -> pa.DataType:
     """Spark's type of an exact numeric constant: ``0.05`` is ``DECIMAL(2, 2)``, ``123.45`` is ``DECIMAL(5, 2)``."""
-    sign, digits, exp = value.as_tuple()
+    _, digits, exp = value.as_tuple()
     if not isinstance(exp, int):
         raise PlanError(f"the constant {value} is not a finite number")
     scale = max(0, -exp)
@@ -765,8 +765,9 @@ EXPR_NODES: tuple[type[Expr], ...] = (Col, Lit, Interval, Unary, Binary, IsNull,
 
 
 def _subclasses(cls: type) -> set[str]:
-    out = set()
-    for sub in cls.__subclasses__():
+    out: set[str] = set()
+    subclasses: list[type] = cls.__subclasses__()
+    for sub in subclasses:
         out.add(sub.__name__)
         out |= _subclasses(sub)
     return out

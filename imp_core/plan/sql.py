@@ -339,7 +339,7 @@ _NODE_NAMES: dict[type[exp.Expression], str] = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _iso_date_formats(dialect: str) -> frozenset[str]:
     """The format strings sqlglot produces in ``dialect`` for 'YYYY-MM-DD' and 'yyyy-MM-dd'.
 

@@ -13,8 +13,10 @@ results cast to the IR's type), so Spark evaluates exactly the expression the en
 
 from __future__ import annotations
 
+import datetime as dt
 import decimal
 from collections.abc import Callable
+from typing import ClassVar
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -73,7 +75,7 @@ class SparkExpressionCompiler:
     """IR expression -> Spark Column. Spark's functions are the truth; types are made explicit."""
 
     # Every function is compiled; the engine's refusals (imp_core.engine.evaluate) do not apply to plain queries.
-    UNSUPPORTED_FUNCTIONS: dict[str, str] = {}
+    UNSUPPORTED_FUNCTIONS: ClassVar[dict[str, str]] = {}
 
     def compile(self, e: Expr) -> Column:
         visit: Callable[[Expr], Column] = getattr(self, f"visit_{type(e).__name__}")
@@ -91,7 +93,12 @@ class SparkExpressionCompiler:
     def visit_Lit(self, e: Lit) -> Column:
         if e.value is None:
             return F.lit(None) if e.dtype == NULL else F.lit(None).cast(arrow_to_spark(e.dtype))
-        value = decimal.Decimal(e.value) if pa.types.is_decimal(e.dtype) else e.value
+        value = e.value
+        if pa.types.is_decimal(e.dtype):
+            value = decimal.Decimal(value)
+        elif isinstance(value, dt.datetime):
+            # through its text: PySpark would read a naive datetime in the driver's local time zone
+            value = value.isoformat(sep=" ")
         return F.lit(value).cast(arrow_to_spark(e.dtype))
 
     def visit_Interval(self, e: Interval) -> Column:
@@ -134,8 +141,8 @@ class SparkExpressionCompiler:
             return F.datediff(self.compile(e.left), self.compile(e.right))
         if pa.types.is_date(lt) or pa.types.is_date(rt):
             date, days = (e.left, e.right) if pa.types.is_date(lt) else (e.right, e.left)
-            d, n = self.compile(date), self.to(days, pa.int32())
-            return F.date_sub(d, n) if op == "-" else F.date_add(d, n)
+            d, count = self.compile(date), self.to(days, pa.int32())
+            return F.date_sub(d, count) if op == "-" else F.date_add(d, count)
         ta, tb, _ = arithmetic_types(op, e.left, e.right)
         x, y = self.to(e.left, ta), self.to(e.right, tb)
         return {"+": x + y, "-": x - y, "*": x * y, "/": x / y, "%": x % y}[op]

@@ -77,7 +77,7 @@ def same(actual: Any, expected: Any) -> bool:
         return isinstance(actual, D) and actual == expected
     if isinstance(expected, dt.datetime):
         if isinstance(actual, dt.datetime) and actual.tzinfo is not None:
-            actual = actual.astimezone(dt.timezone.utc).replace(tzinfo=None)
+            actual = actual.astimezone(dt.UTC).replace(tzinfo=None)
         return actual == expected
     return type(actual) is type(expected) and actual == expected
 

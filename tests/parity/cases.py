@@ -426,6 +426,9 @@ TEMPORAL = [
     C("dt1 BETWEEN '2024-01-01' AND '2024-12-31'", {"dt1": date(2024, 12, 31)}, True),
     C("ts1 > '2024-01-05 10:00:00'", {"ts1": ts(2024, 1, 5, 10, 0, 0, 1)}, True),
     C("greatest(dt1, dt2)", {"dt1": date(2024, 1, 5), "dt2": None}, date(2024, 1, 5)),
+    C("ts1 < TIMESTAMP '2024-01-05 10:00:00.000001'", {"ts1": ts(2024, 1, 5, 10)}, True),
+    C("tz1 = TIMESTAMP '2024-01-05 23:30:00'", {"tz1": ts(2024, 1, 5, 23, 30, tzinfo=dt.UTC)}, True),
+    C("dt1 >= DATE '2024-02-29' - INTERVAL 1 YEAR", {"dt1": date(2023, 2, 28)}, True),
 ]
 
 LOGIC = [

@@ -779,9 +779,12 @@ def require_visitors(compiler: type, backend: str) -> None:
     EXTRACT field, so a new node or function cannot reach a compiler that silently mishandles it."""
     names = {c.__name__ for c in EXPR_NODES} | _subclasses(Expr)
     unsupported = getattr(compiler, "UNSUPPORTED_FUNCTIONS", {})
-    missing = [f"visit_{n}" for n in sorted(names) if not callable(getattr(compiler, f"visit_{n}", None))]
-    missing += [f"func_{n}" for n in FUNCTIONS if not hasattr(compiler, f"func_{n}") and n not in unsupported]
-    missing += [f"extract_{f}" for f in EXTRACT_FIELDS if not hasattr(compiler, f"extract_{f}")]
+    def has(name: str) -> bool:
+        return callable(getattr(compiler, name, None))
+
+    missing = [f"visit_{n}" for n in sorted(names) if not has(f"visit_{n}")]
+    missing += [f"func_{n}" for n in FUNCTIONS if not has(f"func_{n}") and n not in unsupported]
+    missing += [f"extract_{f}" for f in EXTRACT_FIELDS if not has(f"extract_{f}")]
     if missing:
         raise ImportError(f"the {backend} expression compiler {compiler.__name__} has no {', '.join(missing)}; "
                           f"add them (or an UNSUPPORTED_FUNCTIONS entry saying why not)")

@@ -176,3 +176,54 @@ def test_random_values_agree_with_spark(spark) -> None:
             row = {k: table.column(k)[j].as_py() for k in ("d1", "d2", "f1", "m1", "m2", "e1", "x1", "y1", "s1")}
             problems.append(f"{expr}: {len(bad)} rows differ, e.g. Spark {w!r}, engine {g!r} on {row}")
     assert not problems, "\n".join(problems)
+
+
+def test_the_table_has_the_awkward_inputs() -> None:
+    """Each class of awkward value reaches the expressions as an input somewhere in the table."""
+    import math
+
+    inputs = [(name, value) for case in ALL for name, value in case.row.items() if value is not None]
+    floats = [v for n, v in inputs if isinstance(v, float)]
+    classes = {
+        "NULL": any(v is None for case in ALL for v in case.row.values()) or any(not c.row for c in ALL),
+        "NaN": any(math.isnan(v) for v in floats),
+        "+inf": INF_ in floats, "-inf": -INF_ in floats,
+        "-0.0": any(v == 0 and math.copysign(1, v) < 0 for v in floats),
+        "FLOAT": any(n.startswith("f") for n, _ in inputs),
+        "int64 limits": any(isinstance(v, int) and abs(v) >= 2**63 - 1 for _, v in inputs),
+        "int32 limits": any(n.startswith("i") and abs(v) >= 2**31 - 1 for n, v in inputs),
+        "DECIMAL scale 2": any(n.startswith("m") for n, _ in inputs),
+        "DECIMAL scale 8": any(n.startswith(("e", "y")) for n, _ in inputs),
+        "DECIMAL(38)": any(n.startswith(("x", "y")) for n, _ in inputs),
+        "microseconds": any(isinstance(v, dt.datetime) and v.microsecond not in (0,) for _, v in inputs),
+        "month end": any(isinstance(v, dt.date) and (v + dt.timedelta(days=1)).day == 1 for _, v in inputs),
+        "leap day": any(isinstance(v, dt.date) and (v.month, v.day) == (2, 29) for _, v in inputs),
+        "tab": any(isinstance(v, str) and "\t" in v for _, v in inputs),
+        "newline": any(isinstance(v, str) and "\n" in v for _, v in inputs),
+        "non-ASCII": any(isinstance(v, str) and not v.isascii() for _, v in inputs),
+        "BOOLEAN": any(isinstance(v, bool) for _, v in inputs),
+    }
+    assert [k for k, present in classes.items() if not present] == []
+
+
+INF_ = float("inf")
+
+
+def test_a_compiler_without_a_visitor_fails_at_import() -> None:
+    from imp_core.engine.evaluate import PolarsCompiler
+    from imp_core.plan.expr import require_visitors
+    from imp_core.spark.compile import SparkExpressionCompiler
+
+    class Partial(PolarsCompiler):
+        visit_Like = None  # type: ignore[assignment]
+
+    with pytest.raises(ImportError, match="visit_Like"):
+        require_visitors(Partial, "test")
+
+    class NoRound(SparkExpressionCompiler):
+        func_round = None  # type: ignore[assignment]
+
+    with pytest.raises(ImportError, match="func_round"):
+        require_visitors(NoRound, "test")
+    for compiler in (PolarsCompiler, SparkExpressionCompiler):
+        require_visitors(compiler, "test")  # complete

@@ -25,6 +25,7 @@ from imp_core.engine import kernels as K
 from imp_core.errors import UnsupportedError
 from imp_core.plan import values as V
 from imp_core.plan.expr import (
+    BOOL,
     NULL,
     AggCall,
     Between,
@@ -95,6 +96,9 @@ def _fmod(series: Sequence[pl.Series]) -> pl.Series:
         return pl.Series(np.fmod(series[0].to_numpy(), series[1].to_numpy()), dtype=pl.Float64)
 
 
+# functions whose value is not NULL just because an argument is the NULL constant
+_NULL_TOLERANT = ("coalesce", "greatest", "least", "nullif")
+
 _EXP_HINT = ("the JVM's math library and the engine's differ in the last bit for about one value in 15, so a "
              "sketch could miss rows at a comparison; keep {0} out of sketched queries (compute it after the query)")
 
@@ -140,7 +144,7 @@ class PolarsCompiler:
 
     def visit_Unary(self, e: Unary) -> pl.Expr:
         if e.op == "not":
-            return ~self.compile(e.arg)
+            return ~self.to(e.arg, BOOL)
         return -self.to(e.arg, e.dtype)  # integers wrap (-MIN = MIN), as Java does
 
     def compare(self, op: str, a: Expr, b: Expr, t: pa.DataType | None = None) -> pl.Expr:
@@ -153,9 +157,9 @@ class PolarsCompiler:
     def visit_Binary(self, e: Binary) -> pl.Expr:
         op = e.op
         if op == "and":
-            return self.compile(e.left) & self.compile(e.right)
+            return self.to(e.left, BOOL) & self.to(e.right, BOOL)
         if op == "or":
-            return self.compile(e.left) | self.compile(e.right)
+            return self.to(e.left, BOOL) | self.to(e.right, BOOL)
         if op in ("=", "<>", "<", "<=", ">", ">="):
             return self.compare(op, e.left, e.right)
         if isinstance(e.left, Interval) or isinstance(e.right, Interval):
@@ -204,6 +208,8 @@ class PolarsCompiler:
         base, iv = (e.left, e.right) if isinstance(e.right, Interval) else (e.right, e.left)
         assert isinstance(iv, Interval)
         n = iv.value if e.op == "+" else -iv.value
+        if base.dtype == NULL:
+            return pl.lit(None, dtype=value_type(e.dtype))
         x = self.compile(base)
         if pa.types.is_date(base.dtype) and iv.unit in ("day", "week"):
             return self._add_days(x, pl.lit(n * (7 if iv.unit == "week" else 1), dtype=pl.Int32))
@@ -232,7 +238,7 @@ class PolarsCompiler:
         return ~out if e.negated else out
 
     def visit_Like(self, e: Like) -> pl.Expr:
-        x = self.compile(e.arg)
+        x = self.to(e.arg, pa.string())
         if e.case_insensitive:
             # Spark's ILIKE is lower(x) LIKE lower(pattern): full lower-casing (final sigma, dotted I), not folding
             x = x.str.to_lowercase()
@@ -245,7 +251,7 @@ class PolarsCompiler:
         t = e.dtype
         chain: Any = None
         for cond, value in e.whens:
-            c = self.compile(cond).fill_null(False)
+            c = self.to(cond, BOOL).fill_null(False)
             v = self.to(value, t)
             chain = pl.when(c).then(v) if chain is None else chain.when(c).then(v)
         default = self.to(e.default, t) if e.default is not None else pl.lit(None, dtype=value_type(t))
@@ -334,6 +340,8 @@ class PolarsCompiler:
         if e.name in self.UNSUPPORTED_FUNCTIONS:
             raise UnsupportedError(f"{e.name.upper()} is not supported in sketched queries: "
                                    f"{self.UNSUPPORTED_FUNCTIONS[e.name]}")
+        if e.name not in _NULL_TOLERANT and any(a.dtype == NULL for a in e.args):
+            return pl.lit(None, dtype=value_type(e.dtype) if e.dtype != NULL else None)  # NULL in, NULL out
         return getattr(self, f"func_{e.name}")(e)
 
     def func_upper(self, e: Func) -> pl.Expr:
@@ -476,6 +484,8 @@ class PolarsCompiler:
     # -- EXTRACT ------------------------------------------------------------------------------------------------------
 
     def visit_Extract(self, e: Extract) -> pl.Expr:
+        if e.arg.dtype == NULL:
+            return pl.lit(None, dtype=value_type(e.dtype))
         x = self.compile(e.arg)
         if pa.types.is_timestamp(e.arg.dtype):
             x = self._utc(x, e.arg.dtype)

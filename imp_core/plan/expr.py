@@ -656,7 +656,7 @@ class Func(Expr):
         if n in _DOUBLE_FUNCS:
             return FLOAT
         if t == NULL:
-            return FLOAT  # Spark types abs(NULL), round(NULL) as DOUBLE
+            return INT if n in ("floor", "ceil") else FLOAT  # Spark: floor(NULL) is a BIGINT, abs(NULL) a DOUBLE
         if n == "abs":
             return t
         if n in ("floor", "ceil"):

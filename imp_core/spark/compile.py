@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 
 from imp_core.errors import UnsupportedError
 from imp_core.plan.expr import (
+    BOOL,
     NULL,
     AggCall,
     Between,
@@ -108,7 +109,7 @@ class SparkExpressionCompiler:
         raise UnsupportedError(f"the aggregate {e} is compiled by the Aggregate node, not as an expression")
 
     def visit_Unary(self, e: Unary) -> Column:
-        return ~self.compile(e.arg) if e.op == "not" else -self.to(e.arg, e.dtype)
+        return ~self.to(e.arg, BOOL) if e.op == "not" else -self.to(e.arg, e.dtype)
 
     def compare(self, op: str, a: Expr, b: Expr, t: pa.DataType | None = None) -> Column:
         t = comparison_type(a, b) if t is None else t
@@ -118,16 +119,16 @@ class SparkExpressionCompiler:
     def visit_Binary(self, e: Binary) -> Column:
         op = e.op
         if op == "and":
-            return self.compile(e.left) & self.compile(e.right)
+            return self.to(e.left, BOOL) & self.to(e.right, BOOL)
         if op == "or":
-            return self.compile(e.left) | self.compile(e.right)
+            return self.to(e.left, BOOL) | self.to(e.right, BOOL)
         if op in ("=", "<>", "<", "<=", ">", ">="):
             return self.compare(op, e.left, e.right)
         if isinstance(e.right, Interval) or isinstance(e.left, Interval):
             base, iv = (e.left, e.right) if isinstance(e.right, Interval) else (e.right, e.left)
             assert isinstance(iv, Interval)
             n = iv.value if op == "+" else -iv.value
-            b = self.compile(base)
+            b = self.to(base, e.dtype if base.dtype == NULL else base.dtype)
             if pa.types.is_date(base.dtype):
                 if iv.unit == "day":
                     return F.date_add(b, F.lit(n))
@@ -173,7 +174,8 @@ class SparkExpressionCompiler:
         chain = None
         for cond, value in e.whens:
             v = self.to(value, e.dtype)
-            chain = F.when(self.compile(cond), v) if chain is None else chain.when(self.compile(cond), v)
+            c = self.to(cond, BOOL)  # Spark refuses a bare NULL condition
+            chain = F.when(c, v) if chain is None else chain.when(c, v)
         default = self.to(e.default, e.dtype) if e.default is not None else F.lit(None).cast(arrow_to_spark(e.dtype))
         return chain.otherwise(default) if chain is not None else default
 

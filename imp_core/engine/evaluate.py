@@ -461,7 +461,7 @@ class PolarsCompiler:
                 return K.rescale_decimal(x, t, e.dtype)
             X = K.unscaled(x)
             drop = t.scale - d
-            r = K.div_half_up(X, 10**drop) if drop <= 38 else pl.lit(0, dtype=K.I128)
+            r = K.div_pow10_half_up(X, drop)
             if d < 0:
                 r = pl.when(r.abs() >= K.pow10(38 + d)).then(None).otherwise(r * K.pow10(min(-d, 38)))
             return K.from_unscaled(r, e.dtype)
@@ -469,7 +469,7 @@ class PolarsCompiler:
             return x
         # an integer rounded HALF_UP at 10^-d, then wrapped to its width (Spark: BigDecimal -> longValue)
         X = x.cast(K.I128)
-        r = K.div_half_up(X, 10 ** (-d)) * K.pow10(-d) if -d <= 38 else pl.lit(0, dtype=K.I128)
+        r = K.div_pow10_half_up(X, -d) * K.pow10(-d) if -d <= 38 else pl.lit(0, dtype=K.I128)
         return K.wrap_integral(r, t.bit_width)
 
     def func_date_add(self, e: Func) -> pl.Expr:

@@ -28,6 +28,11 @@ def neg(x: pl.Expr) -> pl.Expr:
     return pl.lit(0, dtype=I128) - x
 
 
+def sign_of(n: pl.Expr) -> pl.Expr:
+    """-1 or 1 as Int128 (multiplying by it, rather than branching, keeps each operand evaluated once)."""
+    return pl.when(n < 0).then(pl.lit(-1, dtype=I128)).otherwise(pl.lit(1, dtype=I128))
+
+
 def pow10(k: int) -> pl.Expr:
     """``10 ** k`` as an Int128 literal (k <= 38)."""
     return pl.lit(10**k, dtype=I128)
@@ -37,30 +42,34 @@ def pow10(k: int) -> pl.Expr:
 
 
 def unscaled(x: pl.Expr) -> pl.Expr:
-    """The unscaled Int128 integer of a decimal (``1.25`` at scale 2 is 125); exact, through polars' decimal text,
-    which always has exactly ``scale`` digits after the point."""
-    return x.cast(pl.String).str.replace(".", "", literal=True).cast(I128)
+    """The unscaled Int128 integer of a decimal (``1.25`` at scale 2 is 125): polars' physical representation."""
+    return x.to_physical().cast(I128)
 
 
 def from_unscaled(r: pl.Expr, t: pa.DataType) -> pl.Expr:
     """A ``DECIMAL(p, s)`` from its unscaled Int128 integer; NULL when it has more than ``p`` digits (Spark's
     overflow rule with ANSI off)."""
-    fits = r.abs() < pow10(t.precision)
-    value = pl.when(fits).then(r).otherwise(None).cast(pl.Decimal(38, 0))
+    value = r.cast(pl.Decimal(38, 0), strict=False)  # NULL from 10^38 on
     if t.scale:
         value = value * pl.lit(decimal.Decimal(1).scaleb(-t.scale), dtype=pl.Decimal(38, t.scale))
-    return value.cast(pl.Decimal(t.precision, t.scale))
+    return value.cast(pl.Decimal(t.precision, t.scale), strict=False)  # NULL beyond p digits
 
 
-def div_half_up(n: pl.Expr, d: pl.Expr | int) -> pl.Expr:
-    """``n / d`` rounded HALF_UP (ties away from zero) for Int128 ``n`` and positive ``d``; no intermediate
-    exceeds ``max(|n|, d)``."""
-    den = pl.lit(d, dtype=I128) if isinstance(d, int) else d
+def div_half_up(n: pl.Expr, d: pl.Expr) -> pl.Expr:
+    """``n / d`` rounded HALF_UP (ties away from zero) for Int128 ``n`` and positive ``d``, as one floor division
+    ``(2|n| + d) // 2d``; callers keep ``2|n| + d`` below 2^127."""
+    return (n.abs() * 2 + d) // (d * 2) * sign_of(n)
+
+
+def div_pow10_half_up(n: pl.Expr, k: int) -> pl.Expr:
+    """``n / 10^k`` rounded HALF_UP for any Int128 ``n`` below 10^38 (no intermediate exceeds it)."""
+    if k > 38:
+        return pl.lit(0, dtype=I128)
     a = n.abs()
-    q = a // den
-    r = a - q * den
-    q = q + (r >= den - r).cast(I128)
-    return pl.when(n < 0).then(neg(q)).otherwise(q)
+    if k == 38:
+        return (a >= pl.lit(5 * 10**37, dtype=I128)).cast(I128) * sign_of(n)
+    # (a + den/2) // den without overflow: a < 10^38 and den/2 <= 5 * 10^36
+    return (a + pl.lit(10**k // 2, dtype=I128)) // pow10(k) * sign_of(n) if k else n
 
 
 def _spark_decimal(op: str, a: decimal.Decimal, b: decimal.Decimal, t: pa.DataType) -> decimal.Decimal | None:
@@ -117,27 +126,27 @@ def decimal_arithmetic(op: str, x: pl.Expr, y: pl.Expr, ta: pa.DataType, tb: pa.
         Xs, Ys = X * pow10(sm - sa), Y * pow10(sm - sb)
         if op == "%":
             ok = ok & (Y != 0)
-            r = Xs.abs() % pl.when(Ys == 0).then(pl.lit(1, dtype=I128)).otherwise(Ys.abs())
-            r = pl.when(Xs < 0).then(neg(r)).otherwise(r)
+            r = Xs.abs() % pl.when(Ys == 0).then(pl.lit(1, dtype=I128)).otherwise(Ys.abs()) * sign_of(Xs)
             exact = pl.when(Y == 0).then(None).otherwise(r)
         else:
             exact = Xs + Ys if op == "+" else Xs - Ys
-        rounded = exact if sr >= sm else div_half_up(exact, 10 ** (sm - sr))
+        rounded = exact if sr >= sm else div_pow10_half_up(exact, sm - sr)
     elif op == "*":
         sp = sa + sb
         ok = (x.cast(pl.Float64).abs() * y.cast(pl.Float64).abs()) < 10.0 ** (37 - sp)
         exact = X * Y
         drop = sp - sr
-        rounded = exact if drop <= 0 else (div_half_up(exact, 10**drop) if drop <= 38 else pl.lit(0, dtype=I128))
+        rounded = exact if drop <= 0 else div_pow10_half_up(exact, drop)
     elif op == "/":
         k = sr + sb - sa
         up, down = max(k, 0), max(-k, 0)
-        ok = (X.abs() < pow10(38 - up)) & (Y.abs() < pow10(38 - down)) if up <= 38 and down <= 38 else pl.lit(False)
+        # |num| and |den| below 5 * 10^37, so the one-division HALF_UP stays inside Int128
+        ok = ((X.abs() < pl.lit(5 * 10 ** (37 - up), dtype=I128)) & (Y.abs() < pl.lit(5 * 10 ** (37 - down), dtype=I128))
+              if up <= 37 and down <= 37 else pl.lit(False))
         num = X * pow10(min(up, 38))
         den = Y * pow10(min(down, 38))
         safe_den = pl.when(den == 0).then(pl.lit(1, dtype=I128)).otherwise(den.abs())
-        q = div_half_up(num, safe_den)
-        rounded = pl.when(Y == 0).then(None).when(den < 0).then(neg(q)).otherwise(q)
+        rounded = pl.when(Y == 0).then(None).otherwise(div_half_up(num, safe_den) * sign_of(den))
     else:
         raise ValueError(f"unknown decimal operator {op}")
     # rows the fast path cannot compute get 0 here and their exact value below; NULL operands stay NULL
@@ -157,7 +166,7 @@ def rescale_decimal(x: pl.Expr, ta: pa.DataType, tb: pa.DataType) -> pl.Expr:
         big = X.abs() >= pow10(38 - up)  # 38 digits or more after scaling: beyond any precision
         return from_unscaled(pl.when(big).then(None).otherwise(X * pow10(up)), tb)
     down = ta.scale - tb.scale
-    return from_unscaled(div_half_up(X, 10**down) if down <= 38 else pl.lit(0, dtype=I128), tb)
+    return from_unscaled(div_pow10_half_up(X, down), tb)
 
 
 def integral_to_decimal(x: pl.Expr, t: pa.DataType) -> pl.Expr:

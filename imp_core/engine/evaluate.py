@@ -114,6 +114,12 @@ class PolarsCompiler:
         "power": _EXP_HINT.format("POWER"),
     }
 
+    # Expression classes that are never compiled on their own, with the reason (their visitors raise it).
+    UNSUPPORTED_EXPRESSIONS: ClassVar[dict[type[Expr], str]] = {
+        Interval: "an INTERVAL is only valid added to or subtracted from a date or timestamp",
+        AggCall: "an aggregate is evaluated by the aggregation operator, not as a scalar expression",
+    }
+
     def compile(self, e: Expr) -> pl.Expr:
         visit: Callable[[Expr], pl.Expr] = getattr(self, f"visit_{type(e).__name__}")
         return visit(e)
@@ -135,10 +141,10 @@ class PolarsCompiler:
         return pl.lit(value, dtype=value_type(e.dtype))
 
     def visit_Interval(self, e: Interval) -> pl.Expr:
-        raise UnsupportedError(f"{e} is only valid added to or subtracted from a date or timestamp")
+        raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[Interval]}")
 
     def visit_AggCall(self, e: AggCall) -> pl.Expr:
-        raise UnsupportedError(f"the aggregate {e} is evaluated by the aggregation operator, not as an expression")
+        raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[AggCall]}")
 
     # -- logic and comparison ---------------------------------------------------------------------------------------
 

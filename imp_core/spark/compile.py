@@ -77,6 +77,11 @@ class SparkExpressionCompiler:
 
     # Every function is compiled; the engine's refusals (imp_core.engine.evaluate) do not apply to plain queries.
     UNSUPPORTED_FUNCTIONS: ClassVar[dict[str, str]] = {}
+    # Expression classes that are never compiled on their own, with the reason (their visitors raise it).
+    UNSUPPORTED_EXPRESSIONS: ClassVar[dict[type[Expr], str]] = {
+        Interval: "an INTERVAL is only valid added to or subtracted from a date or timestamp",
+        AggCall: "an aggregate is compiled by the Aggregate plan node, not as a scalar expression",
+    }
 
     def compile(self, e: Expr) -> Column:
         visit: Callable[[Expr], Column] = getattr(self, f"visit_{type(e).__name__}")
@@ -103,10 +108,10 @@ class SparkExpressionCompiler:
         return F.lit(value).cast(arrow_to_spark(e.dtype))
 
     def visit_Interval(self, e: Interval) -> Column:
-        raise UnsupportedError(f"{e} is only valid added to or subtracted from a date or timestamp")
+        raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[Interval]}")
 
     def visit_AggCall(self, e: AggCall) -> Column:
-        raise UnsupportedError(f"the aggregate {e} is compiled by the Aggregate node, not as an expression")
+        raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[AggCall]}")
 
     def visit_Unary(self, e: Unary) -> Column:
         return ~self.to(e.arg, BOOL) if e.op == "not" else -self.to(e.arg, e.dtype)

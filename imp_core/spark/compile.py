@@ -66,7 +66,7 @@ def col(name: str) -> Column:
 
 
 def is_ann(name: str) -> bool:
-    return name == MULT or name.startswith("__f") or name.startswith("__p") or name == "__sk"
+    return name in (MULT, "__sk") or name.startswith(("__f", "__p"))
 
 
 # -- expressions -------------------------------------------------------------------------------------------------

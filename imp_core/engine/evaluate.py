@@ -582,10 +582,10 @@ def compile_expr(e: Expr) -> pl.Expr:
     reason = engine_unsupported(e)
     if reason is not None:
         raise UnsupportedError(reason)
+    if isinstance(e, Col):
+        return pl.col(e.name)  # already in storage type
     out = _COMPILER.compile(e)
-    if e.dtype != NULL and not isinstance(e, Col):
-        out = out.cast(polars_type(e.dtype))
-    return out
+    return out if e.dtype == NULL else out.cast(polars_type(e.dtype))  # computed exactly, stored wide
 
 
 def plan_expressions(plan: object) -> Iterator[Expr]:

@@ -22,12 +22,14 @@ import pytest
 from pyspark.sql import functions as F
 
 from imp_core.engine.evaluate import polars_type
+from imp_core.spark.types import arrow_schema_to_spark
 from imp_core.sketch.bounds import kind_of, parse_bounds
 from imp_core.sketch.partition import Partition
 from imp_core.spark.fragment import add_fragment, case_fragment, exact_as_double
 from imp_core.use.query import range_filter
 
 pytestmark = pytest.mark.spark
+
 
 UTC = dt.timezone.utc
 
@@ -112,7 +114,8 @@ def _partition(dtype: pa.DataType, bounds: list[str]) -> Partition:
 
 def _spark_answers(spark, part: Partition, table: pa.Table) -> dict[str, list[Any]]:  # noqa: ANN001
     """One Spark job: Bucketizer/CASE ids, forced-CASE ids and each fragment's (and some unions') range filter."""
-    df = spark.createDataFrame(table)
+    df = spark.createDataFrame(table, schema=arrow_schema_to_spark(table.schema))  # TIMESTAMP_NTZ stays NTZ
+    assert df.schema["x"].dataType == arrow_schema_to_spark(table.schema)["x"].dataType
     df = add_fragment(df, F.col("x"), part, 0, "frag")
     filters = {f"in{i}": range_filter(part, [i]) for i in range(part.fragments)}
     filters["in_first_last"] = range_filter(part, [0, part.fragments - 1])

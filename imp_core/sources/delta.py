@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -216,7 +217,7 @@ class DeltaSource:
             if f.num_records == nulls:
                 continue
             fmin, fmax = f.min_values.get(column), f.max_values.get(column)
-            if fmin is None or fmax is None or fmin != fmin or fmax != fmax:
+            if fmin is None or fmax is None or _is_nan(fmin) or _is_nan(fmax):
                 return None
             lo = fmin if lo is None else min(lo, fmin)
             hi = fmax if hi is None else max(hi, fmax)
@@ -390,6 +391,10 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
 def _empty_changes(schema: pa.Schema, columns: list[str]) -> pa.Table:
     fields = [schema.field(c) for c in columns]
     return pa.schema(fields + [pa.field(MULT, pa.int64(), False), pa.field(VERSION, pa.int64())]).empty_table()
+
+
+def _is_nan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)
 
 
 def _one_line(e: BaseException) -> str:

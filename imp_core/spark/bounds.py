@@ -90,7 +90,8 @@ def _step(v: Any, kind: str, spark_type: T.DataType, sign: int) -> Any:
     """The next value of the column's type after (sign +1) or before (-1) ``v``, or None at the type's end."""
     try:
         if kind == "int":
-            bits = {T.ByteType: 8, T.ShortType: 16, T.IntegerType: 32}.get(type(spark_type), 64)
+            widths: dict[type, int] = {T.ByteType: 8, T.ShortType: 16, T.IntegerType: 32}
+            bits = widths.get(type(spark_type), 64)
             w = v + sign
             return w if -(2 ** (bits - 1)) <= w < 2 ** (bits - 1) else None
         if kind == "float":

@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from imp_core.spark.types import arrow_schema_to_spark
 from imp_core.sketch.bounds import kind_of, parse_bounds
 from imp_core.spark.bounds import SAMPLE_ROWS, equi_depth_bounds
+from imp_core.spark.types import arrow_schema_to_spark
 from tests.conftest import write_delta
 
 pytestmark = pytest.mark.spark

@@ -22,10 +22,10 @@ import pytest
 from pyspark.sql import functions as F
 
 from imp_core.engine.evaluate import polars_type
-from imp_core.spark.types import arrow_schema_to_spark
 from imp_core.sketch.bounds import kind_of, parse_bounds
 from imp_core.sketch.partition import Partition
 from imp_core.spark.fragment import add_fragment, case_fragment, exact_as_double
+from imp_core.spark.types import arrow_schema_to_spark
 from imp_core.use.query import range_filter
 
 pytestmark = pytest.mark.spark

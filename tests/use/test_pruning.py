@@ -146,3 +146,23 @@ def test_partition_values_compare_in_the_columns_type(tmp_path, name: str) -> No
     table = pa.table({"p": pa.array(values, dtype), "v": pa.array(np.arange(len(values)), pa.int64())})
     path = _write(tmp_path / name, [table], partition_by=["p"])
     assert _check(path, _partition("p", dtype, bounds)) > 0
+
+
+def test_partition_values_given_as_log_text_are_read_in_the_columns_type() -> None:
+    """The log stores partition values as text; a reader that hands them over unparsed is compared the same way."""
+    from imp_core.sources.delta import FileStats
+
+    def part_file(value: str | None) -> FileStats:
+        return FileStats(f"u{value}", 1, 1, {}, {}, {}, {"p": value})
+
+    dates = _partition("p", pa.date32(), ["2024-01-01", "2024-02-29", "2024-03-01"])
+    kept = prune_files([part_file("2024-02-28"), part_file("2024-02-29"), part_file(None)], dates, [1])
+    assert [f.partition_values["p"] for f in kept] == ["2024-02-29"]
+    floats = _partition("p", pa.float64(), ["0", "1", "2"])
+    kept = prune_files([part_file("NaN"), part_file("-0"), part_file("1.5")], floats, [1])
+    assert [f.partition_values["p"] for f in kept] == ["NaN", "1.5"]  # NaN is in the last fragment
+    stamps = _partition("p", pa.timestamp("us", tz="UTC"), ["2024-01-01T00:00:00Z", "2024-01-01T00:00:00.000001Z",
+                                                            "2024-01-02T00:00:00Z"])
+    kept = prune_files([part_file("2024-01-01 00:00:00"), part_file("2024-01-01 00:00:00.000001")], stamps, [1])
+    assert [f.partition_values["p"] for f in kept] == ["2024-01-01 00:00:00.000001"]
+    assert prune_files([part_file("not a date")], dates, [1]) == [part_file("not a date")]  # unreadable: keep

@@ -148,6 +148,15 @@ class DeltaSource:
         schema = pa.schema(table.schema().to_arrow())
         return pa.schema([pa.field(f.name, _plain_type(f.type), f.nullable) for f in schema])
 
+    def table_id(self, version: int | None = None) -> str:
+        """The Delta table's metadata id (a UUID written when the table is created).
+
+        A table deleted and re-created at the same path gets a new id, so the id tells whether version numbers
+        recorded earlier still refer to this table.
+        """
+        table = self._latest if version is None else self.table_at(version)
+        return str(table.metadata().id)
+
     def partition_columns(self, version: int | None = None) -> list[str]:
         table = self._latest if version is None else self.table_at(version)
         return list(table.metadata().partition_columns)

@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from imp_core import faults
 from imp_core.config import Settings
+from imp_core.engine.evaluate import require_engine_support
 from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.state import FORMAT, FORMAT_VERSION
 from imp_core.maintenance.changes import read_changes, used_columns
@@ -52,7 +53,7 @@ from imp_core.plan.nodes import Plan, explain
 from imp_core.plan.safety import SafetyReport, check, require_safe
 from imp_core.plan.sql import Query, parse_query
 from imp_core.plan.template import template_key
-from imp_core.sketch.partition import Partition, PartitionSet, parse_bound
+from imp_core.sketch.partition import Partition, PartitionSet, parse_bounds
 from imp_core.sketch.sketch import Sketch
 from imp_core.sources.delta import MULT, VERSION, DeltaSource
 from imp_core.sources.schema import check_compatible, schema_from_json, schema_to_json
@@ -244,11 +245,12 @@ class SketchService:
 
         parts = []
         for i, (table, column) in enumerate(targets.items()):
-            kind = kind_of_type(schemas[table].field(column).type)
+            dtype = schemas[table].field(column).type
+            kind = kind_of_type(dtype)
             if kind not in ("int", "float", "decimal", "date", "timestamp", "string"):
-                raise UsageError(f"cannot partition on {table}.{column} of type {schemas[table].field(column).type}")
+                raise UsageError(f"cannot partition on {table}.{column} of type {dtype}")
             if bounds is not None:
-                values = tuple(parse_bound(b, kind) for b in bounds[i].split(","))
+                values = tuple(b.strip() for b in bounds[i].split(","))
             else:
                 from imp_core.spark.bounds import equi_depth_bounds
 
@@ -256,7 +258,10 @@ class SketchService:
                 df = sources[table].scan(self.spark, versions[table])
                 known = sources[table].column_stats(versions[table], column)
                 values = equi_depth_bounds(df, column, fragments or 1, kind, known)
-            parts.append(Partition(table, column, values, kind))
+            values, notes = parse_bounds(values, dtype, f"{table}.{column}")  # exact values of the column's type
+            for note in notes:
+                self.progress(note)
+            parts.append(Partition(table, column, values, kind, dtype))
         partitions = PartitionSet(tuple(parts))
 
         violation = self._violated_assumption(sources, versions, report.assumptions)
@@ -833,6 +838,7 @@ class SketchService:
         if not name or not name.replace("_", "").replace("-", "").isalnum():
             raise UsageError(f"sketch name {name!r} must consist of letters, digits, '-' and '_'")
         query = self.analyze(sql, dialect)
+        require_engine_support(query.plan)  # refuse what the engine cannot compute as Spark does, before Spark runs
         tables = sorted(query.plan.tables())
         sources = {t: self.source(t) for t in tables}
         for s in sources.values():

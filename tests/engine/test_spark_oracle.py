@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from imp_core.errors import NotFoundError, PlanError, UsageError
-from imp_core.sketch.partition import parse_bound
+from imp_core.sketch.partition import parse_bounds
 from tests.engine.generators import EXTREME, SCHEMAS, TABLES, Case, Row, Store, cases, property_test
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
@@ -111,9 +111,14 @@ def _bounds_text(case: Case) -> list[str] | None:
     """``--bounds`` per partition, or None when a bound does not survive the text round trip (commas, spaces)."""
     out = []
     for p in case.parts.partitions:
-        texts = [b.isoformat(sep=" ") if hasattr(b, "isoformat") and p.kind == "timestamp" else str(b)
-                 for b in p.bounds]
-        if any("," in t for t in texts) or [parse_bound(t, p.kind) for t in texts] != list(p.bounds):
+        texts = [b.isoformat(sep=" ") if p.kind == "timestamp" else str(b) for b in p.bounds]
+        if any("," in t or t != t.strip() or not t for t in texts):
+            return None
+        try:
+            values, _ = parse_bounds(texts, p.dtype, f"{p.table}.{p.column}")
+        except UsageError:
+            return None
+        if list(values) != list(p.bounds):
             return None
         out.append(",".join(texts))
     return out

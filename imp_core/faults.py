@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 
-POINTS = ("after_cdf_read", "after_pass", "before_commit", "in_commit")
+POINTS = ("after_cdf_read", "after_pass", "before_commit", "in_commit", "after_capture")
 
 
 def point(name: str) -> None:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import pyarrow as pa
 
-from imp_core import faults
+from imp_core import faults, inputs
 from imp_core.config import Settings
 from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.state import FORMAT, FORMAT_VERSION
@@ -44,7 +44,7 @@ from imp_core.plan.nodes import Plan, explain
 from imp_core.plan.safety import require_safe
 from imp_core.plan.sql import Query, parse_query
 from imp_core.plan.template import template_key
-from imp_core.sketch.partition import Partition, PartitionSet, parse_bound
+from imp_core.sketch.partition import Partition, PartitionSet
 from imp_core.sketch.sketch import Sketch
 from imp_core.sources.delta import MULT, VERSION, DeltaSource
 from imp_core.sources.schema import check_compatible, schema_from_json, schema_to_json
@@ -138,9 +138,12 @@ class SketchService:
     # -- tables --------------------------------------------------------------------------------------------------
 
     def register_table(self, name: str, path: str, replace: bool = False):  # noqa: ANN201
-        """Register a Delta table under a name usable in SQL; it must have Change Data Feed enabled."""
-        if not name.replace("_", "").isalnum():
-            raise UsageError(f"table name {name!r} must be an identifier (letters, digits, underscores)")
+        """Register a Delta table under a name usable in SQL; it must have Change Data Feed enabled.
+
+        The location is stored as an absolute URI (:func:`imp_core.inputs.table_uri`).
+        """
+        inputs.check_table_name(name)
+        path = inputs.table_uri(path)
         source = DeltaSource(name, path)
         version = source.current_version()
         source.require_cdf()
@@ -231,8 +234,7 @@ class SketchService:
             raise UsageError(f"--strategy must be lazy or eager, got {strategy!r}")
         started = time.perf_counter()
         reg = self._registration(name, sql, on, fragments, bounds, dialect)
-        query, plan, sources, versions, schemas, targets, report = (
-            reg.query, reg.query.plan, reg.sources, reg.versions, reg.schemas, reg.targets, reg.report)
+        sources, versions, schemas, targets = reg.sources, reg.versions, reg.schemas, reg.targets
 
         parts = []
         for i, (table, column) in enumerate(targets.items()):
@@ -240,7 +242,7 @@ class SketchService:
             if kind not in ("int", "float", "decimal", "date", "timestamp", "string"):
                 raise UsageError(f"cannot partition on {table}.{column} of type {schemas[table].field(column).type}")
             if bounds is not None:
-                values = tuple(parse_bound(b, kind) for b in bounds[i].split(","))
+                values = inputs.parse_bounds(bounds[i], kind, f"{table}.{column}", self.settings.max_fragments)
             else:
                 from imp_core.spark.bounds import equi_depth_bounds
 
@@ -252,12 +254,27 @@ class SketchService:
         partitions = PartitionSet(tuple(parts))
 
         key, constants = template_key(sql, dialect)
-        run_id = self.catalog.start_run(None, "capture", trigger, from_version=None, table_versions_from=versions)
+        self.catalog.clear_abandoned_captures()
+        with self.catalog.capture_run(trigger, versions) as run_id:
+            record, capture_ms = self._capture_new(name, sql, dialect, strategy, key, constants, reg, partitions,
+                                                   run_id)
+        version = self.catalog.latest_version(record.id)
+        self.catalog.finish_run(run_id, "succeeded", to_version=1, table_versions_to=versions, delta_rows=0,
+                                timings={"capture_ms": capture_ms, "total_ms": (time.perf_counter() - started) * 1000})
+        for t, v in versions.items():
+            self.catalog.observe_table_version(t, v)
+        return record, version
+
+    def _capture_new(self, name: str, sql: str, dialect: str, strategy: str, key: str, constants: Any,
+                     reg: _Registration, partitions: PartitionSet, run_id: int) -> tuple[SketchRecord, float]:
+        """Capture a new sketch and create it with version 1; on any failure the capture run is discarded."""
+        query, plan, sources, versions, schemas = reg.query, reg.query.plan, reg.sources, reg.versions, reg.schemas
         try:
             pipeline = Pipeline.configured(plan, partitions, self.settings.optimizations)
             self.progress(f"capturing sketch {name} on Spark at versions {versions}")
             t0 = time.perf_counter()
             pipeline.capture(self.backend(sources), dict(versions))
+            faults.point("after_capture")
             capture_ms = (time.perf_counter() - t0) * 1000
             sketch = Sketch.from_global(partitions, pipeline.sketch())
             from imp_core.catalog.store import NewVersion
@@ -268,16 +285,12 @@ class SketchService:
                          "schemas": {t: schema_to_json(s) for t, s in schemas.items()},
                          "output_names": list(query.output_names), "constants": [str(c) for c in constants]}
             record = self.catalog.create_sketch(name, sql, dialect, key, plan_json, partitions.to_json(),
-                                                report.to_json(), strategy, first, self._blobs(pipeline), run_id)
-        except BaseException as e:
-            self.catalog.finish_run(run_id, "failed", error=_one_line(e))
+                                                reg.report.to_json(), strategy, first, self._blobs(pipeline), run_id)
+        except BaseException:
+            # a failed create leaves nothing: no sketch, and no run pointing at none
+            self.catalog.discard_capture_run(run_id)
             raise
-        version = self.catalog.latest_version(record.id)
-        self.catalog.finish_run(run_id, "succeeded", to_version=1, table_versions_to=versions, delta_rows=0,
-                                timings={"capture_ms": capture_ms, "total_ms": (time.perf_counter() - started) * 1000})
-        for t, v in versions.items():
-            self.catalog.observe_table_version(t, v)
-        return record, version
+        return record, capture_ms
 
     # -- loading ---------------------------------------------------------------------------------------------------
 
@@ -319,8 +332,12 @@ class SketchService:
         return any(v > latest.table_versions.get(t, -1) for t, v in self.current_versions(loaded).items())
 
     def maintain(self, name: str, strategy: str | None = None, batch_size: int | None = None,
-                 trigger: str = "cli", allow_recapture: bool = True) -> MaintenanceResult:
-        """Bring sketch ``name`` to the current table versions with the given strategy."""
+                 trigger: str = "cli", allow_recapture: bool = True, wait: float | None = None) -> MaintenanceResult:
+        """Bring sketch ``name`` to the current table versions with the given strategy.
+
+        ``wait``: give up after this many seconds if another process is maintaining the sketch
+        (``MaintainerBusyError``); None waits for it.
+        """
         loaded = self.load(name)
         strategy = strategy or loaded.record.strategy or "lazy"
         if strategy not in STRATEGIES:
@@ -328,7 +345,7 @@ class SketchService:
         if batch_size is not None and batch_size < 1:
             raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
         result = MaintenanceResult(name)
-        with self.catalog.sketch_lock(loaded.record.id):
+        with self.catalog.sketch_lock(loaded.record.id, timeout=wait):
             # holding the lock, any run still marked running for this sketch belongs to a dead process
             self.catalog.abandon_running(loaded.record.id)
             latest = self.catalog.latest_version(loaded.record.id)
@@ -553,22 +570,46 @@ class SketchService:
         sketch_info = None
         partitions = sketch = None
         versions = {t: sources[t].current_version() for t in tables}
-        if name is not None:
-            result = self.maintain(name, strategy="lazy", trigger=trigger)
-            if result.versions:
-                notes.append(f"maintained sketch {name} to version {result.versions[-1].version}"
-                             + (f" (recaptured: {result.recaptured})" if result.recaptured else ""))
+        latest = self.usable_version(name, versions, trigger, notes) if name is not None else None
+        if latest is not None and name is not None:
             record = self.catalog.get_sketch(name)
-            latest = self.catalog.latest_version(record.id)
             partitions = PartitionSet.from_json(record.partitions)
             sketch = Sketch({t: tuple(f) for t, f in latest.fragments.items()})
             versions = {t: latest.table_versions[t] for t in tables}
             sketch_info = {"name": name, "version": latest.version}
-        elif use_sketch:
+        elif use_sketch and name is None:
             notes.append("no sketch can answer this query; ran it without one (add --capture to register one)")
         df, scanned = execute(self.spark, query.plan, sources, versions, partitions, sketch)
         rows = collect(df, list(query.output_names))
         return QueryResult(list(query.output_names), rows, sketch_info, scanned, time.perf_counter() - t0, notes)
+
+    def usable_version(self, name: str, current: dict[str, int], trigger: str, notes: list[str]) -> VersionRecord | None:
+        """The sketch version a query at table versions ``current`` may use, without waiting on a maintainer for long.
+
+        The latest committed version when it is valid for ``current`` (or later table versions: the query then runs
+        at the sketch's versions, one consistent snapshot); otherwise the sketch is maintained lazily,
+        waiting at most ``IMP_QUERY_WAIT`` seconds for another process that holds its maintenance lock. None (and a
+        note) when that wait ran out: the query then runs without the sketch, which is always correct.
+        """
+        from imp_core.errors import MaintainerBusyError
+
+        record = self.catalog.get_sketch(name)
+        latest = self.catalog.latest_version(record.id)
+        if _covers(latest, current):
+            return latest
+        try:
+            result = self.maintain(name, strategy="lazy", trigger=trigger, wait=self.settings.query_wait)
+        except MaintainerBusyError:
+            latest = self.catalog.latest_version(record.id)
+            if _covers(latest, current):
+                return latest  # the other maintainer finished meanwhile
+            notes.append(f"sketch {name} is being maintained by another process (waited "
+                         f"{self.settings.query_wait:g} s, IMP_QUERY_WAIT); ran the query without it")
+            return None
+        if result.versions:
+            notes.append(f"maintained sketch {name} to version {result.versions[-1].version}"
+                         + (f" (recaptured: {result.recaptured})" if result.recaptured else ""))
+        return self.catalog.latest_version(record.id)
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
@@ -639,7 +680,11 @@ class SketchService:
         return out
 
     def stale_sketches(self) -> list[str]:
-        """Names of live sketches behind the current version of one of their tables (observations refreshed)."""
+        """Names of live sketches behind the current version of one of their tables (observations refreshed).
+
+        Also clears capture runs left by dead processes (the nightly DAG calls this).
+        """
+        self.catalog.clear_abandoned_captures()
         self.refresh_observations()
         return self.catalog.stale_sketches()
 
@@ -653,6 +698,7 @@ class SketchService:
         """
         if not name or not str(name).strip():
             raise UsageError("give the name of the sketch to maintain (parameter `sketch`)")
+        inputs.check_sketch_name(name)
         if strategy is not None and strategy not in STRATEGIES:
             raise UsageError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
@@ -687,10 +733,9 @@ class SketchService:
             raise UsageError("give exactly one of --fragments N or --bounds b0,b1,...,bn")
         if bounds is not None and len(bounds) != len(on):
             raise UsageError(f"give one --bounds per --on ({len(on)} partitioned columns, {len(bounds)} --bounds)")
-        if fragments is not None and fragments < 1:
-            raise UsageError(f"--fragments must be at least 1, got {fragments}")
-        if not name or not name.replace("_", "").replace("-", "").isalnum():
-            raise UsageError(f"sketch name {name!r} must consist of letters, digits, '-' and '_'")
+        if fragments is not None:
+            inputs.check_fragments(fragments, self.settings.max_fragments)
+        inputs.check_sketch_name(name)
         query = self.analyze(sql, dialect)
         tables = sorted(query.plan.tables())
         sources = {t: self.source(t) for t in tables}
@@ -713,6 +758,10 @@ class SketchService:
             if table in targets:
                 raise UsageError(f"--on {item}: table {table} is partitioned twice; one partition per table")
             targets[table] = column
+            if bounds is not None:
+                kind = kind_of_type(schemas[table].field(column).type)
+                if kind in ("int", "float", "decimal", "date", "timestamp", "string"):
+                    inputs.parse_bounds(bounds[len(targets) - 1], kind, item, self.settings.max_fragments)
         report = require_safe(query.plan, targets, self.sign_oracle(sources, versions))
         return _Registration(query, sources, versions, schemas, targets, report)
 
@@ -812,6 +861,11 @@ def _rows_per_version(source: DeltaSource, after: int, upto: int) -> dict[int, i
         return {}
     counts = pl.from_arrow(table.select([VERSION])).group_by(VERSION).len()  # type: ignore[union-attr]
     return dict(zip(counts.get_column(VERSION).to_list(), counts.get_column("len").to_list()))
+
+
+def _covers(version: VersionRecord, current: dict[str, int]) -> bool:
+    """Whether a sketch version is valid for (or past) every table version of ``current``."""
+    return all(version.table_versions.get(t, -1) >= v for t, v in current.items())
 
 
 def _iso(value: Any) -> str | None:

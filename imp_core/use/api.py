@@ -25,10 +25,15 @@ Example::
     my_df.filter(pred)
 
 Settings (catalog URL etc.) come from the ``IMP_*`` environment variables unless given.
+
+None of these waits long for another process that is maintaining the sketch: after ``IMP_QUERY_WAIT`` seconds the
+query runs without the sketch (``sketch_filter`` then keeps every row), which is always correct, and a warning is
+logged.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from imp_core.config import Settings
@@ -39,7 +44,10 @@ from imp_core.sketch.sketch import Sketch
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from imp_core.catalog.store import VersionRecord
     from imp_core.maintenance.service import SketchService
+
+log = logging.getLogger(__name__)
 
 
 def _service(spark: SparkSession, settings: Settings | None) -> SketchService:
@@ -60,26 +68,35 @@ def sketched_sql(spark: SparkSession, sql: str, *, dialect: str = "spark", maint
     tables = sorted(query.plan.tables())
     sources = {t: service.source(t) for t in tables}
     name = service.find_sketch(sql, dialect)
-    if name is None:
-        versions = {t: s.current_version() for t, s in sources.items()}
+    versions = {t: s.current_version() for t, s in sources.items()}
+    latest = _version(service, name, versions, maintain) if name is not None else None
+    if name is None or latest is None:
         return execute(spark, query.plan, sources, versions)[0]
-    if maintain:
-        service.maintain(name, strategy="lazy", trigger="api")
     record = service.catalog.get_sketch(name)
-    latest = service.catalog.latest_version(record.id)
     partitions = PartitionSet.from_json(record.partitions)
     sketch = Sketch({t: tuple(f) for t, f in latest.fragments.items()})
     versions = {t: latest.table_versions[t] for t in tables}
     return execute(spark, query.plan, sources, versions, partitions, sketch)[0]
 
 
+def _version(service: SketchService, sketch: str, current: dict[str, int], maintain: bool) -> VersionRecord | None:
+    """The version to use: the latest as it is, or (``maintain``) one valid for ``current`` without a long wait."""
+    if not maintain:
+        return service.catalog.latest_version(service.catalog.get_sketch(sketch).id)
+    notes: list[str] = []
+    latest = service.usable_version(sketch, current, "api", notes)
+    for note in notes:
+        log.warning("%s", note)
+    return latest
+
+
 def _fresh(service: SketchService, sketch: str, table: str, maintain: bool):  # noqa: ANN202
-    """The sketch's latest version (maintained first) and its partition of ``table``."""
-    if maintain:
-        service.maintain(sketch, strategy="lazy", trigger="api")
+    """The version of the sketch to use (None: use none) and its partition of ``table``."""
     record = service.catalog.get_sketch(sketch)
-    latest = service.catalog.latest_version(record.id)
     partitions = PartitionSet.from_json(record.partitions)
+    tables = service.catalog.latest_version(record.id).table_versions  # every table the sketch depends on
+    current = {t: service.source(t).current_version() for t in tables}
+    latest = _version(service, sketch, current, maintain)
     part = partitions.get(table)
     if part is None:
         raise UsageError(f"sketch {sketch} does not partition table {table} (it partitions "
@@ -93,6 +110,10 @@ def sketch_filter(spark: SparkSession, table: str, *, sketch: str, maintain: boo
     from imp_core.use.query import range_filter
 
     latest, part = _fresh(_service(spark, settings), sketch, table, maintain)
+    if latest is None:
+        from pyspark.sql import functions as F
+
+        return F.lit(True)
     return range_filter(part, list(latest.fragments.get(table, [])))
 
 
@@ -105,6 +126,8 @@ def sketched_table(spark: SparkSession, table: str, *, sketch: str, maintain: bo
     service = _service(spark, settings)
     latest, part = _fresh(service, sketch, table, maintain)
     source = service.source(table)
+    if latest is None:
+        return source.scan(spark, source.current_version())
     version = latest.table_versions[table]
     frags = list(latest.fragments.get(table, []))
     files = prune_files(source.files(version), part, frags)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 
-POINTS = ("after_cdf_read", "after_pass", "before_commit", "in_commit", "after_capture")
+POINTS = ("after_cdf_read", "after_pass", "before_commit", "in_commit")
 
 
 def point(name: str) -> None:

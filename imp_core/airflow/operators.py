@@ -16,6 +16,7 @@ catalog themselves (docs/SECURITY.md).
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +25,9 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from imp_core.airflow import CATALOG_CONN_ID, JOB_TIMEOUT, SPARK_CONN_ID
 from imp_core.jobs import SUBMIT_PATH
 from imp_core.spark.session import LOG4J_CONF
+
+SPARK_AUTH_SECRET_ENV = "_SPARK_AUTH_SECRET"
+"""Spark's own variable for the ``spark.authenticate`` secret (so the secret never appears in ``--conf``)."""
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -58,6 +62,9 @@ class ImpSparkSubmitOperator(SparkSubmitOperator):
         from imp_core.config import ENV_CATALOG_URL, ENV_CATALOG_URL_FILE
         from imp_core.security.secrets import private_file
 
+        if os.environ.get(SPARK_AUTH_SECRET_ENV):
+            # Spark reads the shared secret from this variable itself; only the switch goes on the command line
+            self.conf = {"spark.authenticate": "true", **(self.conf or {})}
         hook = ImpCatalogHook(self.imp_catalog_conn_id)
         env = {**hook.job_env(), **(self.env_vars or {})}
         url = env.pop(ENV_CATALOG_URL, None) or hook.settings().catalog_url

@@ -274,7 +274,6 @@ class SketchService:
             self.progress(f"capturing sketch {name} on Spark at versions {versions}")
             t0 = time.perf_counter()
             pipeline.capture(self.backend(sources), dict(versions))
-            faults.point("after_capture")
             capture_ms = (time.perf_counter() - t0) * 1000
             sketch = Sketch.from_global(partitions, pipeline.sketch())
             from imp_core.catalog.store import NewVersion

@@ -25,6 +25,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+# Airflow reads AIRFLOW_HOME when first imported and writes airflow.cfg there: keep it out of the user's home.
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="imp-test-airflow-home-"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+
 REPO = Path(__file__).resolve().parents[2]
 PROBE_USER = "imp-probe"
 

@@ -720,8 +720,6 @@ class SketchService:
             UsageError: Bad arguments, or a live sketch named ``name`` exists.
             PlanError: The SQL does not parse against the registered tables, or the column is not safe.
         """
-        if any(r.name == name for r in self.catalog.list_sketches()):
-            raise UsageError(f"sketch {name!r} already exists; pick another name or drop it (`imp sketch drop {name}`)")
         reg = self._registration(name, sql, on, fragments, bounds, dialect)
         return {"name": name, "tables": reg.versions, "on": list(on), "safety": reg.report.to_json()}
 
@@ -735,6 +733,8 @@ class SketchService:
         if fragments is not None:
             inputs.check_fragments(fragments, self.settings.max_fragments)
         inputs.check_sketch_name(name)
+        if any(r.name == name for r in self.catalog.list_sketches()):  # before any Spark work (the insert checks too)
+            raise UsageError(f"sketch {name!r} already exists; pick another name or drop it (`imp sketch drop {name}`)")
         query = self.analyze(sql, dialect)
         tables = sorted(query.plan.tables())
         sources = {t: self.source(t) for t in tables}

@@ -208,3 +208,23 @@ def fresh_home() -> Iterator[Callable[..., Path]]:
             stop_embedded(Settings.from_env({"IMP_HOME": str(home)}))
         finally:
             shutil.rmtree(Path("/tmp") / home.relative_to("/tmp").parts[0], ignore_errors=True)
+
+
+SENTINEL_CORE = "5ent1nel9f3a"
+SENTINEL_PASSWORD = f"Pw/{SENTINEL_CORE}#x?y"  # '/', '#', '?': what broke the old redaction
+
+
+@pytest.fixture(scope="session")
+def sentinel_urls(lab: Lab) -> dict[str, str]:
+    """URLs of the lab's catalog for a role whose password is a sentinel (to look for in every output): the password
+    as typed (``raw``: '/', '#', '?' unencoded, which SQLAlchemy parses) and as a ``?password=`` parameter."""
+    from urllib.parse import quote
+
+    import sqlalchemy as sa
+
+    from imp_core.catalog.embedded import embedded_url
+
+    lab.sql(f"CREATE ROLE imp_sentinel LOGIN SUPERUSER PASSWORD '{SENTINEL_PASSWORD}'")
+    host = quote(sa.make_url(embedded_url(lab.service.settings)).query["host"], safe="")
+    return {"raw": f"postgresql+psycopg2://imp_sentinel:{SENTINEL_PASSWORD}@/imp?host={host}",
+            "query": f"postgresql+psycopg2://imp_sentinel@/imp?host={host}&password={quote(SENTINEL_PASSWORD, safe='')}"}

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.security.conftest import REPO, cli_env, imp
+from tests.security.conftest import REPO, SENTINEL_CORE, Lab, cli_env, imp
 
 SECRET_CORE = "c0ffee5ecret7"
 SECRET = f"S3nt/pw#{SECRET_CORE}?x"  # '/', '#', '?': what broke the old redaction
@@ -106,3 +106,19 @@ def test_job_reads_the_catalog_url_from_a_private_file_and_never_logs_it(tmp_pat
     done = subprocess.run([sys.executable, SUBMIT_PATH, "maintain", "--sketch=top"], env=env, capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 2 and "chmod 600" in done.stderr and SECRET_CORE not in done.stderr
+
+
+@pytest.mark.parametrize("form", ["raw", "query"])
+def test_job_log_names_the_catalog_without_its_password(lab: Lab, sentinel_urls: dict[str, str], form: str) -> None:
+    """The job's INFO line (which the Spark provider copies into the Airflow task log) on a reachable catalog."""
+    from imp_core.jobs import SUBMIT_PATH
+
+    if "job_top" not in [r.name for r in lab.catalog.list_sketches()]:
+        lab.table("job_sales")
+        lab.sketch("job_top", "job_sales")
+    env = {**lab.env, "IMP_CATALOG_URL": sentinel_urls[form]}
+    done = subprocess.run([sys.executable, SUBMIT_PATH, "maintain", "--sketch=job_top"], env=env, capture_output=True,
+                          text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "imp job maintain" in done.stderr and "imp_sentinel" in done.stderr  # it does say which catalog
+    assert SENTINEL_CORE not in done.stdout + done.stderr, done.stderr

@@ -37,7 +37,10 @@ def secrets_dir(home: Path) -> Path:
         ConfigError: The directory is not private to this user (the message says how to fix it).
     """
     home = Path(home).expanduser()
-    home.mkdir(parents=True, exist_ok=True)
+    if not home.exists():  # a new IMP_HOME is private; an existing one keeps the mode its owner chose
+        home.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            home.mkdir(mode=0o700)
     path = home / SECRETS_DIR
     with contextlib.suppress(FileExistsError):
         path.mkdir(mode=0o700)

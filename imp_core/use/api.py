@@ -29,15 +29,20 @@ Settings (catalog URL etc.) come from the ``IMP_*`` environment variables unless
 None of these waits long for another process that is maintaining the sketch: after ``IMP_QUERY_WAIT`` seconds the
 query runs without the sketch (``sketch_filter`` then keeps every row), which is always correct, and a warning is
 logged.
+
+A sketch marked unusable (its assumptions stopped holding, or a table changed identity; docs/SEMANTICS.md,
+"Lifecycle") is never applied: the functions then return the unrestricted query, table or an always-true predicate,
+and warn with ``SketchUnusableWarning`` saying why and what to do.
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import TYPE_CHECKING
 
 from imp_core.config import Settings
-from imp_core.errors import UsageError
+from imp_core.errors import SketchUnusableError, UsageError
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
 
@@ -48,6 +53,16 @@ if TYPE_CHECKING:
     from imp_core.maintenance.service import SketchService
 
 log = logging.getLogger(__name__)
+
+
+class SketchUnusableWarning(UserWarning):
+    """A sketch was not applied because it is unusable; the result is computed without it."""
+
+
+def _unusable(error: SketchUnusableError) -> None:
+    message = f"{error}; computed without it"
+    log.warning(message)
+    warnings.warn(message, SketchUnusableWarning, stacklevel=3)
 
 
 def _service(spark: SparkSession, settings: Settings | None) -> SketchService:
@@ -69,7 +84,11 @@ def sketched_sql(spark: SparkSession, sql: str, *, dialect: str = "spark", maint
     sources = {t: service.source(t) for t in tables}
     name = service.find_sketch(sql, dialect)
     versions = {t: s.current_version() for t, s in sources.items()}
-    latest = _version(service, name, versions, maintain) if name is not None else None
+    try:
+        latest = _version(service, name, versions, maintain) if name is not None else None
+    except SketchUnusableError as e:
+        _unusable(e)
+        latest = None
     if name is None or latest is None:
         return execute(spark, query.plan, sources, versions)[0]
     record = service.catalog.get_sketch(name)
@@ -80,8 +99,14 @@ def sketched_sql(spark: SparkSession, sql: str, *, dialect: str = "spark", maint
 
 
 def _version(service: SketchService, sketch: str, current: dict[str, int], maintain: bool) -> VersionRecord | None:
-    """The version to use: the latest as it is, or (``maintain``) one valid for ``current`` without a long wait."""
+    """The version to use: with ``maintain``, one valid for ``current`` without a long wait (None when the wait ran
+    out: use no sketch); without, the latest as it is, checked for unusability.
+
+    Raises:
+        SketchUnusableError: The sketch is (or has just been found) unusable.
+    """
     if not maintain:
+        service.check_usable(sketch)
         return service.catalog.latest_version(service.catalog.get_sketch(sketch).id)
     notes: list[str] = []
     latest = service.usable_version(sketch, current, "api", notes)
@@ -91,7 +116,11 @@ def _version(service: SketchService, sketch: str, current: dict[str, int], maint
 
 
 def _fresh(service: SketchService, sketch: str, table: str, maintain: bool):  # noqa: ANN202
-    """The version of the sketch to use (None: use none) and its partition of ``table``."""
+    """The version of the sketch to use (None: use none) and its partition of ``table``.
+
+    Raises:
+        SketchUnusableError: The sketch is (or has just been found) unusable.
+    """
     record = service.catalog.get_sketch(sketch)
     partitions = PartitionSet.from_json(record.partitions)
     tables = service.catalog.latest_version(record.id).table_versions  # every table the sketch depends on
@@ -107,12 +136,16 @@ def _fresh(service: SketchService, sketch: str, table: str, maintain: bool):  # 
 def sketch_filter(spark: SparkSession, table: str, *, sketch: str, maintain: bool = True,
                   settings: Settings | None = None) -> Column:
     """The predicate keeping the rows of ``table`` that lie in the fragments of ``sketch`` (maintained first)."""
+    from pyspark.sql import functions as F
+
     from imp_core.use.query import range_filter
 
-    latest, part = _fresh(_service(spark, settings), sketch, table, maintain)
+    try:
+        latest, part = _fresh(_service(spark, settings), sketch, table, maintain)
+    except SketchUnusableError as e:
+        _unusable(e)
+        return F.lit(True)
     if latest is None:
-        from pyspark.sql import functions as F
-
         return F.lit(True)
     return range_filter(part, list(latest.fragments.get(table, [])))
 
@@ -124,8 +157,12 @@ def sketched_table(spark: SparkSession, table: str, *, sketch: str, maintain: bo
     from imp_core.use.rewrite import prune_files
 
     service = _service(spark, settings)
-    latest, part = _fresh(service, sketch, table, maintain)
     source = service.source(table)
+    try:
+        latest, part = _fresh(service, sketch, table, maintain)
+    except SketchUnusableError as e:
+        _unusable(e)
+        latest = None
     if latest is None:
         return source.scan(spark, source.current_version())
     version = latest.table_versions[table]

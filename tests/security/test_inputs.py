@@ -137,8 +137,8 @@ def _bounds_table(lab: Lab) -> None:
 
 @pytest.mark.parametrize(("column", "bounds", "says"), [
     ("ts", "2024-01-01T00:00:00,2024-06-01T00:00:00+00:00", "time zone"),
-    ("id", "1,99999999999999999999", "64-bit"),
-    ("amount", "1.00,NaN", "finite"),
+    ("id", "1,99999999999999999999", "outside the range of BIGINT"),
+    ("amount", "1.00,NaN", "not a valid DECIMAL(10,2)"),
 ])
 def test_bad_bounds_are_one_line_usage_errors(lab: Lab, column: str, bounds: str, says: str) -> None:
     if "bnd" not in [t.name for t in lab.catalog.list_tables()]:

@@ -63,8 +63,8 @@ def equi_depth_bounds(df: DataFrame, column: str, fragments: int, kind: str,
         sample = df.select(c.alias("v")).where(c.isNotNull() & number)
         if n > target:
             sample = sample.sample(fraction=min(1.0, target / n), seed=7)
-        column = sample.limit(target).toArrow().column("v")  # limit: a Bernoulli sample may overshoot its target
-        values = column.take(pc.sort_indices(column)) if len(column) else column
+        sampled = sample.limit(target).toArrow().column("v")  # limit: a Bernoulli sample may overshoot its target
+        values = sampled.take(pc.sort_indices(sampled)) if len(sampled) else sampled
         if len(values):
             picks = np.minimum(len(values) - 1, (len(values) * np.arange(1, fragments, dtype=np.int64)) // fragments)
             inner = values.take(pa.array(np.unique(picks))).to_pylist()

@@ -172,16 +172,6 @@ def socket_dir(url: str) -> Path | None:
     return Path(host) if host and host.startswith("/") else None
 
 
-def server_user(settings: Settings) -> str:
-    """The OS user that runs (or would run) the embedded server of ``settings``, for messages and docs."""
-    user = _server_user(settings.embedded_pgdata.expanduser().absolute(), create=False)
-    if user.name:
-        return user.name
-    import pwd
-
-    return pwd.getpwuid(os.geteuid()).pw_name
-
-
 # -- the server's files ----------------------------------------------------------------------------------------------
 
 
@@ -280,7 +270,7 @@ def _socket_url(host: str, home: Path, database: str) -> str:
 # -- running the server programs -------------------------------------------------------------------------------------
 
 
-def _server_user(pgdata: Path, create: bool = True) -> _User:
+def _server_user(pgdata: Path) -> _User:
     """This process's user, or, as root, the owner of the data directory (``imp-catalog`` for a new one)."""
     if os.geteuid() != 0:
         return _User()
@@ -294,8 +284,6 @@ def _server_user(pgdata: Path, create: bool = True) -> _User:
     try:
         entry = pwd.getpwnam(SERVER_USER)
     except KeyError:
-        if not create:
-            return _User(SERVER_USER)
         done = subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
                                "--shell", "/usr/sbin/nologin", SERVER_USER], capture_output=True, text=True,
                               check=False)
@@ -395,5 +383,4 @@ def _first_line(e: BaseException) -> str:
     return scrub(text.splitlines()[0] if text else type(e).__name__)
 
 
-__all__ = ["EMBEDDED_DATABASE", "SERVER_USER", "embedded_url", "scram_verifier", "server_user", "socket_dir",
-           "stop_embedded"]
+__all__ = ["EMBEDDED_DATABASE", "SERVER_USER", "embedded_url", "scram_verifier", "socket_dir", "stop_embedded"]

@@ -1,10 +1,11 @@
 """A thin ``SparkSubmitOperator`` for imp's job entry point.
 
 It is the provider's ``SparkSubmitOperator`` (the Spark connection, default ``spark_default``, picks the master and
-the hook runs ``spark-submit``) with three defaults: the application is :data:`imp_core.jobs.SUBMIT_PATH`; Spark's
-own logging is quiet and its UI off; and the job's environment comes from :class:`ImpCatalogHook` at run time, so
-the job reads the same catalog as the task (the ``imp_catalog`` connection, ``IMP_CATALOG_URL``, or the embedded
-catalog under ``IMP_HOME``).
+the hook runs ``spark-submit``) with four defaults: the application is :data:`imp_core.jobs.SUBMIT_PATH`; Spark's
+own logging is quiet and its UI off; the connector jars (Delta Lake, S3A) go with ``--jars`` and Delta's session
+extension is set (:mod:`imp_core.spark.connector`, resolved at run time); and the job's environment comes from
+:class:`ImpCatalogHook` at run time, so the job reads the same catalog as the task (the ``imp_catalog`` connection,
+``IMP_CATALOG_URL``, or the embedded catalog under ``IMP_HOME``).
 """
 
 from __future__ import annotations
@@ -47,7 +48,11 @@ class ImpSparkSubmitOperator(SparkSubmitOperator):
 
     def execute(self, context: Any) -> Any:
         from imp_core.airflow.hooks import ImpCatalogHook
+        from imp_core.spark import connector
 
+        jvm = connector.session_conf()
+        self.jars = ",".join(j for j in (jvm.pop("spark.jars"), self.jars) if j)
+        self.conf = {**jvm, **(self.conf or {})}
         self.env_vars = {**ImpCatalogHook(self.imp_catalog_conn_id).job_env(), **(self.env_vars or {})}
         return super().execute(context)
 

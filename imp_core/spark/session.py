@@ -1,8 +1,11 @@
 """The SparkSession, started only when a step needs it.
 
 Local mode (``local[*]``) is the default; a cluster is a master URL (``IMP_SPARK_MASTER``). Under ``spark-submit``
-the session the submitter configured is used as is. Sessions get the settings the engine's semantics rely on:
-non-ANSI arithmetic (NULL on division by zero, like the in-memory evaluator), UTC session time zone, Arrow transfer.
+the session the submitter configured is used as is (it must have been submitted with the connector flags of
+``imp_core.spark.connector.submit_args``). Every session loads Delta Lake's Spark connector and Hadoop's S3A
+(``imp_core.spark.connector``) and the object-storage settings (``imp_core.sources.storage``). Sessions get the
+settings the engine's semantics rely on: non-ANSI arithmetic (NULL on division by zero, like the in-memory
+evaluator), UTC session time zone, Arrow transfer.
 """
 
 from __future__ import annotations
@@ -36,11 +39,15 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
     """Return the active session or start one for ``settings.spark_master``."""
     from pyspark.sql import SparkSession
 
+    from imp_core.spark import connector
+
     active = SparkSession.getActiveSession()
     if active is not None:
+        connector.require_loaded(active.conf.get)
         apply_semantics(active)
         return active
     settings = settings or Settings.from_env()
+    jvm_conf = {} if under_spark_submit() else connector.session_conf()
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
     builder = (SparkSession.builder.appName("imp")
                .config("spark.ui.enabled", "false")
@@ -57,10 +64,11 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
                        f"-Dderby.system.home={settings.home} -Dlog4j2.configurationFile={LOG4J_CONF}"))
     if not under_spark_submit():  # spark-submit chose the master (and its conf) already
         builder = builder.master(settings.spark_master)
-    for key, value in _SEMANTICS.items():
+    for key, value in {**_SEMANTICS, **jvm_conf}.items():
         builder = builder.config(key, value)
     log.info("starting Spark (%s)", "master chosen by spark-submit" if under_spark_submit() else settings.spark_master)
     spark = builder.getOrCreate()
+    connector.require_loaded(spark.conf.get)
     spark.sparkContext.setLogLevel("ERROR")
     apply_semantics(spark)
     return spark

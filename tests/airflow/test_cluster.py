@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from imp_core.jobs import SUBMIT_PATH
+from imp_core.spark import connector
 from tests.airflow.conftest import APPLE_ROW, APPLE_ROW_2, BIN, Imp, free_port, tail
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
@@ -93,7 +94,7 @@ def test_maintenance_job_on_a_standalone_cluster_commits_the_same_sketch_as_loca
     for args in jobs:
         cmd = [str(BIN / "spark-submit"), "--master", spark_cluster.master_url, "--deploy-mode", "client",
                "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=512m",
-               "--conf", "spark.cores.max=2", SUBMIT_PATH, *args, "--trigger", "airflow:test_cluster/run"]
+               "--conf", "spark.cores.max=2", *connector.submit_args(), SUBMIT_PATH, *args, "--trigger", "airflow:test_cluster/run"]
         done = subprocess.run(cmd, env=imp.env, text=True, capture_output=True, timeout=400, check=False)
         assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
         [line] = [ln for ln in done.stdout.splitlines() if ln.startswith('{"job"')]

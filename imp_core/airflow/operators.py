@@ -27,6 +27,10 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
+CLUSTER_MODE_REFUSED = ("imp jobs run in client deploy mode (the driver needs Python with imp_core; executors need "
+                        "neither): set deploy-mode to client in the Spark connection or operator")
+
+
 class ImpSparkSubmitOperator(SparkSubmitOperator):
     """``spark-submit imp_core/jobs/submit.py <application_args>`` against the imp catalog.
 
@@ -56,5 +60,18 @@ class ImpSparkSubmitOperator(SparkSubmitOperator):
         self.env_vars = {**ImpCatalogHook(self.imp_catalog_conn_id).job_env(), **(self.env_vars or {})}
         return super().execute(context)
 
+    def _get_hook(self) -> Any:
+        """The provider's hook, refusing cluster deploy mode before anything is submitted.
 
-__all__ = ["DEFAULT_CONF", "ImpSparkSubmitOperator"]
+        The imp driver needs Python with ``imp_core`` and the catalog's network; in client mode that is this Airflow
+        worker. (Executors need neither Python nor imp: they run only JVM code.)
+        """
+        from airflow.sdk.exceptions import AirflowFailException
+
+        hook = super()._get_hook()
+        if hook._connection.get("deploy_mode") == "cluster":
+            raise AirflowFailException(CLUSTER_MODE_REFUSED)
+        return hook
+
+
+__all__ = ["CLUSTER_MODE_REFUSED", "DEFAULT_CONF", "ImpSparkSubmitOperator"]

@@ -567,7 +567,7 @@ class SketchService:
         elif use_sketch:
             notes.append("no sketch can answer this query; ran it without one (add --capture to register one)")
         df, scanned = execute(self.spark, query.plan, sources, versions, partitions, sketch)
-        rows = collect(df, list(query.output_names))
+        rows = collect(df, list(query.output_names), scanned)
         return QueryResult(list(query.output_names), rows, sketch_info, scanned, time.perf_counter() - t0, notes)
 
     # -- reading ---------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from imp_core.config import Settings
@@ -44,6 +45,7 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
     active = SparkSession.getActiveSession()
     if active is not None:
         connector.require_loaded(active.conf.get)
+        require_client_mode(active.conf.get)
         apply_semantics(active)
         return active
     settings = settings or Settings.from_env()
@@ -54,6 +56,9 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
                .config("spark.sql.adaptive.enabled", "true")
+               # Delta rebuilds a pinned version's file list with a shuffle of this many partitions (default 50:
+               # 50 tasks per time-travel read of a small table)
+               .config("spark.databricks.delta.snapshotPartitions", str(settings.shuffle_partitions))
                .config("spark.driver.memory", os.environ.get("IMP_SPARK_DRIVER_MEMORY", "4g"))
                .config("spark.sql.warehouse.dir", str(settings.home / "spark-warehouse"))
                # PySpark 4 records the Python call site of every DataFrame call for error contexts: five extra
@@ -69,9 +74,22 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
     log.info("starting Spark (%s)", "master chosen by spark-submit" if under_spark_submit() else settings.spark_master)
     spark = builder.getOrCreate()
     connector.require_loaded(spark.conf.get)
+    require_client_mode(spark.conf.get)
     spark.sparkContext.setLogLevel("ERROR")
+    from imp_core.sources import storage
+
+    storage.configure_spark(spark)
     apply_semantics(spark)
     return spark
+
+
+def require_client_mode(conf_get: Callable[[str, str], str | None]) -> None:
+    """Refuse a driver started in cluster deploy mode (imp's driver runs where the job was submitted)."""
+    from imp_core.errors import ConfigError
+
+    if str(conf_get("spark.submit.deployMode", "client") or "client").lower() == "cluster":
+        raise ConfigError("imp jobs run in client deploy mode (the driver needs Python with imp_core; executors "
+                          "need neither): submit with --deploy-mode client")
 
 
 def under_spark_submit() -> bool:

@@ -151,7 +151,7 @@ class SketchService:
         return record
 
     def source(self, name: str) -> DeltaSource:
-        return DeltaSource(name, self.catalog.get_table(name).path)
+        return DeltaSource(name, self.catalog.get_table(name).path, spark=lambda: self.spark)
 
     def table_schemas(self) -> dict[str, pa.Schema]:
         out = {}

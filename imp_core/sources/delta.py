@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -79,9 +80,12 @@ class Commit:
 class DeltaSource:
     """A registered table: a name (used in SQL) and the path of a Delta table."""
 
-    def __init__(self, name: str, path: str | Path) -> None:
+    def __init__(self, name: str, path: str | Path, spark: Callable[[], SparkSession] | None = None) -> None:
+        """``spark`` starts (or returns) the session used when a change range is read with Spark; by default
+        :func:`imp_core.spark.session.get_spark`."""
         self.name = name
         self.path = str(path)
+        self._spark_supplier = spark
 
     def __repr__(self) -> str:
         return f"DeltaSource({self.name!r}, {self.path!r})"
@@ -299,7 +303,37 @@ class DeltaSource:
         self.check_cdf_range(after, upto)
         if after == upto:
             return _empty_changes(schema, wanted)
+        if self._changes_need_spark(after, upto):
+            return self._signed(self._changes_from_spark(after, upto, wanted), wanted, schema)
         return self._signed(self._changes_from_delta_rs(after, upto, wanted, predicate), wanted, schema)
+
+    def _changes_need_spark(self, after: int, upto: int) -> bool:
+        """Column mapping (delta-rs cannot read such feeds), or more change rows than the switch-over point."""
+        from imp_core.sources.spark_cdf import spark_rows_threshold
+
+        if self.physical_names(upto):
+            return True
+        threshold = spark_rows_threshold()
+        estimated = sum(c.rows or 0 for c in self.commits(after, upto))
+        return estimated >= threshold > 0
+
+    def _changes_from_spark(self, after: int, upto: int, wanted: list[str]) -> pa.Table:
+        from imp_core.sources.spark_cdf import read_change_feed
+
+        if self._spark_supplier is None:
+            from imp_core.spark.session import get_spark
+
+            self._spark_supplier = get_spark
+        try:
+            return read_change_feed(self._spark_supplier(), self.path, after, upto, wanted)
+        except Exception as e:  # noqa: BLE001 - Spark's AnalysisException etc.
+            from imp_core.errors import ImpError
+
+            if isinstance(e, ImpError):
+                raise
+            raise ChangeFeedUnavailableError(
+                f"table {self.name}: the change feed for versions {after + 1}..{upto} cannot be read by Spark "
+                f"(vacuumed or expired?): {_one_line(e)}") from e
 
     @cached_property
     def _metadata_at(self) -> dict[int, tuple[pa.Schema, list[str], bool]]:
@@ -327,8 +361,8 @@ class DeltaSource:
             return None
         schema, partition_columns, cdf = self._metadata(after)
         wanted = columns if columns is not None else schema.names
-        if not cdf or any(c not in schema.names for c in wanted):
-            return None
+        if not cdf or any(c not in schema.names for c in wanted) or self.physical_names(after):
+            return None  # column mapping: files hold physical names; the slow paths map them
         if after == upto:
             return _empty_changes(schema, wanted)
         raw = changelog.read_range(root, after, upto, wanted, schema, partition_columns)

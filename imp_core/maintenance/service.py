@@ -137,16 +137,34 @@ class SketchService:
 
     # -- tables --------------------------------------------------------------------------------------------------
 
-    def register_table(self, name: str, path: str, replace: bool = False):  # noqa: ANN201
-        """Register a Delta table under a name usable in SQL; it must have Change Data Feed enabled."""
+    def register_table(self, name: str, path: str | None = None, replace: bool = False,
+                       table: str | None = None):  # noqa: ANN201
+        """Register a Delta table under a name usable in SQL; it must have Change Data Feed enabled.
+
+        Give its ``path`` (local or ``s3://``) or its Spark catalog name ``table`` (``CATALOG.DB.TABLE``), which is
+        resolved to its location now and re-checked on every maintenance (``imp_core.sources.names``).
+        """
+        from imp_core.sources import names, storage
+
         if not name.replace("_", "").isalnum():
             raise UsageError(f"table name {name!r} must be an identifier (letters, digits, underscores)")
+        if (path is None) == (table is None):
+            raise UsageError("give the table's PATH or --table CATALOG.DB.TABLE (one of them)")
+        resolved_id = None
+        if table is not None:
+            path, resolved_id = names.resolve(self.spark, table)
+        path = storage.normalize(str(path))
         source = DeltaSource(name, path)
         version = source.current_version()
         source.require_cdf()
         source.require_readable_by_spark()
+        table_id = source.table_id()
+        if resolved_id is not None and resolved_id != table_id:
+            raise UsageError(f"--table {table}: the catalog's table id {resolved_id} differs from the Delta log's "
+                             f"{table_id} at {path}; is the metastore out of date?")
         schema = source.schema()
-        record = self.catalog.register_table(name, str(path), schema_to_json(schema), replace=replace)
+        record = self.catalog.register_table(name, path, schema_to_json(schema), replace=replace)
+        self.catalog.set_table_identity(name, table_id, table)
         self.catalog.observe_table_version(name, version)
         return record
 
@@ -328,6 +346,9 @@ class SketchService:
         if batch_size is not None and batch_size < 1:
             raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
         result = MaintenanceResult(name)
+        from imp_core.sources.names import check_identity
+
+        check_identity(self.catalog, loaded.sources, lambda: self.spark)  # names still mean the same Delta tables
         with self.catalog.sketch_lock(loaded.record.id):
             # holding the lock, any run still marked running for this sketch belongs to a dead process
             self.catalog.abandon_running(loaded.record.id)

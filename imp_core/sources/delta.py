@@ -166,6 +166,11 @@ class DeltaSource:
         schema = pa.schema(table.schema().to_arrow())
         return pa.schema([pa.field(f.name, _plain_type(f.type), f.nullable) for f in schema])
 
+    def table_id(self) -> str:
+        """The Delta table id (``metaData.id``): stable for the table's life, new after a drop and re-create."""
+        self.refresh()
+        return str(self._latest.metadata().id)
+
     def partition_columns(self, version: int | None = None) -> list[str]:
         table = self._latest if version is None else self.table_at(version)
         return list(table.metadata().partition_columns)

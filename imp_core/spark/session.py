@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LOG4J_CONF = Path(__file__).parent / "conf" / "log4j2.properties"
+ENV_METASTORE = "IMP_SPARK_METASTORE"  # in-memory (default) | hive: where `imp table register --table` names live
 
 _SEMANTICS = {
     "spark.sql.ansi.enabled": "false",
@@ -69,6 +70,21 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
                        f"-Dderby.system.home={settings.home} -Dlog4j2.configurationFile={LOG4J_CONF}"))
     if not under_spark_submit():  # spark-submit chose the master (and its conf) already
         builder = builder.master(settings.spark_master)
+    metastore = (os.environ.get(ENV_METASTORE) or "in-memory").lower()
+    if metastore not in ("in-memory", "hive"):
+        from imp_core.errors import ConfigError
+
+        raise ConfigError(f"{ENV_METASTORE} must be in-memory or hive, got {metastore!r}")
+    if metastore == "hive":
+        # Spark's Hive metastore: a metastore service (IMP_HIVE_METASTORE_URIS, thrift://host:9083), else Spark's
+        # built-in Derby database under IMP_HOME
+        builder = builder.enableHiveSupport()
+        uris = os.environ.get("IMP_HIVE_METASTORE_URIS")
+        if uris:
+            builder = builder.config("spark.hadoop.hive.metastore.uris", uris)
+        else:
+            builder = builder.config("spark.hadoop.javax.jdo.option.ConnectionURL",
+                                     f"jdbc:derby:;databaseName={settings.home / 'metastore_db'};create=true")
     for key, value in {**_SEMANTICS, **jvm_conf}.items():
         builder = builder.config(key, value)
     log.info("starting Spark (%s)", "master chosen by spark-submit" if under_spark_submit() else settings.spark_master)

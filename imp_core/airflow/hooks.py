@@ -8,7 +8,8 @@ Resolution order:
 3. the embedded Postgres under ``IMP_HOME`` (one host only: tasks and jobs must share that directory).
 
 The hook also builds the environment of the ``spark-submit`` jobs, so the job reads the same catalog as the task
-that submitted it.
+that submitted it, and carries the tables' object-storage credentials from the Airflow connection ``imp_storage``
+(when defined) to this process and, as environment variables (never arguments), to the jobs.
 """
 
 from __future__ import annotations
@@ -66,6 +67,22 @@ class ImpCatalogHook(BaseHook):
                             host=conn.host, port=conn.port or None, database=conn.schema or None)
         return url.render_as_string(hide_password=False)
 
+    def storage_config(self) -> Any:
+        """The S3 settings of the connection ``imp_storage`` over the environment (None when it is not defined)."""
+        from imp_core.airflow import STORAGE_CONN_ID
+        from imp_core.sources.storage import S3Config
+
+        try:
+            conn = self.get_connection(STORAGE_CONN_ID)
+        except AirflowNotFoundException:
+            return None
+        extra = conn.extra_dejson or {}
+        path_style = extra.get("path_style")
+        return S3Config(endpoint=extra.get("endpoint_url") or None, region=extra.get("region_name") or None,
+                        access_key_id=conn.login or None, secret_access_key=conn.password or None,
+                        session_token=extra.get("aws_session_token") or None,
+                        path_style=None if path_style is None else str(path_style).lower() in ("1", "true", "yes"))
+
     def settings(self) -> Settings:
         """Settings from the environment, with the catalog URL of the connection when there is one."""
         return Settings.from_env(catalog_url=self.catalog_url())
@@ -73,7 +90,9 @@ class ImpCatalogHook(BaseHook):
     def get_conn(self) -> SketchService:
         """A :class:`SketchService` on this catalog (Spark starts only if a step needs it)."""
         from imp_core.maintenance.service import SketchService
+        from imp_core.sources import storage
 
+        storage.configure(self.storage_config())
         return SketchService(self.settings(), progress=self.log.info)
 
     def job_env(self) -> dict[str, str]:
@@ -89,6 +108,7 @@ class ImpCatalogHook(BaseHook):
             env[ENV_CATALOG_URL] = settings.catalog_url
         if settings.warehouse is not None:
             env[ENV_WAREHOUSE] = str(settings.warehouse)
+        env.update(_storage_env(self.storage_config()))
         python = os.environ.get("PYSPARK_PYTHON") or sys.executable
         env["PYSPARK_PYTHON"] = python
         env["PYSPARK_DRIVER_PYTHON"] = os.environ.get("PYSPARK_DRIVER_PYTHON") or python
@@ -97,6 +117,17 @@ class ImpCatalogHook(BaseHook):
             if (Path(bindir) / "spark-submit").exists():
                 env["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", "")])
         return env
+
+
+def _storage_env(config: Any) -> dict[str, str]:
+    """``IMP_S3_*`` variables for a job from the connection's S3 settings (empty without the connection)."""
+    if config is None:
+        return {}
+    values = {"IMP_S3_ENDPOINT": config.endpoint, "IMP_S3_REGION": config.region,
+              "IMP_S3_ACCESS_KEY_ID": config.access_key_id, "IMP_S3_SECRET_ACCESS_KEY": config.secret_access_key,
+              "IMP_S3_SESSION_TOKEN": config.session_token,
+              "IMP_S3_PATH_STYLE": None if config.path_style is None else str(config.path_style).lower()}
+    return {k: v for k, v in values.items() if v}
 
 
 __all__ = ["ImpCatalogHook"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -43,6 +44,18 @@ def test_services_and_images_match_the_project(compose: dict) -> None:
     assert (REPO / "docker" / "Dockerfile").exists()
 
 
+def test_object_storage_and_worker_sharing(compose: dict) -> None:
+    services = compose["services"]
+    env = services["airflow-scheduler"]["environment"]
+    assert env["IMP_S3_ENDPOINT"] == "http://minio:9000" and env["IMP_S3_PATH_STYLE"] == "true"
+    assert "?" in env["IMP_S3_SECRET_ACCESS_KEY"], "the object store's secret must be required, not defaulted"
+    assert all(p.startswith("127.0.0.1:") for p in services["minio"]["ports"])
+    assert "mc mb" in " ".join(services["minio-init"]["command"])
+    assert "spark.deploy.defaultCores=1" in services["spark-master"]["environment"]["SPARK_MASTER_OPTS"]
+    dockerfile = (REPO / "docker" / "Dockerfile").read_text()
+    assert "connector-pom.xml" in dockerfile and "IMP_SPARK_JARS" in dockerfile
+
+
 def test_compose_config_passes() -> None:
     if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True,
                                                  check=False).returncode == 0:
@@ -51,5 +64,6 @@ def test_compose_config_passes() -> None:
         cmd = ["docker-compose", "config", "--quiet"]
     else:  # ./dev test installs Debian's docker-compose; a missing one is a broken environment, not a skip
         raise AssertionError("neither `docker compose` nor `docker-compose` is installed; run ./dev test")
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
+    env = {**os.environ, "MINIO_ROOT_PASSWORD": "compose-config-check"}
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False, env=env)
     assert done.returncode == 0, done.stderr

@@ -341,13 +341,15 @@ class DeltaSource:
                 f"(vacuumed or expired?): {_one_line(e)}") from e
 
     @cached_property
-    def _metadata_at(self) -> dict[int, tuple[pa.Schema, list[str], bool]]:
-        # (schema, partition columns, CDF on) per version, carried forward over commits without a metaData action
+    def _metadata_at(self) -> dict[int, tuple[pa.Schema, list[str], bool, bool]]:
+        # (schema, partition columns, mapping on, CDF on) per version, carried forward over commits without metaData
         return {}
 
-    def _metadata(self, version: int) -> tuple[pa.Schema, list[str], bool]:
+    def _metadata(self, version: int) -> tuple[pa.Schema, list[str], bool, bool]:
+        """(schema, partition columns, column mapping on, CDF on) at ``version``."""
         if version not in self._metadata_at:
             self._metadata_at[version] = (self.schema(version), self.partition_columns(version),
+                                          bool(self.physical_names(version)),
                                           self.cdf_enabled(version))
         return self._metadata_at[version]
 
@@ -364,16 +366,16 @@ class DeltaSource:
         root = changelog.local_root(self.path)
         if root is None or after < 0 or after > upto:
             return None
-        schema, partition_columns, cdf = self._metadata(after)
+        schema, partition_columns, mapped, cdf = self._metadata(after)
         wanted = columns if columns is not None else schema.names
-        if not cdf or any(c not in schema.names for c in wanted) or self.physical_names(after):
+        if not cdf or any(c not in schema.names for c in wanted) or mapped:
             return None  # column mapping: files hold physical names; the slow paths map them
         if after == upto:
             return _empty_changes(schema, wanted)
         raw = changelog.read_range(root, after, upto, wanted, schema, partition_columns)
         if raw is None:
             return None
-        self._metadata_at[upto] = (schema, partition_columns, cdf)
+        self._metadata_at[upto] = (schema, partition_columns, mapped, cdf)
         return self._signed(raw, wanted, schema)
 
     def _changes_from_delta_rs(self, after: int, upto: int, wanted: list[str], predicate: str | None) -> pa.Table:

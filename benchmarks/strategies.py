@@ -65,7 +65,9 @@ def _clone_at_start(service: SketchService, source: str, name: str, version: int
               for b in service.catalog.load_states(record.id, version).values()]
     service.catalog.create_sketch(name, record.sql, record.dialect, record.template_key, record.plan_json,
                                   record.partitions, record.safety, "eager",
-                                  NewVersion(first.table_versions, first.bits, first.fragments, "capture"), states)
+                                  NewVersion(first.table_versions, first.bits, first.fragments, "capture",
+                                             table_identities=first.table_identities,
+                                             state_options=first.state_options), states)
 
 
 def eager_vs_lazy(service: SketchService, quick: bool, runs: int) -> Experiment:

@@ -84,3 +84,13 @@ class ConcurrentMaintenanceError(CatalogError):
 
 class BufferExhaustedError(StateError):
     """A bounded MIN/MAX or top-k buffer ran out under deletions; the sketch must be recaptured."""
+
+
+class SketchUnusableError(ImpError):
+    """A sketch can no longer be trusted: its safety or sign assumptions stopped holding, or a table it reads changed
+    identity (re-registered elsewhere, re-created) or went back to an older version.
+
+    The sketch is marked unusable in the catalog; queries run without it until it is dropped and created again.
+    """
+
+    exit_code = 8

@@ -85,7 +85,10 @@ def test_running_example_end_to_end(env: dict[str, str], tmp_path: Path) -> None
     assert sorted(map(tuple, with_sketch["rows"])) == [("Apple", 5074), ("HP", 6194)]
     assert sorted(map(tuple, without["rows"])) == [("Apple", 5074), ("HP", 6194)]
     assert with_sketch["sketch"] == {"name": "top", "version": 2} and without["sketch"] is None
-    assert set(with_sketch["scanned"]) == {"files_read", "files_total", "rows_read", "rows_total"}
+    # two files (version 0's seven rows, S8), both overlapping the sketch's price range [601, ...)
+    assert with_sketch["scanned"] == without["scanned"] == {"files_read": 2, "files_total": 2, "rows_read": 8,
+                                                            "rows_total": 8}
+    assert with_sketch["notes"] == [] and without["notes"] == []
 
     history = ok_json(env, "sketch", "history", "top")
     assert [h["method"] for h in history] == ["capture", "incremental"]

@@ -5,6 +5,10 @@ crashed run leaves either the whole new version (row and state) or nothing. The 
 delete a committed version (triggers in the ``0001_initial`` migration); the only sanctioned removal is deleting the
 operator state of versions older than the retention window.
 
+A sketch whose assumptions stopped holding is marked unusable (``mark_unusable``; also done by ``register_table`` when
+a name is re-pointed at another path): it keeps its versions, takes no new ones, and is left out of
+``stale_sketches``, until it is dropped.
+
 Concurrency: ``commit_version`` is optimistic (it names the version it builds on and fails with
 ``ConcurrentMaintenanceError`` if another maintainer committed first); ``sketch_lock`` lets maintainers of one
 sketch queue up instead of racing, while different sketches proceed in parallel.
@@ -33,6 +37,7 @@ from imp_core.errors import (
     ConcurrentMaintenanceError,
     ImpError,
     NotFoundError,
+    SketchUnusableError,
     StateError,
     UsageError,
 )
@@ -81,6 +86,13 @@ class SketchRecord:
     safety: Any
     strategy: str
     created_at: datetime
+    unusable_reason: str | None = None
+    unusable_at: datetime | None = None
+
+    @property
+    def usable(self) -> bool:
+        """False once the sketch was marked unusable (``Catalog.mark_unusable``)."""
+        return self.unusable_reason is None
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,9 @@ class NewVersion:
         delta_rows: Change rows processed to produce this version.
         duration_ms: Wall time of the capture or maintenance.
         run_id: The maintenance run that produced it.
+        table_identities: Per table, ``{"id": Delta metadata id, "path": registered path}`` the table versions
+            refer to.
+        state_options: Engine options that shaped the operator state (``imp_core.maintenance.options``).
     """
 
     table_versions: Mapping[str, int]
@@ -106,6 +121,8 @@ class NewVersion:
     delta_rows: int = 0
     duration_ms: float | None = None
     run_id: int | None = None
+    table_identities: Mapping[str, Mapping[str, str]] | None = None
+    state_options: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -127,6 +144,8 @@ class VersionRecord:
     duration_ms: float | None
     run_id: int | None
     created_at: datetime
+    table_identities: dict[str, dict[str, str]] | None = None  # None: committed before identities were recorded
+    state_options: dict[str, Any] | None = None  # None: committed before options were recorded
 
 
 @dataclass(frozen=True)
@@ -263,7 +282,8 @@ class Catalog:
             path: Location of the Delta table.
             schema_json: The table schema as JSON, to detect incompatible schema changes later.
             replace: Point an existing name at a different path (its observed version is forgotten: versions of a
-                different Delta table are not comparable).
+                different Delta table are not comparable). Live sketches that read the table are marked unusable
+                in the same transaction, for the same reason.
 
         Returns:
             The registered table.
@@ -291,6 +311,15 @@ class Catalog:
                         {"n": name, "p": path, "s": _json(schema_json)},
                     )
                     conn.execute(sa.text("DELETE FROM table_observation WHERE table_name = :n"), {"n": name})
+                    # the sketches' versions refer to the table at the old path: they cannot be maintained or used
+                    conn.execute(
+                        sa.text("UPDATE sketch s SET unusable_reason = :r, unusable_at = now() "
+                                "WHERE s.dropped_at IS NULL AND s.unusable_reason IS NULL AND EXISTS ("
+                                "SELECT 1 FROM sketch_version v WHERE v.sketch_id = s.id "
+                                "AND (v.table_versions ->> :n) IS NOT NULL)"),
+                        {"n": name, "r": f"table {name} was re-registered from {existing} to {path}; the sketch's "
+                                         f"versions refer to the table at {existing}"},
+                    )
                 else:
                     raise UsageError(f"table {name!r} is already registered at {existing}; pass replace=True "
                                      f"(--replace) to point it at {path}, or register it under another name")
@@ -326,11 +355,12 @@ class Catalog:
             rows = conn.execute(sa.text(_TABLE_SELECT + " ORDER BY t.name")).mappings()
             return [_table_record(r) for r in rows]
 
-    def observe_table_version(self, name: str, version: int) -> None:
+    def observe_table_version(self, name: str, version: int, table_id: str | None = None) -> None:
         """Record that Delta version ``version`` of table ``name`` exists (drives ``is_stale`` in the catalog view).
 
         Keeps the highest version seen, so a slow process reporting an older version cannot make a table look
-        older than it is.
+        older than it is, unless ``table_id`` (the Delta metadata id) differs from the one observed before: a table
+        re-created at the same path starts its versions again.
 
         Raises:
             NotFoundError: The table is not registered.
@@ -338,10 +368,13 @@ class Catalog:
         try:
             with self._transaction(f"record version {version} of table {name!r}") as conn:
                 conn.execute(
-                    sa.text("INSERT INTO table_observation (table_name, version) VALUES (:n, :v) "
+                    sa.text("INSERT INTO table_observation (table_name, version, table_id) VALUES (:n, :v, :id) "
                             "ON CONFLICT (table_name) DO UPDATE SET "
-                            "version = greatest(table_observation.version, excluded.version), observed_at = now()"),
-                    {"n": name, "v": version},
+                            "version = CASE WHEN excluded.table_id IS NOT NULL AND table_observation.table_id "
+                            "IS DISTINCT FROM excluded.table_id THEN excluded.version "
+                            "ELSE greatest(table_observation.version, excluded.version) END, "
+                            "table_id = coalesce(excluded.table_id, table_observation.table_id), observed_at = now()"),
+                    {"n": name, "v": version, "id": table_id},
                 )
         except CatalogError as e:
             if _sqlstate(e.__cause__) == _FOREIGN_KEY_VIOLATION:
@@ -457,15 +490,37 @@ class Catalog:
                 raise self._sketch_not_found(conn, name)
             conn.execute(sa.text("DELETE FROM operator_state WHERE sketch_id = :s"), {"s": sketch_id})
 
+    def mark_unusable(self, sketch_id: int, reason: str) -> bool:
+        """Mark a sketch unusable: queries run without it, maintenance refuses it, until it is dropped.
+
+        The first reason is kept (a later one does not overwrite it).
+
+        Returns:
+            True if this call marked it, False if it was already unusable.
+
+        Raises:
+            NotFoundError: No sketch has that id.
+        """
+        with self._transaction(f"mark sketch {sketch_id} unusable") as conn:
+            marked = conn.execute(
+                sa.text("UPDATE sketch SET unusable_reason = :r, unusable_at = now() "
+                        "WHERE id = :s AND unusable_reason IS NULL RETURNING id"),
+                {"s": sketch_id, "r": reason},
+            ).scalar()
+            if marked is None:
+                self._sketch_label(conn, sketch_id)  # raises NotFoundError for an unknown id
+            return marked is not None
+
     def sketch_catalog(self) -> list[dict[str, Any]]:
         """The rows of the ``sketch_catalog`` view (one per live sketch, by name)."""
         with self._transaction("read the sketch catalog view") as conn:
             return [dict(r) for r in conn.execute(sa.text("SELECT * FROM sketch_catalog ORDER BY name")).mappings()]
 
     def stale_sketches(self) -> list[str]:
-        """Names of live sketches whose latest version is behind an observed table version."""
+        """Names of live, usable sketches whose latest version is behind an observed table version."""
         with self._transaction("list stale sketches") as conn:
-            return list(conn.execute(sa.text("SELECT name FROM sketch_catalog WHERE is_stale ORDER BY name")).scalars())
+            return list(conn.execute(sa.text("SELECT name FROM sketch_catalog WHERE is_stale AND usable "
+                                             "ORDER BY name")).scalars())
 
     # -- versions
 
@@ -533,7 +588,8 @@ class Catalog:
             return _version_record(row)
 
     def commit_version(
-        self, sketch_id: int, expected_previous: int, new: NewVersion, states: Sequence[StateBlob], retention: int
+        self, sketch_id: int, expected_previous: int, new: NewVersion, states: Sequence[StateBlob], retention: int,
+        safety: Any = None,
     ) -> VersionRecord:
         """Commit version ``expected_previous + 1`` of a sketch with its operator state, then apply retention.
 
@@ -547,6 +603,8 @@ class Catalog:
             new: The new version.
             states: Operator state of the new version.
             retention: Keep operator state for this many latest versions (at least 1).
+            safety: A safety verdict re-checked for this version (a recapture's), stored with the sketch in the
+                same transaction so the sign assumptions later batches check always belong to the latest version.
 
         Returns:
             The committed version.
@@ -554,19 +612,22 @@ class Catalog:
         Raises:
             ConcurrentMaintenanceError: Another maintainer already committed after ``expected_previous``.
             NotFoundError: The sketch does not exist or was dropped.
+            SketchUnusableError: The sketch was marked unusable meanwhile (nothing is committed).
             UsageError: ``retention`` is below 1, or two state blobs share an operator id.
         """
         if retention < 1:
             raise UsageError(f"state retention must be at least 1 (keep state of the latest version), got {retention}")
         version = expected_previous + 1
         with self._transaction(f"commit version {version} of sketch {sketch_id}") as conn:
-            sketch = conn.execute(sa.text("SELECT name, dropped_at FROM sketch WHERE id = :s FOR UPDATE"),
-                                  {"s": sketch_id}).first()
+            sketch = conn.execute(sa.text("SELECT name, dropped_at, unusable_reason FROM sketch WHERE id = :s "
+                                          "FOR UPDATE"), {"s": sketch_id}).first()
             if sketch is None:
                 raise NotFoundError(f"no sketch has id {sketch_id}; see `imp sketch list`")
             if sketch.dropped_at is not None:
                 raise NotFoundError(f"sketch {sketch.name!r} was dropped while it was being maintained; "
                                     f"nothing was committed")
+            if sketch.unusable_reason is not None:
+                raise SketchUnusableError(unusable_message(sketch.name, sketch.unusable_reason))
             latest = conn.execute(sa.text("SELECT max(version) FROM sketch_version WHERE sketch_id = :s"),
                                   {"s": sketch_id}).scalar()
             if latest != expected_previous:
@@ -584,6 +645,9 @@ class Catalog:
                     raise ConcurrentMaintenanceError(f"sketch {sketch.name!r}: version {version} was committed by "
                                                      f"another maintainer; maintain again") from e
                 raise
+            if safety is not None:
+                conn.execute(sa.text("UPDATE sketch SET safety = CAST(:j AS jsonb) WHERE id = :s"),
+                             {"s": sketch_id, "j": _json(safety)})
             faults.point("in_commit")
             conn.execute(sa.text("DELETE FROM operator_state WHERE sketch_id = :s AND version <= :v"),
                          {"s": sketch_id, "v": version - retention})
@@ -803,13 +867,17 @@ class Catalog:
     ) -> VersionRecord:
         row = conn.execute(
             sa.text("INSERT INTO sketch_version (sketch_id, version, table_versions, bits, fragments, method, reason, "
-                    "delta_rows, duration_ms, run_id) VALUES (:s, :v, CAST(:tv AS jsonb), CAST(:bits AS jsonb), "
-                    "CAST(:frags AS jsonb), :m, :reason, :dr, :dur, :run) RETURNING *"),
+                    "delta_rows, duration_ms, run_id, table_identities, state_options) VALUES (:s, :v, "
+                    "CAST(:tv AS jsonb), CAST(:bits AS jsonb), CAST(:frags AS jsonb), :m, :reason, :dr, :dur, :run, "
+                    "CAST(:ids AS jsonb), CAST(:opts AS jsonb)) RETURNING *"),
             {"s": sketch_id, "v": version,
              "tv": _json({t: int(v) for t, v in new.table_versions.items()}),
              "bits": _json({t: bytes(b).hex() for t, b in new.bits.items()}),
              "frags": _json({t: sorted(int(f) for f in frags) for t, frags in new.fragments.items()}),
-             "m": new.method, "reason": new.reason, "dr": new.delta_rows, "dur": new.duration_ms, "run": new.run_id},
+             "m": new.method, "reason": new.reason, "dr": new.delta_rows, "dur": new.duration_ms, "run": new.run_id,
+             "ids": _json({t: dict(i) for t, i in new.table_identities.items()}
+                          if new.table_identities is not None else None),
+             "opts": _json(dict(new.state_options) if new.state_options is not None else None)},
         ).mappings().one()
         if blobs:
             conn.execute(
@@ -863,6 +931,12 @@ _TABLE_SELECT = (
     "SELECT t.name, t.path, t.registered_at, t.schema_json, o.version AS observed_version, o.observed_at "
     "FROM source_table t LEFT JOIN table_observation o ON o.table_name = t.name"
 )
+
+
+def unusable_message(name: str, reason: str) -> str:
+    """The one-line error for using or maintaining an unusable sketch: what happened and what to do."""
+    return (f"sketch {name} is unusable: {reason}; queries run without it until it is registered again "
+            f"(`imp sketch drop {name}`, then `imp sketch create {name} ...`)")
 
 
 def default_triggered_by() -> str:
@@ -939,7 +1013,8 @@ def _table_record(row: Mapping[str, Any]) -> TableRecord:
 
 def _sketch_record(row: Mapping[str, Any]) -> SketchRecord:
     return SketchRecord(row["id"], row["name"], row["sql"], row["dialect"], row["template_key"], row["plan_json"],
-                        row["partitions"], row["safety"], row["strategy"], row["created_at"])
+                        row["partitions"], row["safety"], row["strategy"], row["created_at"],
+                        row.get("unusable_reason"), row.get("unusable_at"))
 
 
 def _version_record(row: Mapping[str, Any]) -> VersionRecord:
@@ -955,6 +1030,8 @@ def _version_record(row: Mapping[str, Any]) -> VersionRecord:
         duration_ms=row["duration_ms"],
         run_id=row["run_id"],
         created_at=row["created_at"],
+        table_identities=row.get("table_identities"),
+        state_options=row.get("state_options"),
     )
 
 

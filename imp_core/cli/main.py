@@ -13,7 +13,8 @@ Contract (other tools parse it; names and JSON keys are stable):
     imp demo
 
 Exit codes: 0 success; 1 other errors; 2 bad usage or settings; 3 SQL/plan errors (including unsupported SQL and
-unsafe columns); 4 table source errors; 5 operator state errors; 6 catalog errors; 7 not found; 70 internal error;
+unsafe columns); 4 table source errors; 5 operator state errors; 6 catalog errors; 7 not found; 8 the sketch is
+unusable (its assumptions stopped holding or a table changed identity: drop and re-create it); 70 internal error;
 130 interrupted. Errors print one line on stderr.
 """
 
@@ -371,16 +372,25 @@ def _run_service(args: argparse.Namespace, settings: Settings, service: Any, wan
                    [[p["table"], p["column"], p["fragments"], p["fragment_count"], f"{p['covered_share']:.1%}"]
                     for p in info["partitions"]])
             print(f"valid for table versions {info['table_versions']}")
+            if not info["usable"]:
+                print(f"UNUSABLE since {info['unusable_since']}: {info['unusable_reason']}; queries run without it "
+                      f"until it is registered again (`imp sketch drop {info['name']}`, then `imp sketch create`)")
         return 0
     if a == "list":
+        service.refresh_observations(strict=False)  # current versions, and tables that changed identity
         rows = service.catalog.sketch_catalog()
         if want_json:
             _print_json(rows)
         else:
-            _table("sketches", ["name", "version", "method", "table versions", "current", "stale", "last run"],
+            _table("sketches", ["name", "version", "method", "table versions", "current", "state", "last run"],
                    [[r.get("name"), r.get("latest_version"), r.get("latest_method"), r.get("table_versions"),
-                     r.get("current_table_versions"), "stale" if r.get("is_stale") else "fresh",
+                     r.get("current_table_versions"),
+                     "UNUSABLE" if not r.get("usable", True) else "stale" if r.get("is_stale") else "fresh",
                      r.get("last_run_status")] for r in rows])
+            for r in rows:
+                if not r.get("usable", True):
+                    print(f"sketch {r['name']} is unusable: {r['unusable_reason']}; drop and re-create it to use a "
+                          f"sketch again")
         return 0
     if a == "history":
         rows = service.history(args.name)

@@ -13,6 +13,12 @@ Strategies (IMP paper Section 2, 8.5):
   backlog becomes small resumable steps;
 * ``recapture``: full maintenance; also chosen automatically when incremental maintenance cannot proceed (change
   feed vacuumed or disabled, state missing or corrupt, a top-k buffer exhausted), recorded with the reason.
+
+Lifecycle guards (docs/SEMANTICS.md, "Lifecycle"): every recapture re-runs the safety check against the current
+statistics and the sign assumptions against the data; each version records the identity (Delta metadata id and
+registered path) of every table it reflects and the engine options its state was built with. A sketch whose
+assumptions stop holding, or whose table changed identity or went back to an older version, is marked unusable:
+maintenance refuses it and queries run without it until it is dropped and created again.
 """
 
 from __future__ import annotations
@@ -35,16 +41,18 @@ from imp_core.errors import (
     ChangeFeedUnavailableError,
     ImpError,
     PlanError,
+    SketchUnusableError,
     StateError,
     UnsafeSketchError,
     UsageError,
 )
+from imp_core.maintenance.options import state_options, with_state_options
 from imp_core.plan.expr import kind_of_type
 from imp_core.plan.nodes import Plan, explain
-from imp_core.plan.safety import require_safe
+from imp_core.plan.safety import SafetyReport, check, require_safe
 from imp_core.plan.sql import Query, parse_query
 from imp_core.plan.template import template_key
-from imp_core.sketch.partition import Partition, PartitionSet, parse_bound
+from imp_core.sketch.partition import Partition, PartitionSet, parse_bounds
 from imp_core.sketch.sketch import Sketch
 from imp_core.sources.delta import MULT, VERSION, DeltaSource
 from imp_core.sources.schema import check_compatible, schema_from_json, schema_to_json
@@ -164,8 +172,9 @@ class SketchService:
                              f"{table_id} at {path}; is the metastore out of date?")
         schema = source.schema()
         record = self.catalog.register_table(name, path, schema_to_json(schema), replace=replace)
-        self.catalog.set_table_identity(name, table_id, table)
-        self.catalog.observe_table_version(name, version)
+        if table is not None:
+            self.catalog.set_table_identity(name, table_id, table)
+        self.catalog.observe_table_version(name, version, table_id)
         return record
 
     def source(self, name: str) -> DeltaSource:
@@ -254,11 +263,12 @@ class SketchService:
 
         parts = []
         for i, (table, column) in enumerate(targets.items()):
-            kind = kind_of_type(schemas[table].field(column).type)
+            dtype = schemas[table].field(column).type
+            kind = kind_of_type(dtype)
             if kind not in ("int", "float", "decimal", "date", "timestamp", "string"):
-                raise UsageError(f"cannot partition on {table}.{column} of type {schemas[table].field(column).type}")
+                raise UsageError(f"cannot partition on {table}.{column} of type {dtype}")
             if bounds is not None:
-                values = tuple(parse_bound(b, kind) for b in bounds[i].split(","))
+                values = tuple(b.strip() for b in bounds[i].split(","))
             else:
                 from imp_core.spark.bounds import equi_depth_bounds
 
@@ -266,10 +276,18 @@ class SketchService:
                 df = sources[table].scan(self.spark, versions[table])
                 known = sources[table].column_stats(versions[table], column)
                 values = equi_depth_bounds(df, column, fragments or 1, kind, known)
-            parts.append(Partition(table, column, values, kind))
+            values, notes = parse_bounds(values, dtype, f"{table}.{column}")  # exact values of the column's type
+            for note in notes:
+                self.progress(note)
+            parts.append(Partition(table, column, values, kind, dtype))
         partitions = PartitionSet(tuple(parts))
 
+        violation = self._violated_assumption(sources, versions, report.assumptions)
+        if violation:
+            raise UnsafeSketchError(f"a sketch on {', '.join(f'{t}.{c}' for t, c in targets.items())} is not safe "
+                                    f"for this query: {violation}")
         key, constants = template_key(sql, dialect)
+        options = state_options(self.settings.optimizations)
         run_id = self.catalog.start_run(None, "capture", trigger, from_version=None, table_versions_from=versions)
         try:
             pipeline = Pipeline.configured(plan, partitions, self.settings.optimizations)
@@ -281,7 +299,8 @@ class SketchService:
             from imp_core.catalog.store import NewVersion
 
             first = NewVersion(table_versions=versions, bits=sketch.bits(partitions), fragments=sketch.to_json(),
-                               method="capture", delta_rows=0, duration_ms=capture_ms, run_id=run_id)
+                               method="capture", delta_rows=0, duration_ms=capture_ms, run_id=run_id,
+                               table_identities=_identities(sources, versions), state_options=options)
             plan_json = {"explain": explain(plan), "fingerprint": pipeline.fingerprint,
                          "schemas": {t: schema_to_json(s) for t, s in schemas.items()},
                          "output_names": list(query.output_names), "constants": [str(c) for c in constants]}
@@ -294,7 +313,7 @@ class SketchService:
         self.catalog.finish_run(run_id, "succeeded", to_version=1, table_versions_to=versions, delta_rows=0,
                                 timings={"capture_ms": capture_ms, "total_ms": (time.perf_counter() - started) * 1000})
         for t, v in versions.items():
-            self.catalog.observe_table_version(t, v)
+            self.catalog.observe_table_version(t, v, sources[t].table_id(v))
         return record, version
 
     # -- loading ---------------------------------------------------------------------------------------------------
@@ -309,8 +328,10 @@ class SketchService:
         safety = record.safety or {}
         return Loaded(record, query, partitions, sources, schemas, tuple(safety.get("assumptions", ())))
 
-    def _pipeline(self, loaded: Loaded) -> Pipeline:
-        pipeline = Pipeline.configured(loaded.plan, loaded.partitions, self.settings.optimizations)
+    def _pipeline(self, loaded: Loaded, options: dict[str, Any]) -> Pipeline:
+        """The sketch's operators, configured with the state-shaping ``options`` recorded with its state."""
+        opts = with_state_options(self.settings.optimizations, options, loaded.record.name)
+        pipeline = Pipeline.configured(loaded.plan, loaded.partitions, opts)
         expected = (loaded.record.plan_json or {}).get("fingerprint")
         if expected and expected != pipeline.fingerprint:
             raise StateError(f"sketch {loaded.record.name}: the plan built from its SQL no longer matches the one "
@@ -328,7 +349,7 @@ class SketchService:
         out = {}
         for t, s in loaded.sources.items():
             out[t] = s.current_version()
-            self.catalog.observe_table_version(t, out[t])
+            self.catalog.observe_table_version(t, out[t], s.table_id())
         return out
 
     def is_stale(self, name: str) -> bool:
@@ -346,14 +367,18 @@ class SketchService:
         if batch_size is not None and batch_size < 1:
             raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
         result = MaintenanceResult(name)
+        _refuse_unusable(loaded.record)
         from imp_core.sources.names import check_identity
 
-        check_identity(self.catalog, loaded.sources, lambda: self.spark)  # names still mean the same Delta tables
+        check_identity(self.catalog, loaded.sources, lambda: self.spark)  # catalog names still mean these tables
         with self.catalog.sketch_lock(loaded.record.id):
+            # another process may have marked it while this one waited for the lock
+            _refuse_unusable(self.catalog.get_sketch_by_id(loaded.record.id))
             # holding the lock, any run still marked running for this sketch belongs to a dead process
             self.catalog.abandon_running(loaded.record.id)
             latest = self.catalog.latest_version(loaded.record.id)
             target = self.current_versions(loaded)
+            self._check_identity(loaded, latest, target)
             if strategy == "recapture":
                 result.versions.append(self._recapture(loaded, latest, target, "requested", trigger))
                 result.recaptured = "requested"
@@ -407,7 +432,10 @@ class SketchService:
             check_compatible(table, registered, current, set(loaded.used_columns(table)), loaded.record.name)
 
     def _load_state(self, loaded: Loaded, latest: VersionRecord) -> Pipeline:
-        pipeline = self._pipeline(loaded)
+        if latest.state_options is None:
+            raise StateError(f"sketch {loaded.record.name} version {latest.version} was written by an older imp that "
+                             f"did not record the engine options of its state")
+        pipeline = self._pipeline(loaded, latest.state_options)
         if not self.catalog.has_states(loaded.record.id, latest.version):
             raise StateError(f"sketch {loaded.record.name} version {latest.version} has no operator state "
                              f"(removed by retention?)")
@@ -442,7 +470,8 @@ class SketchService:
         sketch = Sketch.from_global(loaded.partitions, pipeline.sketch())
         duration = (time.perf_counter() - t0) * 1000
         new = NewVersion(table_versions=reached, bits=sketch.bits(loaded.partitions), fragments=sketch.to_json(),
-                         method="incremental", delta_rows=rows, duration_ms=duration, run_id=run_id)
+                         method="incremental", delta_rows=rows, duration_ms=duration, run_id=run_id,
+                         table_identities=_identities(loaded.sources), state_options=latest.state_options)
         faults.point("before_commit")
         version = self.catalog.commit_version(loaded.record.id, latest.version, new, self._blobs(pipeline),
                                               self.settings.state_retention)
@@ -456,12 +485,83 @@ class SketchService:
             if t != table or column not in changes.columns:
                 continue
             inserted = changes.filter(pl.col(MULT) > 0).get_column(column)
+            # polars orders NaN above every number, as Spark does: NaN breaks "<= 0" and not ">= 0"
             bad = inserted.filter(inserted < 0) if op == ">=" else inserted.filter(inserted > 0)
             if bad.len():
-                raise UnsafeSketchError(
-                    f"sketch {loaded.record.name} is safe only while {a}, but new rows of {table} have "
-                    f"{column} = {bad[0]}; the sketch can no longer be maintained — drop it and register it on a "
-                    f"safe column")
+                self._invalidate(loaded, f"it is safe only while {a}, but new rows of {table} have {column} = "
+                                         f"{bad[0]}")
+
+    # -- lifecycle guards ------------------------------------------------------------------------------------------
+
+    def check_usable(self, name: str) -> None:
+        """Raise if sketch ``name`` must not be applied: marked unusable, or a table it reflects changed identity or
+        went back in version (marked now). For use without maintenance (``maintain`` runs the same guards).
+
+        Raises:
+            SketchUnusableError: With the reason and what to do.
+        """
+        loaded = self.load(name)
+        _refuse_unusable(loaded.record)
+        self._check_identity(loaded, self.catalog.latest_version(loaded.record.id), self.current_versions(loaded))
+
+    def _invalidate(self, loaded: Loaded, reason: str) -> None:
+        """Mark the sketch unusable with ``reason`` (the first reason stays) and stop with the one-line error."""
+        from imp_core.catalog.store import unusable_message
+
+        if self.catalog.mark_unusable(loaded.record.id, reason):
+            log.warning("sketch %s marked unusable: %s", loaded.record.name, reason)
+        current = self.catalog.get_sketch_by_id(loaded.record.id).unusable_reason or reason
+        raise SketchUnusableError(unusable_message(loaded.record.name, current))
+
+    def _check_identity(self, loaded: Loaded, latest: VersionRecord, current: dict[str, int]) -> None:
+        """Invalidate the sketch if a table it reflects is not the table its versions refer to any more.
+
+        Compares, per table, the registered path and the Delta metadata id now with those recorded with ``latest``,
+        and the current Delta version with the one ``latest`` reflects (a version going backwards means another
+        table, or a rolled-back log). Versions recorded before identities were kept are checked by version only.
+        """
+        problem = _identity_problem(loaded.sources, latest, current)
+        if problem:
+            self._invalidate(loaded, problem)
+
+    def _recheck_safety(self, loaded: Loaded, target: dict[str, int]) -> SafetyReport:
+        """The safety verdict at ``target``: the check against the statistics there, then its sign assumptions
+        against the data there (a recapture must not commit a sketch that is no longer safe)."""
+        targets = {p.table: p.column for p in loaded.partitions.partitions}
+        report = check(loaded.plan, targets, self.sign_oracle(loaded.sources, target))
+        if not report.safe:
+            self._invalidate(loaded, f"a recapture at table versions {target} found it no longer safe on "
+                                     f"{', '.join(f'{t}.{c}' for t, c in targets.items())} ({report.reason})")
+        violation = self._violated_assumption(loaded.sources, target, report.assumptions)
+        if violation:
+            self._invalidate(loaded, f"a recapture at table versions {target} found {violation}")
+        return report
+
+    def _violated_assumption(self, sources: dict[str, DeltaSource], versions: dict[str, int],
+                             assumptions: tuple[str, ...]) -> str | None:
+        """The first sign assumption (``t.c >= 0`` / ``t.c <= 0``) the data at ``versions`` breaks, described; None
+        when all hold. One Spark job per table with assumptions; comparisons follow Spark (NaN above every number,
+        so NaN breaks ``<= 0``), NULLs break nothing."""
+        from pyspark.sql import functions as F
+
+        by_table: dict[str, list[tuple[str, str, str]]] = {}
+        for a in assumptions:
+            col_ref, op, _ = a.split(" ")
+            table, _, column = col_ref.partition(".")
+            by_table.setdefault(table, []).append((a, column, op))
+        for table, items in sorted(by_table.items()):
+            df = sources[table].scan(self.spark, versions[table])
+            aggs = []
+            for i, (_, column, op) in enumerate(items):
+                c = F.col(f"`{column}`")
+                aggs.append(F.min(F.when(c < 0, c)).alias(f"b{i}") if op == ">=" else
+                            F.max(F.when(c > 0, c)).alias(f"b{i}"))
+            row = df.agg(*aggs).first()
+            for i, (a, column, _) in enumerate(items):
+                if row is not None and row[f"b{i}"] is not None:
+                    return (f"a row of {table} at version {versions[table]} with {column} = {row[f'b{i}']}, which "
+                            f"breaks the assumption {a} its safety relies on")
+        return None
 
     def _eager_batches(self, loaded: Loaded, start: dict[str, int], target: dict[str, int],
                        batch_size: int) -> list[dict[str, int]]:
@@ -491,16 +591,22 @@ class SketchService:
                                             table_versions_from=latest.table_versions)
         try:
             self._check_schemas(loaded, target)
+            report = self._recheck_safety(loaded, target)
             t0 = time.perf_counter()
-            pipeline = self._pipeline(loaded)
+            # the options the sketch's state has been built with; a version from before they were recorded takes
+            # this process's, recorded from now on
+            options = latest.state_options if latest.state_options is not None else \
+                state_options(self.settings.optimizations)
+            pipeline = self._pipeline(loaded, options)
             self.progress(f"recapturing sketch {loaded.record.name} on Spark at versions {target}")
             pipeline.capture(self.backend(loaded.sources), dict(target))
             sketch = Sketch.from_global(loaded.partitions, pipeline.sketch())
             new = NewVersion(table_versions=target, bits=sketch.bits(loaded.partitions), fragments=sketch.to_json(),
                              method="recapture", reason=reason, delta_rows=0,
-                             duration_ms=(time.perf_counter() - t0) * 1000, run_id=run_id)
+                             duration_ms=(time.perf_counter() - t0) * 1000, run_id=run_id,
+                             table_identities=_identities(loaded.sources, target), state_options=options)
             version = self.catalog.commit_version(loaded.record.id, latest.version, new, self._blobs(pipeline),
-                                                  self.settings.state_retention)
+                                                  self.settings.state_retention, safety=report.to_json())
         except BaseException as e:
             if own_run:
                 self.catalog.finish_run(run_id, "failed", error=_one_line(e))  # type: ignore[arg-type]
@@ -517,8 +623,14 @@ class SketchService:
                      trigger: str = "cli") -> list[MaintenanceResult]:
         out = []
         for record in self.catalog.list_sketches():
+            if not record.usable:
+                self.progress(f"skipping sketch {record.name}: unusable ({record.unusable_reason})")
+                continue
             if self.is_stale(record.name):
-                out.append(self.maintain(record.name, strategy, batch_size, trigger))
+                try:
+                    out.append(self.maintain(record.name, strategy, batch_size, trigger))
+                except SketchUnusableError as e:  # found unusable now: marked, the others still run
+                    self.progress(_one_line(e))
         return out
 
     # -- use -------------------------------------------------------------------------------------------------------
@@ -530,7 +642,9 @@ class SketchService:
 
         key, constants = template_key(sql, dialect)
         wanted = [str(c) for c in constants]
-        candidates = [r for r in self.catalog.list_sketches() if r.template_key == key]
+        # usable sketches first; an unusable one is still returned (the query notes that it ran without it)
+        candidates = sorted((r for r in self.catalog.list_sketches() if r.template_key == key),
+                            key=lambda r: not r.usable)
         for record in candidates:
             if (record.plan_json or {}).get("constants") == wanted:
                 return record.name
@@ -574,8 +688,13 @@ class SketchService:
         sketch_info = None
         partitions = sketch = None
         versions = {t: sources[t].current_version() for t in tables}
+        result = None
         if name is not None:
-            result = self.maintain(name, strategy="lazy", trigger=trigger)
+            try:
+                result = self.maintain(name, strategy="lazy", trigger=trigger)
+            except SketchUnusableError as e:  # marked now or before: the answer must not depend on it
+                notes.append(_one_line(e))
+        if result is not None and name is not None:
             if result.versions:
                 notes.append(f"maintained sketch {name} to version {result.versions[-1].version}"
                              + (f" (recaptured: {result.recaptured})" if result.recaptured else ""))
@@ -585,7 +704,7 @@ class SketchService:
             sketch = Sketch({t: tuple(f) for t, f in latest.fragments.items()})
             versions = {t: latest.table_versions[t] for t in tables}
             sketch_info = {"name": name, "version": latest.version}
-        elif use_sketch:
+        elif use_sketch and name is None:
             notes.append("no sketch can answer this query; ran it without one (add --capture to register one)")
         df, scanned = execute(self.spark, query.plan, sources, versions, partitions, sketch)
         rows = collect(df, list(query.output_names), scanned)
@@ -619,6 +738,11 @@ class SketchService:
             "strategy": record.strategy,
             "template_key": record.template_key,
             "safety": record.safety,
+            "usable": record.usable,
+            "unusable_reason": record.unusable_reason,
+            "unusable_since": _iso(record.unusable_at),
+            "table_identities": v.table_identities,
+            "state_options": v.state_options,
             "delta_rows": v.delta_rows,
             "duration_ms": v.duration_ms,
             "created_at": v.created_at.isoformat() if v.created_at else None,
@@ -641,23 +765,43 @@ class SketchService:
         """Record the current Delta version of every registered table, so the ``sketch_catalog`` view is current.
 
         Reads only Delta logs (no Spark). With ``strict=False`` a table that cannot be read is reported by its error
-        message instead of failing the whole refresh (the plugin page shows what it can).
+        message instead of failing the whole refresh (the plugin page shows what it can). Sketches whose tables
+        changed identity or went back in version are marked unusable on the way.
 
         Returns:
             Table name -> observed version (or, with ``strict=False``, the error message for unreadable tables).
         """
         out: dict[str, int | str] = {}
+        opened: dict[str, DeltaSource] = {}
         for table in self.catalog.list_tables():
             try:
-                version = DeltaSource(table.name, table.path).current_version()
-                self.catalog.observe_table_version(table.name, version)
+                source = DeltaSource(table.name, table.path)
+                version = source.current_version()
+                self.catalog.observe_table_version(table.name, version, source.table_id())
                 out[table.name] = version
+                opened[table.name] = source
             except ImpError as e:
                 if strict:
                     raise
                 log.warning("could not observe table %s: %s", table.name, _one_line(e))
                 out[table.name] = _one_line(e)
+        self._check_identities(opened, out)
         return out
+
+    def _check_identities(self, opened: dict[str, DeltaSource], current: dict[str, int | str]) -> None:
+        """Mark every live sketch unusable whose latest version refers to a table that changed identity or went
+        back in version (so `imp sketch list` and the catalog page say so before anyone maintains it)."""
+        for record in self.catalog.list_sketches():
+            if not record.usable:
+                continue
+            latest = self.catalog.latest_version(record.id)
+            sources = {t: opened[t] for t in latest.table_versions if t in opened}
+            versions = {t: v for t, v in current.items() if t in sources and isinstance(v, int)}
+            if set(versions) != set(latest.table_versions):
+                continue  # a table could not be read: say nothing about the sketch
+            problem = _identity_problem(sources, latest, versions)
+            if problem and self.catalog.mark_unusable(record.id, problem):
+                log.warning("sketch %s marked unusable: %s", record.name, problem)
 
     def stale_sketches(self) -> list[str]:
         """Names of live sketches behind the current version of one of their tables (observations refreshed)."""
@@ -671,6 +815,7 @@ class SketchService:
         Raises:
             UsageError: Unknown strategy, or a batch size below 1.
             NotFoundError: No live sketch is named ``name`` (the message lists the existing ones).
+            SketchUnusableError: The sketch is marked unusable (it must be dropped and created again).
         """
         if not name or not str(name).strip():
             raise UsageError("give the name of the sketch to maintain (parameter `sketch`)")
@@ -681,6 +826,7 @@ class SketchService:
             raise UsageError(f"batch size must be an integer of at least 1 (change rows per committed version), "
                              f"got {batch_size!r}")
         record = self.catalog.get_sketch(name)
+        _refuse_unusable(record)
         stale = self.is_stale(name)
         return {"sketch": record.name, "strategy": strategy or record.strategy, "batch_size": batch_size,
                 "stale": stale}
@@ -803,6 +949,8 @@ class SketchService:
                 "table_versions": dict(row["table_versions"] or {}),
                 "current_table_versions": dict(row["current_table_versions"] or {}),
                 "stale": bool(row["is_stale"]),
+                "usable": bool(row["usable"]),
+                "unusable_reason": row["unusable_reason"],
                 "version_created_at": _iso(row.get("version_created_at")),
                 "last_run": {"id": row["last_run_id"], "status": row["last_run_status"],
                              "finished_at": _iso(row.get("last_run_finished_at")), "error": row["last_run_error"]},
@@ -814,6 +962,39 @@ class SketchService:
 
 
 _DEFAULT_BATCH = 1000
+
+
+def _refuse_unusable(record: SketchRecord) -> None:
+    """The one-line error for maintaining (or using) a sketch marked unusable."""
+    if record.unusable_reason is not None:
+        from imp_core.catalog.store import unusable_message
+
+        raise SketchUnusableError(unusable_message(record.name, record.unusable_reason))
+
+
+def _identities(sources: dict[str, DeltaSource], versions: dict[str, int] | None = None) -> dict[str, dict[str, str]]:
+    """Per table, the Delta metadata id (at ``versions``, else the latest) and the registered path."""
+    return {t: {"id": s.table_id(None if versions is None else versions[t]), "path": s.path}
+            for t, s in sources.items()}
+
+
+def _identity_problem(sources: dict[str, DeltaSource], latest: VersionRecord, current: dict[str, int]) -> str | None:
+    """Why ``latest`` no longer describes the tables ``sources`` point at now (None if it does)."""
+    recorded = latest.table_identities or {}
+    for table in sorted(sources):
+        source = sources[table]
+        had = latest.table_versions.get(table)
+        ident = recorded.get(table)
+        if ident is not None and ident.get("path") != source.path:
+            return (f"table {table} is now registered at {source.path}, but sketch version {latest.version} refers "
+                    f"to the table at {ident.get('path')}")
+        if ident is not None and ident.get("id") != source.table_id():
+            return (f"table {table} at {source.path} was re-created (its Delta table id is {source.table_id()}, "
+                    f"sketch version {latest.version} refers to table id {ident.get('id')})")
+        if had is not None and current[table] < had:
+            return (f"table {table} is at version {current[table]}, older than version {had} that sketch version "
+                    f"{latest.version} reflects (the table was re-created or its log rolled back)")
+    return None
 
 
 def _auto_name(catalog: Catalog, sql: str) -> str:

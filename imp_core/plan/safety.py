@@ -24,7 +24,8 @@ Rules (documented with examples in docs/SAFETY.md):
   no partial row can remain).
 
 Sign knowledge (``x >= 0``) comes from an oracle (Delta statistics at registration); every sign the verdict relied on
-is returned as an *assumption* that maintenance re-checks on each batch of changes.
+is returned as an *assumption* that maintenance re-checks on each batch of changes; every recapture runs this check
+again at the versions it captures (docs/SEMANTICS.md, "Lifecycle").
 """
 
 from __future__ import annotations

@@ -21,88 +21,97 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
-from imp_core.errors import UsageError
+from imp_core.errors import StateError, UsageError
+from imp_core.sketch.bounds import (
+    KINDS,
+    Bound,
+    default_type,
+    kind_of,
+    micros,
+    normalize_bound,
+    parse_bound,
+    parse_bounds,
+    sql_type_name,
+    type_from_json,
+    type_to_json,
+)
 
-Bound = Any  # int | float | decimal.Decimal | date | datetime | str
-
-_KINDS = ("int", "float", "decimal", "date", "timestamp", "string")
-
-
-def kind_of_value(value: Bound) -> str:
-    if isinstance(value, bool):
-        raise UsageError("partition bounds cannot be booleans; partition on a numeric, date, timestamp or string column")
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, decimal.Decimal):
-        return "decimal"
-    if isinstance(value, dt.datetime):
-        return "timestamp"
-    if isinstance(value, dt.date):
-        return "date"
-    if isinstance(value, str):
-        return "string"
-    raise UsageError(f"unsupported partition bound {value!r} of type {type(value).__name__}")
-
-
-def parse_bound(text: str, kind: str) -> Bound:
-    """Parse one ``--bounds`` item for a column of the given kind."""
-    text = text.strip()
-    try:
-        if kind == "int":
-            return int(text)
-        if kind == "float":
-            return float(text)
-        if kind == "decimal":
-            return decimal.Decimal(text)
-        if kind == "date":
-            return dt.date.fromisoformat(text)
-        if kind == "timestamp":
-            return dt.datetime.fromisoformat(text)
-        if kind == "string":
-            return text
-    except (ValueError, decimal.InvalidOperation) as e:
-        raise UsageError(f"bound {text!r} is not a valid {kind} value for the partition column") from e
-    raise UsageError(f"cannot partition a column of kind {kind!r}; use a numeric, date, timestamp or string column")
+__all__ = ["Bound", "Partition", "PartitionSet", "parse_bound", "parse_bounds"]
 
 
 @dataclass(frozen=True)
 class Partition:
-    """A range partition of one table on one column: ``len(bounds) - 1`` fragments."""
+    """A range partition of one table on one column: ``len(bounds) - 1`` fragments.
+
+    ``dtype`` is the column's Arrow type; every bound is a value of that type (``imp_core.sketch.bounds`` parses
+    and rounds given bounds). Partitions recorded without a type get the kind's default (BIGINT, DOUBLE, a
+    DECIMAL(38, s) wide enough for the bounds, DATE, TIMESTAMP with or without zone as the bounds are, STRING).
+    """
 
     table: str
     column: str
     bounds: tuple[Bound, ...]
     kind: str
+    dtype: pa.DataType | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in _KINDS:
-            raise UsageError(f"partition on {self.table}.{self.column}: unsupported column kind {self.kind!r}")
+        where = f"{self.table}.{self.column}"
+        if self.kind not in KINDS:
+            raise UsageError(f"partition on {where}: unsupported column kind {self.kind!r}")
+        dtype = self.dtype if self.dtype is not None else default_type(self.kind, self.bounds)
+        if kind_of(dtype) != self.kind:
+            raise UsageError(f"partition on {where}: column type {dtype} is not of kind {self.kind!r}")
         if len(self.bounds) < 2:
-            raise UsageError(f"partition on {self.table}.{self.column} needs at least two bounds (one fragment), "
-                             f"got {len(self.bounds)}")
-        for lo, hi in zip(self.bounds, self.bounds[1:]):
+            raise UsageError(f"partition on {where} needs at least two bounds (one fragment), got {len(self.bounds)}")
+        exact = []
+        for b in self.bounds:
+            value, note = normalize_bound(b, dtype, where)
+            if note is not None:
+                raise UsageError(f"partition on {where}: bound {b!r} is not a {sql_type_name(dtype)} value; "
+                                 f"normalize bounds with imp_core.sketch.bounds.parse_bounds first")
+            exact.append(value)
+        for lo, hi in zip(exact, exact[1:]):
             if not lo < hi:
-                raise UsageError(f"partition bounds on {self.table}.{self.column} must be strictly increasing; "
-                                 f"{lo!r} is followed by {hi!r}")
+                raise UsageError(f"partition bounds on {where} must be strictly increasing; {lo!r} is followed by "
+                                 f"{hi!r}")
+        object.__setattr__(self, "bounds", tuple(exact))
+        object.__setattr__(self, "dtype", dtype)
+
+    @property
+    def column_type(self) -> pa.DataType:
+        """The partition column's Arrow type (always set after construction)."""
+        assert self.dtype is not None
+        return self.dtype
 
     @property
     def fragments(self) -> int:
         return len(self.bounds) - 1
+
+    @property
+    def inner_bounds(self) -> tuple[Bound, ...]:
+        """The bounds that separate fragments (the first and last bound only describe the data: open-ended)."""
+        return self.bounds[1:-1]
 
     @functools.cached_property
     def _inner_bounds(self) -> dict[pl.DataType, pl.Series]:
         return {}
 
     def fragment_of(self, values: pl.Series) -> np.ndarray:
-        """Fragment id (0-based, local) of every value; vectorized binary search over the inner bounds."""
-        if self.fragments <= 1:
+        """Fragment id (0-based, local) of every value; vectorized binary search over the inner bounds.
+
+        Spark's order: NULL goes to fragment 0, NaN above every number (the last fragment), -0.0 equals 0.0.
+        """
+        if self.fragments <= 1 or values.dtype == pl.Null:
             return np.zeros(len(values), dtype=np.int32)
         inner = self._inner_bounds.get(values.dtype)
         if inner is None:  # built once per value type: a thousand bounds cost more to convert than to search
-            inner = self._inner_bounds[values.dtype] = pl.Series(list(self.bounds[1:-1]), dtype=values.dtype)
+            inner = pl.Series(list(self.inner_bounds), dtype=values.dtype, strict=False)
+            if inner.null_count() or not all(map(_same_value, inner.to_list(), self.inner_bounds)):
+                raise StateError(f"partition on {self.table}.{self.column}: its bounds are not values of the "
+                                 f"column's type {values.dtype} here; recapture the sketch")
+            self._inner_bounds[values.dtype] = inner
         idx = inner.search_sorted(values, side="right")
         frag = idx.to_numpy().astype(np.int32, copy=False)
         if values.null_count():
@@ -138,13 +147,20 @@ class Partition:
         return lo, hi, first == 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"table": self.table, "column": self.column, "kind": self.kind,
+        return {"table": self.table, "column": self.column, "kind": self.kind, "type": type_to_json(self.column_type),
                 "bounds": [bound_to_json(b) for b in self.bounds]}
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> Partition:
         kind = obj["kind"]
-        return cls(obj["table"], obj["column"], tuple(bound_from_json(b, kind) for b in obj["bounds"]), kind)
+        dtype = type_from_json(obj["type"]) if obj.get("type") else None
+        return cls(obj["table"], obj["column"], tuple(bound_from_json(b, kind) for b in obj["bounds"]), kind, dtype)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, dt.datetime) and isinstance(b, dt.datetime):
+        return bool(micros(a) == micros(b))  # polars reads a naive bound for a zoned column as UTC, like Spark here
+    return bool(a == b)
 
 
 def bound_to_json(value: Bound) -> Any:
@@ -162,8 +178,12 @@ def bound_from_json(value: Any, kind: str) -> Bound:
         return float(value)
     if kind == "int":
         return int(value)
-    if kind in ("date", "timestamp", "decimal"):
-        return parse_bound(str(value), kind)
+    if kind == "decimal":
+        return decimal.Decimal(str(value))
+    if kind == "date":
+        return dt.date.fromisoformat(str(value))
+    if kind == "timestamp":
+        return dt.datetime.fromisoformat(str(value))
     return value
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import os
 from dataclasses import dataclass
 from functools import cached_property
@@ -166,10 +167,14 @@ class DeltaSource:
         schema = pa.schema(table.schema().to_arrow())
         return pa.schema([pa.field(f.name, _plain_type(f.type), f.nullable) for f in schema])
 
-    def table_id(self) -> str:
-        """The Delta table id (``metaData.id``): stable for the table's life, new after a drop and re-create."""
-        self.refresh()
-        return str(self._latest.metadata().id)
+    def table_id(self, version: int | None = None) -> str:
+        """The Delta table's metadata id (a UUID written when the table is created).
+
+        A table deleted and re-created at the same path gets a new id, so the id tells whether version numbers
+        recorded earlier still refer to this table.
+        """
+        table = self._latest if version is None else self.table_at(version)
+        return str(table.metadata().id)
 
     def partition_columns(self, version: int | None = None) -> list[str]:
         table = self._latest if version is None else self.table_at(version)
@@ -223,7 +228,17 @@ class DeltaSource:
         return out
 
     def column_stats(self, version: int, column: str) -> tuple[Any, Any, int] | None:
-        """(min, max, non-NULL count) of a column from the file statistics, or None if a file lacks them."""
+        """(min, max, non-NULL count) of a column from the file statistics, or None unless they are exact.
+
+        Exact means: every file has them, and the column's type keeps them exact in the log. Timestamps are written
+        at millisecond precision, decimals of more than 15 digits through a JSON double and long strings as
+        prefixes, so those columns return None (the caller computes min and max itself). Float statistics leave
+        NaN out, which is what bounds need (NaN belongs to the last fragment).
+        """
+        dtype = self.schema(version).field(column).type
+        if not (pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_date(dtype)
+                or (pa.types.is_decimal(dtype) and dtype.precision <= 15)):
+            return None
         lo = hi = None
         count = 0
         for f in self.files(version):
@@ -233,7 +248,7 @@ class DeltaSource:
             if f.num_records == nulls:
                 continue
             fmin, fmax = f.min_values.get(column), f.max_values.get(column)
-            if fmin is None or fmax is None or isinstance(fmin, str):  # string stats may be truncated
+            if fmin is None or fmax is None or _is_nan(fmin) or _is_nan(fmax):
                 return None
             lo = fmin if lo is None else min(lo, fmin)
             hi = fmax if hi is None else max(hi, fmax)
@@ -478,6 +493,10 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
 def _empty_changes(schema: pa.Schema, columns: list[str]) -> pa.Table:
     fields = [schema.field(c) for c in columns]
     return pa.schema(fields + [pa.field(MULT, pa.int64(), False), pa.field(VERSION, pa.int64())]).empty_table()
+
+
+def _is_nan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)
 
 
 def _one_line(e: BaseException) -> str:

@@ -1,10 +1,10 @@
 """Tables by the name users know them by in their Spark catalog (``CATALOG.DB.TABLE``, ``DB.TABLE`` or ``TABLE``).
 
 A name is resolved once, at registration, to its location and its Delta table id (``metaData.id``, which survives
-renames of the table and changes with a drop and re-create). Both are recorded (catalog table ``table_identity``);
-every maintenance re-resolves the name and re-reads the id at the location, so a name re-pointed elsewhere or a table
-dropped and re-created under the same path is an error that says what to do, never a sketch silently maintained
-over another table's change feed.
+renames of the table and changes with a drop and re-create); both are recorded (catalog table ``table_identity``).
+Every maintenance resolves the name again, so a name re-pointed at another location is an error that says what to
+do, never a sketch silently maintained over another table's change feed. (A table re-created at the same location
+is caught by the identities recorded with each sketch version, ``maintenance/service.py``.)
 """
 
 from __future__ import annotations
@@ -66,27 +66,23 @@ def resolve(spark: SparkSession, name: str) -> tuple[str, str]:
 
 def check_identity(catalog: Catalog, sources: Mapping[str, DeltaSource],
                    spark: Callable[[], SparkSession]) -> None:
-    """Fail unless every table still is the Delta table it was registered as (name -> location, and the id).
+    """Fail unless every table registered by a catalog name still resolves to the location it was registered at.
 
     Raises:
-        SourceError: A catalog name now points elsewhere, or the table at the path has another Delta id.
+        SourceError: A catalog name now points elsewhere.
     """
     for table, source in sources.items():
         identity = catalog.table_identity(table)
         if identity is None:
             continue
-        catalog_name, table_id = identity
-        if catalog_name is not None:
-            location, _ = resolve(spark(), catalog_name)
-            if location != source.path:
-                raise SourceError(f"table {table} was registered as {catalog_name} at {source.path}, but that name "
-                                  f"now points at {location}; re-register it (imp table register {table} --table "
-                                  f"{catalog_name} --replace) and recapture its sketches")
-        current = source.table_id()
-        if current != table_id:
-            raise SourceError(f"table {table} at {source.path} is no longer the Delta table registered (its id "
-                              f"changed: dropped and re-created?); re-register it with --replace and recapture its "
-                              f"sketches")
+        catalog_name, _ = identity
+        if catalog_name is None:
+            continue
+        location, _ = resolve(spark(), catalog_name)
+        if location != source.path:
+            raise SourceError(f"table {table} was registered as {catalog_name} at {source.path}, but that name now "
+                              f"points at {location}; re-register it (imp table register {table} --table "
+                              f"{catalog_name} --replace) and register its sketches again")
 
 
 __all__ = ["check_identity", "location_uri", "quoted", "resolve"]

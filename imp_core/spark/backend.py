@@ -305,8 +305,12 @@ class SparkJoinSide:
             return None
         if first.len() <= 2000:
             return other.filter(col(keys[0]).isin(first.to_list()))
+        # polars' min/max skip NaN, while Spark's join matches NaN with NaN: keep the other side's NaN keys too
         lo, hi = first.min(), first.max()
-        return other.filter(col(keys[0]).between(lo, hi))
+        cond = col(keys[0]).between(lo, hi)
+        if first.dtype.is_float() and bool(first.is_nan().any()):
+            cond = cond | F.isnan(col(keys[0]))
+        return other.filter(cond)
 
 
 def _empty_join(op: JoinOp) -> pl.DataFrame:

@@ -1,53 +1,98 @@
-"""The fragment of each scanned row, computed on Spark without a Python UDF.
+"""The fragment of each scanned row, computed on Spark without a Python UDF, and the bounds as Spark literals.
 
 Measured on 10M rows, 1,000 fragments, ``local[2]`` (docs/BENCHMARKS.md): a plain aggregation 0.6 s; with
-``pyspark.ml.feature.Bucketizer`` (a JVM binary search) 1.3 s; a binary search with a higher-order ``aggregate`` over
-an array of bounds 4.4 s; a balanced nested ``CASE WHEN`` 7.5-9 s (the generated method is too large to be JIT
-compiled). So numeric-like columns (integers up to 2^53, floats, decimals of up to 15 digits, dates, timestamps),
-whose values convert to doubles exactly, use the Bucketizer; other columns (strings, wide decimals) fall back to the
-nested ``CASE``. NULL goes to fragment 0 and NaN to the last fragment, like ``Partition.fragment_of``.
+``pyspark.ml.feature.Bucketizer`` (a JVM binary search over doubles) 1.3 s; a binary search with a higher-order
+``aggregate`` over an array of bounds 4.4 s; a balanced nested ``CASE WHEN`` 7.5-9 s (the generated method is too
+large to be JIT compiled).
+
+The rule is the one of docs/SEMANTICS.md: the column's value, in its own type, compared with bounds of that type.
+The Bucketizer compares doubles, so it is used only where mapping the column and the inner bounds to doubles keeps
+every comparison's answer:
+
+- FLOAT and DOUBLE (a FLOAT widens to DOUBLE exactly; bounds are FLOAT values), with ``-0.0`` mapped to ``0.0``
+  (Java's binary search orders ``-0.0`` below ``0.0``, Spark's comparisons do not);
+- integers, dates and timestamps (microseconds) when every inner bound is below 2^53 in magnitude: such a bound is
+  an exact double, and rounding a larger value to a double cannot carry it across the bound;
+- DECIMAL(p, s) with p <= 15, compared as its unscaled integer (below 10^15, an exact double).
+
+Everything else (strings, wider decimals, far-away bounds) uses the nested ``CASE`` with literals of the column's
+type. NULL goes to fragment 0 and NaN (above every number in Spark) to the last fragment, like
+``Partition.fragment_of`` and the range filter.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from imp_core.sketch.partition import Partition
+from imp_core.sketch.bounds import micros
+from imp_core.sketch.partition import Bound, Partition
+from imp_core.spark.types import spark_type_name
 
 _TMP_IN = "__frag_in"
 _TMP_OUT = "__frag_out"
+_EXACT = 2**53
+_NTZ_EPOCH = "TIMESTAMP_NTZ'1970-01-01 00:00:00'"
 
 
 def exact_as_double(partition: Partition) -> bool:
-    """Whether every value and bound of the column converts to a double without changing order."""
-    if partition.kind in ("float", "date", "timestamp"):
+    """Whether comparing doubles (the Bucketizer) gives every value of the column the fragment of its own type."""
+    t = partition.column_type
+    if partition.kind == "float" or partition.kind == "date":
         return True
     if partition.kind == "int":
-        return all(abs(int(b)) < 2**53 for b in partition.bounds)
+        return all(abs(int(b)) < _EXACT for b in partition.inner_bounds)
+    if partition.kind == "timestamp":
+        return all(abs(micros(b)) < _EXACT for b in partition.inner_bounds)
     if partition.kind == "decimal":
-        return all(len(b.as_tuple().digits) <= 15 for b in partition.bounds)
+        return bool(t.precision <= 15)
     return False
 
 
 def _as_double(value: Column, partition: Partition) -> Column:
+    t = partition.column_type
+    if partition.kind == "float":
+        return F.when(value == F.lit(0.0), F.lit(0.0)).otherwise(value.cast("double"))
     if partition.kind == "date":
         return F.unix_date(value).cast("double")
     if partition.kind == "timestamp":
-        return F.unix_micros(value.cast("timestamp")).cast("double")
+        if t.tz:
+            return F.unix_micros(value).cast("double")
+        return F.timestamp_diff("MICROSECOND", F.expr(_NTZ_EPOCH), value).cast("double")  # no time zone involved
+    if partition.kind == "decimal":
+        return (value * F.lit(decimal.Decimal(10) ** t.scale)).cast("long").cast("double")
     return value.cast("double")
 
 
-def _bound_as_double(bound: object, partition: Partition) -> float:
-    import datetime as dt
-
+def _bound_as_double(bound: Bound, partition: Partition) -> float:
     if partition.kind == "date":
-        return float((bound - dt.date(1970, 1, 1)).days)  # type: ignore[operator]
+        return float((bound - dt.date(1970, 1, 1)).days)
     if partition.kind == "timestamp":
-        ts = bound if bound.tzinfo else bound.replace(tzinfo=dt.timezone.utc)  # type: ignore[attr-defined]
-        delta = ts - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-        return float(delta.days * 86_400_000_000 + delta.seconds * 1_000_000 + delta.microseconds)
-    return float(bound)  # type: ignore[arg-type]
+        return float(micros(bound))
+    if partition.kind == "decimal":
+        return float(int(bound.scaleb(partition.column_type.scale)))
+    return float(bound)
+
+
+def bound_literal(bound: Bound, partition: Partition) -> Column:
+    """A Spark literal of the partition column's own type holding ``bound`` (exactly: bounds are normalized)."""
+    t = partition.column_type
+    if partition.kind == "timestamp":
+        if t.tz:
+            return F.timestamp_micros(F.lit(micros(bound)))
+        return F.lit(bound.isoformat(sep=" ")).cast("timestamp_ntz")
+    if partition.kind == "string":
+        return F.lit(bound)
+    if partition.kind == "decimal":
+        # the literal's own DECIMAL(digits, scale): it widens to the column's type exactly, whereas two decimal
+        # types whose union needs more than 38 digits are compared as doubles by Spark
+        return F.lit(bound)
+    if partition.kind == "date":
+        return F.lit(bound)
+    return F.lit(bound).cast(spark_type_name(t))
 
 
 def add_fragment(df: DataFrame, value: Column, partition: Partition, offset: int, name: str) -> DataFrame:
@@ -59,7 +104,7 @@ def add_fragment(df: DataFrame, value: Column, partition: Partition, offset: int
         return df.withColumn(name, (case_fragment(value, partition) + F.lit(offset)).cast("int"))
     from pyspark.ml.feature import Bucketizer
 
-    inner = [_bound_as_double(b, partition) for b in partition.bounds[1:-1]]
+    inner = [_bound_as_double(b, partition) for b in partition.inner_bounds]
     splits = [float("-inf"), *inner, float("inf")]
     bucketizer = Bucketizer(splits=splits, inputCol=_TMP_IN, outputCol=_TMP_OUT, handleInvalid="keep")
     x = _as_double(value, partition)
@@ -71,13 +116,20 @@ def add_fragment(df: DataFrame, value: Column, partition: Partition, offset: int
 
 
 def case_fragment(value: Column, partition: Partition) -> Column:
-    """Balanced binary search as nested CASE (any ordered type); ``log2(n)`` comparisons per row."""
+    """Balanced binary search as nested CASE (any ordered type); ``log2(n)`` comparisons per row.
+
+    NaN compares above every bound in Spark, so it lands in the last fragment without a test of its own.
+    """
     bounds = partition.bounds
+    literals = {i: bound_literal(bounds[i], partition) for i in range(1, partition.fragments)}
 
     def search(lo: int, hi: int) -> Column:
         if lo == hi:
             return F.lit(lo)
         mid = (lo + hi + 1) // 2  # fragment ``mid`` starts at bounds[mid]
-        return F.when(value < F.lit(bounds[mid]), search(lo, mid - 1)).otherwise(search(mid, hi))
+        return F.when(value < literals[mid], search(lo, mid - 1)).otherwise(search(mid, hi))
 
     return F.when(value.isNull(), F.lit(0)).otherwise(search(0, partition.fragments - 1))
+
+
+__all__ = ["add_fragment", "bound_literal", "case_fragment", "exact_as_double"]

@@ -26,14 +26,20 @@ Example::
     my_df.filter(pred)
 
 Settings (catalog URL etc.) come from the ``IMP_*`` environment variables unless given.
+
+A sketch marked unusable (its assumptions stopped holding, or a table changed identity; docs/SEMANTICS.md,
+"Lifecycle") is never applied: the functions then return the unrestricted query, table or an always-true predicate,
+and warn with ``SketchUnusableWarning`` saying why and what to do.
 """
 
 from __future__ import annotations
 
+import logging
+import warnings
 from typing import TYPE_CHECKING
 
 from imp_core.config import Settings
-from imp_core.errors import UsageError
+from imp_core.errors import SketchUnusableError, UsageError
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
 
@@ -41,6 +47,19 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from imp_core.maintenance.service import SketchService
+
+
+log = logging.getLogger(__name__)
+
+
+class SketchUnusableWarning(UserWarning):
+    """A sketch was not applied because it is unusable; the result is computed without it."""
+
+
+def _unusable(error: SketchUnusableError) -> None:
+    message = f"{error}; computed without it"
+    log.warning(message)
+    warnings.warn(message, SketchUnusableWarning, stacklevel=3)
 
 
 def _service(spark: SparkSession, settings: Settings | None) -> SketchService:
@@ -61,25 +80,39 @@ def sketched_sql(spark: SparkSession, sql: str, *, dialect: str = "spark", maint
     tables = sorted(query.plan.tables())
     sources = {t: service.source(t) for t in tables}
     name = service.find_sketch(sql, dialect)
-    if name is None:
+    try:
+        latest = _fresh_version(service, name, maintain) if name is not None else None
+    except SketchUnusableError as e:
+        _unusable(e)
+        latest = None
+    if name is None or latest is None:
         versions = {t: s.current_version() for t, s in sources.items()}
         return execute(spark, query.plan, sources, versions)[0]
-    if maintain:
-        service.maintain(name, strategy="lazy", trigger="api")
     record = service.catalog.get_sketch(name)
-    latest = service.catalog.latest_version(record.id)
     partitions = PartitionSet.from_json(record.partitions)
     sketch = Sketch({t: tuple(f) for t, f in latest.fragments.items()})
     versions = {t: latest.table_versions[t] for t in tables}
     return execute(spark, query.plan, sources, versions, partitions, sketch)[0]
 
 
-def _fresh(service: SketchService, sketch: str, table: str, maintain: bool):  # noqa: ANN202
-    """The sketch's latest version (maintained first) and its partition of ``table``."""
+def _fresh_version(service: SketchService, sketch: str, maintain: bool):  # noqa: ANN202
+    """The sketch's latest version, maintained first, or checked for unusability when not maintained.
+
+    Raises:
+        SketchUnusableError: The sketch is (or has just been found) unusable.
+    """
     if maintain:
         service.maintain(sketch, strategy="lazy", trigger="api")
+    else:
+        service.check_usable(sketch)
     record = service.catalog.get_sketch(sketch)
-    latest = service.catalog.latest_version(record.id)
+    return service.catalog.latest_version(record.id)
+
+
+def _fresh(service: SketchService, sketch: str, table: str, maintain: bool):  # noqa: ANN202
+    """The sketch's latest version (maintained first) and its partition of ``table``."""
+    latest = _fresh_version(service, sketch, maintain)
+    record = service.catalog.get_sketch(sketch)
     partitions = PartitionSet.from_json(record.partitions)
     part = partitions.get(table)
     if part is None:
@@ -91,9 +124,15 @@ def _fresh(service: SketchService, sketch: str, table: str, maintain: bool):  # 
 def sketch_filter(spark: SparkSession, table: str, *, sketch: str, maintain: bool = True,
                   settings: Settings | None = None) -> Column:
     """The predicate keeping the rows of ``table`` that lie in the fragments of ``sketch`` (maintained first)."""
+    from pyspark.sql import functions as F
+
     from imp_core.use.query import range_filter
 
-    latest, part = _fresh(_service(spark, settings), sketch, table, maintain)
+    try:
+        latest, part = _fresh(_service(spark, settings), sketch, table, maintain)
+    except SketchUnusableError as e:
+        _unusable(e)
+        return F.lit(True)
     return range_filter(part, list(latest.fragments.get(table, [])))
 
 
@@ -104,8 +143,12 @@ def sketched_table(spark: SparkSession, table: str, *, sketch: str, maintain: bo
     from imp_core.use.rewrite import prune_files
 
     service = _service(spark, settings)
-    latest, part = _fresh(service, sketch, table, maintain)
     source = service.source(table)
+    try:
+        latest, part = _fresh(service, sketch, table, maintain)
+    except SketchUnusableError as e:
+        _unusable(e)
+        return source.scan(spark, source.current_version())
     version = latest.table_versions[table]
     frags = list(latest.fragments.get(table, []))
     files = prune_files(source.files(version), part, frags) if source.reads_parquet_directly(version) else None

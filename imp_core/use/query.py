@@ -77,15 +77,22 @@ def _jsonable(v: Any) -> Any:
 
 
 def range_filter(partition: Partition, fragments: list[int], column_ref: Any = None) -> Any:
-    """A Spark Column predicate selecting the rows of the given fragments of ``partition``."""
+    """A Spark Column predicate selecting the rows of the given fragments of ``partition``.
+
+    Bounds are literals of the column's own type (``bound_literal``), so Spark compares exactly as the capture and the
+    engine do; NaN satisfies ``col >= lo`` and fails ``col < hi`` (Spark orders it above every number), so it is kept
+    exactly when the last fragment is, and NULL is kept with fragment 0.
+    """
+    from imp_core.spark.fragment import bound_literal
+
     c = column_ref if column_ref is not None else F.col(f"`{partition.column}`")
     out = None
     for lo, hi, nulls in partition.ranges(fragments):
         cond = F.lit(True)
         if lo is not None:
-            cond = cond & (c >= F.lit(lo))
+            cond = cond & (c >= bound_literal(lo, partition))
         if hi is not None:
-            cond = cond & (c < F.lit(hi))
+            cond = cond & (c < bound_literal(hi, partition))
         if nulls:
             cond = cond | c.isNull()
         out = cond if out is None else out | cond

@@ -39,7 +39,7 @@ def test_empty_database_is_migrated_to_head_on_connect(settings: Settings, empty
     assert tables == TABLES | {VERSION_TABLE}
     assert views == {"sketch_catalog"}
     assert {"sketch_version_immutable", "sketch_version_in_order", "operator_state_immutable"} <= triggers
-    assert revision == head_revision() == "0001_initial"
+    assert revision == head_revision()
 
 
 def test_second_upgrade_is_a_no_op(settings: Settings, empty_db_url: str) -> None:
@@ -48,7 +48,7 @@ def test_second_upgrade_is_a_no_op(settings: Settings, empty_db_url: str) -> Non
 
     catalog = Catalog.connect(settings)  # connects again: upgrade runs and must change nothing
     with catalog.engine.begin() as conn:
-        assert upgrade_to_head(conn) == ("0001_initial", "0001_initial")
+        assert upgrade_to_head(conn) == (head_revision(), head_revision())
     catalog.close()
 
     assert _schema(empty_db_url) == before
@@ -61,7 +61,7 @@ def test_downgrade_to_base_and_back(settings: Settings, empty_db_url: str) -> No
     assert tables == {VERSION_TABLE} and views == set() and triggers == set() and revision is None
 
     command.upgrade(alembic_config(empty_db_url), "head")
-    assert _schema(empty_db_url)[3] == "0001_initial"
+    assert _schema(empty_db_url)[3] == head_revision()
 
 
 def test_newer_schema_revision_is_refused(settings: Settings, empty_db_url: str) -> None:
@@ -93,4 +93,49 @@ def test_concurrent_first_connects_migrate_once(settings: Settings, empty_db_url
     for t in threads:
         t.join(30)
     assert errors == []
+    assert _schema(empty_db_url)[3] == head_revision()
+
+
+def _columns(url: str, table: str) -> set[str]:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return {c["name"] for c in sa.inspect(conn).get_columns(table)}
+    finally:
+        engine.dispose()
+
+
+def test_lifecycle_revision_adds_and_removes_its_columns(settings: Settings, empty_db_url: str) -> None:
+    """0002_lifecycle over a catalog with a sketch written at 0001: the old rows survive with NULL identities and
+    options (read as "recorded before"), and a downgrade to 0001 restores the old view."""
+    config = alembic_config(empty_db_url)
+    command.upgrade(config, "0001_initial")
+    assert "unusable_reason" not in _columns(empty_db_url, "sketch")
+    engine = sa.create_engine(empty_db_url, poolclass=sa.pool.NullPool)
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO source_table (name, path) VALUES ('t', '/wh/t')"))
+        sketch_id = conn.execute(sa.text(
+            "INSERT INTO sketch (name, sql, template_key, partitions) VALUES ('old', 'SELECT 1', 'k', '{}') "
+            "RETURNING id")).scalar_one()
+        conn.execute(sa.text("INSERT INTO sketch_version (sketch_id, version, table_versions, bits, fragments, "
+                             "method) VALUES (:s, 1, '{\"t\": 3}', '{}', '{}', 'capture')"), {"s": sketch_id})
+    engine.dispose()
+
+    catalog = Catalog.connect(settings)  # upgrades to head
+    try:
+        assert {"unusable_reason", "unusable_at"} <= _columns(empty_db_url, "sketch")
+        assert {"table_identities", "state_options"} <= _columns(empty_db_url, "sketch_version")
+        old = catalog.get_sketch("old")
+        assert old.usable and old.unusable_reason is None
+        v1 = catalog.latest_version(old.id)
+        assert v1.table_versions == {"t": 3} and v1.table_identities is None and v1.state_options is None
+        [row] = catalog.sketch_catalog()
+        assert row["usable"] is True and row["unusable_reason"] is None and row["unusable_since"] is None
+    finally:
+        catalog.close()
+
+    command.downgrade(config, "0001_initial")
+    assert "unusable_reason" not in _columns(empty_db_url, "sketch")
+    assert "table_identities" not in _columns(empty_db_url, "sketch_version")
+    assert "usable" not in _columns(empty_db_url, "sketch_catalog")
     assert _schema(empty_db_url)[3] == "0001_initial"

@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from imp_core.catalog import Catalog, SketchRecord
-from imp_core.errors import CatalogError, NotFoundError, UsageError
+from imp_core.errors import CatalogError, NotFoundError, SketchUnusableError, UsageError
 from tests.catalog.conftest import blob, version
 
 pytestmark = pytest.mark.postgres
@@ -120,13 +120,15 @@ def test_catalog_view_reports_staleness(catalog: Catalog, make_sketch: MakeSketc
     catalog.observe_table_version("customer", 8)  # newer than revenue's 7, older than other's 9
     [row] = [r for r in catalog.sketch_catalog() if r["name"] == "revenue"]
     assert row["current_table_versions"] == {"orders": 3, "customer": 8} and row["is_stale"] is True
+    [other] = [r for r in catalog.sketch_catalog() if r["name"] == "other"]
+    assert other["sketch_id"] == fresh.id and other["table_versions"] == {"customer": 9}
+    assert other["current_table_versions"] == {"customer": 8} and other["is_stale"] is False
     assert catalog.stale_sketches() == ["revenue"]
 
     catalog.commit_version(sketch.id, 1, version({"orders": 3, "customer": 8}), [], 5)
     assert catalog.stale_sketches() == []
     [row] = [r for r in catalog.sketch_catalog() if r["name"] == "revenue"]
     assert row["latest_version"] == 2 and row["latest_method"] == "incremental"
-    assert fresh.id != sketch.id
 
 
 def test_catalog_view_is_documented(catalog: Catalog) -> None:
@@ -166,3 +168,82 @@ def test_runs_are_recorded_and_shown_in_the_view(catalog: Catalog, make_sketch: 
         catalog.finish_run(run, "running")
     with pytest.raises(NotFoundError, match="no maintenance run has id 12345"):
         catalog.get_run(12345)
+
+
+# -- lifecycle: unusable sketches, table identities, engine options ------------------------------------------------
+
+
+def test_mark_unusable_keeps_the_first_reason_and_the_view_shows_it(catalog: Catalog, make_sketch: MakeSketch) -> None:
+    sketch = make_sketch(name="revenue")
+    [row] = catalog.sketch_catalog()
+    assert row["usable"] is True and row["unusable_reason"] is None and row["unusable_since"] is None
+
+    assert catalog.mark_unusable(sketch.id, "orders.price >= 0 no longer holds") is True
+    assert catalog.mark_unusable(sketch.id, "a later reason") is False
+    record = catalog.get_sketch("revenue")
+    assert not record.usable and record.unusable_reason == "orders.price >= 0 no longer holds"
+    [row] = catalog.sketch_catalog()
+    assert row["usable"] is False and row["unusable_reason"] == "orders.price >= 0 no longer holds"
+    assert row["unusable_since"] == record.unusable_at is not None
+    with pytest.raises(NotFoundError, match="no sketch has id 999"):
+        catalog.mark_unusable(999, "x")
+
+
+def test_commit_on_an_unusable_sketch_is_refused(catalog: Catalog, make_sketch: MakeSketch) -> None:
+    sketch = make_sketch(name="revenue")
+    catalog.mark_unusable(sketch.id, "table orders was re-created")
+    before = _counts(catalog)
+    with pytest.raises(SketchUnusableError, match="sketch revenue is unusable: table orders was re-created; .*"
+                                                  "imp sketch drop revenue"):
+        catalog.commit_version(sketch.id, 1, version({"orders": 2}), [blob()], 5)
+    assert _counts(catalog) == before
+
+
+def test_replace_marks_the_sketches_reading_the_table_unusable(catalog: Catalog, make_sketch: MakeSketch) -> None:
+    reads = make_sketch(name="reads_orders", table_versions={"orders": 1, "customer": 1})
+    other = make_sketch(name="reads_customer", table_versions={"customer": 1})
+    catalog.register_table("orders", "/warehouse/orders")  # the same path again: nothing happens
+    assert catalog.get_sketch("reads_orders").usable
+
+    catalog.register_table("orders", "/elsewhere/orders", replace=True)
+    marked = catalog.get_sketch("reads_orders")
+    assert not marked.usable
+    assert marked.unusable_reason == ("table orders was re-registered from /warehouse/orders to /elsewhere/orders; "
+                                      "the sketch's versions refer to the table at /warehouse/orders")
+    assert catalog.get_sketch("reads_customer").usable
+    assert reads.id != other.id
+
+
+def test_observation_restarts_when_the_table_id_changes(catalog: Catalog) -> None:
+    catalog.register_table("orders", "/wh/orders")
+    catalog.observe_table_version("orders", 7, "id-a")
+    catalog.observe_table_version("orders", 3, "id-a")  # a slow process: ignored
+    catalog.observe_table_version("orders", 4)  # no id known: ignored
+    assert catalog.get_table("orders").observed_version == 7
+    catalog.observe_table_version("orders", 0, "id-b")  # deleted and re-created at the same path
+    assert catalog.get_table("orders").observed_version == 0
+    catalog.observe_table_version("orders", 2)
+    assert catalog.get_table("orders").observed_version == 2
+
+
+def test_versions_keep_table_identities_and_engine_options(catalog: Catalog, make_sketch: MakeSketch) -> None:
+    sketch = make_sketch(name="revenue")
+    ids = {"orders": {"id": "0b8e-uuid", "path": "/warehouse/orders"}}
+    opts = {"topk_buffer": 3, "minmax_buffer": 0, "bloom_filters": True}
+    catalog.commit_version(sketch.id, 1, version({"orders": 2}, table_identities=ids, state_options=opts), [], 5,
+                           safety={"safe": True, "reason": "safe", "assumptions": ["orders.id >= 0"]})
+    v2 = catalog.latest_version(sketch.id)
+    assert v2.table_identities == ids and v2.state_options == opts
+    assert catalog.versions(sketch.id)[0].table_identities is None  # make_sketch records none
+    assert catalog.get_sketch("revenue").safety == {"safe": True, "reason": "safe", "assumptions": ["orders.id >= 0"]}
+    catalog.commit_version(sketch.id, 2, version({"orders": 3}), [], 5)  # no verdict given: the stored one stays
+    assert catalog.get_sketch("revenue").safety["assumptions"] == ["orders.id >= 0"]
+
+
+def test_stale_sketches_leave_out_unusable_ones(catalog: Catalog, make_sketch: MakeSketch) -> None:
+    a = make_sketch(name="a", table_versions={"orders": 1})
+    make_sketch(name="b", table_versions={"orders": 1})
+    catalog.observe_table_version("orders", 2)
+    assert catalog.stale_sketches() == ["a", "b"]
+    catalog.mark_unusable(a.id, "x")
+    assert catalog.stale_sketches() == ["b"]

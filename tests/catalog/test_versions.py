@@ -11,10 +11,19 @@ import sqlalchemy as sa
 from imp_core.catalog import Catalog, SketchRecord, StateBlob, VersionRecord
 from imp_core.errors import ConcurrentMaintenanceError, NotFoundError, StateError, UsageError
 from tests.catalog.conftest import blob, version
+from tests.catalog.test_locks import wait_until
 
 pytestmark = pytest.mark.postgres
 
 MakeSketch = Callable[..., SketchRecord]
+
+
+def blocked_backends(catalog: Catalog) -> int:
+    """Backends of this test's database waiting for a lock."""
+    with catalog.engine.connect() as conn:
+        return int(conn.execute(sa.text(
+            "SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE NOT l.granted AND a.datname = current_database()")).scalar_one())
 
 
 def test_commit_appends_the_next_version(catalog: Catalog, make_sketch: MakeSketch) -> None:
@@ -120,8 +129,9 @@ def test_primary_key_stops_a_racing_insert_that_bypasses_the_api(catalog: Catalo
         first.execute(insert, {"s": sketch.id})
         racer = threading.Thread(target=second)
         racer.start()
-        racer.join(0.3)
-        assert racer.is_alive(), "the second insert should wait for the first transaction"
+        # the second insert must be queued behind the first transaction in Postgres (not merely unscheduled)
+        assert wait_until(lambda: blocked_backends(catalog) == 1), "the second insert did not wait for the first"
+        assert racer.is_alive() and not second_error
     racer.join(10)
     assert len(second_error) == 1 and isinstance(second_error[0], sa.exc.IntegrityError)
     assert [v.version for v in catalog.versions(sketch.id)] == [1, 2]

@@ -1,4 +1,9 @@
-"""The maintenance service on real Spark, Delta and Postgres: strategies, recapture fallbacks, concurrency, crashes."""
+"""The maintenance service on real Spark, Delta and Postgres: strategies, recapture fallbacks, concurrency, crashes.
+
+Expected sketches come from DuckDB over the Delta snapshot and a binary search on the sketch's stored bounds
+(``tests.oracles``), not from another capture by the same service; query answers with the sketch are compared with
+Spark's answers without it.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +20,15 @@ import pytest
 import sqlalchemy as sa
 from deltalake import DeltaTable, write_deltalake
 
-from imp_core.errors import NotFoundError, SchemaChangedError
+from imp_core.errors import SchemaChangedError
 from imp_core.faults import POINTS
+from tests.oracles import answers_with_and_without_sketch, canonical, duck, provenance_fragments, snapshot
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
 SQL = "SELECT g, SUM(v) AS s, COUNT(*) AS n FROM {t} GROUP BY g HAVING SUM(v) > 20"
+# the partition-column values of the rows SQL's answer depends on (every row of a group that passes the HAVING)
+PROVENANCE = "SELECT g FROM t WHERE g IN (SELECT g FROM t GROUP BY g HAVING SUM(v) > 20)"
 
 
 def make_table(path: Path, rows: int = 40) -> None:
@@ -61,16 +69,22 @@ def cli_env(service) -> dict[str, str]:  # noqa: ANN001
     return env
 
 
-def recaptured_fragments(service, name: str):  # noqa: ANN001, ANN201
-    """The sketch a full recapture computes now (as a separate sketch, so the maintained one is untouched)."""
-    twin = f"{name}_check"
-    try:
-        service.catalog.drop_sketch(twin)
-    except NotFoundError:
-        pass
-    record = service.catalog.get_sketch(name)
-    service.create_sketch(twin, record.sql, [f"{name}.g"], bounds=["0,2,4,6,8"])
-    return fragments(service, twin)
+def expected_fragments(service, name: str):  # noqa: ANN001, ANN201
+    """The fragments the sketch must hold at the table's current version, computed by DuckDB over the Delta snapshot
+    and a binary search on the sketch's stored bounds; also checks that the sketch reached that version."""
+    shown = service.describe(name)
+    [part] = shown["partitions"]
+    path = service.catalog.get_table(part["table"]).path
+    assert shown["table_versions"] == {part["table"]: DeltaTable(path).version()}
+    return provenance_fragments(path, PROVENANCE, part["bounds"])
+
+
+def cdf_rows(path: Path, after: int) -> int:
+    """Change rows of versions (after, latest], read by delta-rs itself."""
+    import pyarrow as pa_
+
+    reader = DeltaTable(str(path)).load_cdf(starting_version=after + 1)
+    return pa_.RecordBatchReader.from_stream(reader).read_all().num_rows
 
 
 def test_lazy_and_eager_reach_the_recaptured_sketch(service, tmp_path: Path) -> None:  # noqa: ANN001
@@ -84,10 +98,17 @@ def test_lazy_and_eager_reach_the_recaptured_sketch(service, tmp_path: Path) -> 
     assert len(eager.versions) >= 3
     counts = [v.delta_rows for v in eager.versions]
     assert all(c >= 3 for c in counts[:-1]) and sum(counts) == lazy.delta_rows
+    assert lazy.delta_rows == cdf_rows(path, 0)
     numbers = [v.version for v in eager.versions]
     assert numbers == list(range(2, 2 + len(numbers)))
-    assert fragments(service, "lz") == fragments(service, "lz_eager") == recaptured_fragments(service, "lz")
+    expected = expected_fragments(service, "lz")
+    assert fragments(service, "lz") == fragments(service, "lz_eager") == expected
+    assert expected not in ([], [0, 1, 2, 3])  # the changes leave a sketch that skips something
     assert service.maintain("lz").up_to_date
+    with_sketch, without = answers_with_and_without_sketch(service, SQL.format(t="lz"))
+    assert with_sketch.sketch is not None
+    assert canonical(with_sketch.rows) == canonical(without.rows) == canonical(
+        duck("SELECT g, SUM(v), COUNT(*) FROM t GROUP BY g HAVING SUM(v) > 20", t=snapshot(str(path))))
 
 
 def test_optimize_between_runs_is_not_a_change(service, tmp_path: Path) -> None:  # noqa: ANN001
@@ -101,7 +122,7 @@ def test_optimize_between_runs_is_not_a_change(service, tmp_path: Path) -> None:
     result = service.maintain("opt")
     assert [v.method for v in result.versions] == ["incremental"]
     assert result.delta_rows == 3
-    assert fragments(service, "opt") == recaptured_fragments(service, "opt")
+    assert fragments(service, "opt") == expected_fragments(service, "opt")
 
 
 def test_recapture_when_change_feed_is_vacuumed(service, tmp_path: Path) -> None:  # noqa: ANN001
@@ -113,7 +134,7 @@ def test_recapture_when_change_feed_is_vacuumed(service, tmp_path: Path) -> None
     assert result.recaptured and "change feed" in result.recaptured
     shown = service.describe("vac")
     assert shown["method"] == "recapture" and "change feed" in shown["reason"]
-    assert fragments(service, "vac") == recaptured_fragments(service, "vac")
+    assert fragments(service, "vac") == expected_fragments(service, "vac")
 
 
 def test_recapture_when_state_is_corrupt(service, tmp_path: Path) -> None:  # noqa: ANN001
@@ -127,6 +148,7 @@ def test_recapture_when_state_is_corrupt(service, tmp_path: Path) -> None:  # no
     result = service.maintain("cor")
     assert result.recaptured and "corrupt" in result.recaptured
     assert service.describe("cor")["method"] == "recapture"
+    assert fragments(service, "cor") == expected_fragments(service, "cor")
 
 
 def test_retention_keeps_every_version_but_only_recent_state(service, tmp_path: Path) -> None:  # noqa: ANN001
@@ -166,7 +188,7 @@ def test_concurrent_maintainers_serialize(service, tmp_path: Path) -> None:  # n
     assert not errors
     made = sorted(v.version for r in results for v in r.versions)
     assert made == [2] and sum(r.up_to_date for r in results) == 2
-    assert fragments(service, "conc") == recaptured_fragments(service, "conc")
+    assert fragments(service, "conc") == expected_fragments(service, "conc")
 
 
 @pytest.mark.slow
@@ -190,7 +212,7 @@ def test_six_maintainer_processes_make_each_version_once(service, tmp_path: Path
     made = sorted(v for out, _ in outs for v in json.loads(out)["versions"])
     assert made == [2, 3, 4, 5, 6]  # each version committed by exactly one process, none lost
     assert sum(json.loads(out)["up_to_date"] for out, _ in outs) >= 1  # the others found nothing left to do
-    assert fragments(service, "race") == recaptured_fragments(service, "race")
+    assert fragments(service, "race") == expected_fragments(service, "race")
 
 
 def test_schema_change_of_a_used_column_is_refused(service, tmp_path: Path) -> None:  # noqa: ANN001
@@ -222,7 +244,7 @@ def test_killed_maintenance_leaves_nothing_half_written(service, tmp_path: Path)
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert service.describe("kill")["version"] == 2
-    assert fragments(service, "kill") == recaptured_fragments(service, "kill")
+    assert fragments(service, "kill") == expected_fragments(service, "kill")
     runs = service.catalog.runs(record.id)
     assert sum(r.status == "failed" and "stopped before finishing" in (r.error or "") for r in runs) == len(POINTS)
 
@@ -249,3 +271,4 @@ def test_exhausted_topk_buffer_is_recaptured_and_recorded(service, tmp_path: Pat
     shown = buffered.describe("tk")
     assert shown["method"] == "recapture" and "buffer" in shown["reason"]
     assert shown["partitions"][0]["fragments"] == [1]  # g 3 and 4
+    assert provenance_fragments(str(path), "SELECT g FROM t ORDER BY g LIMIT 2", [0, 3, 6, 9, 12]) == [1]

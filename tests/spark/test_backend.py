@@ -1,8 +1,10 @@
-"""The Spark backend gives the same capture and maintenance as the in-memory backend (paper Example 5.1)."""
+"""The Spark backend: Example 5.1 on Spark and Delta (checked against DuckDB), join caches, and the join side that
+joins a shipped delta with a table at a version (checked against DuckDB joins of the same rows)."""
 
 from __future__ import annotations
 
 import polars as pl
+import pyarrow as pa
 import pytest
 
 from imp_core.engine.annotation import MULT
@@ -31,7 +33,16 @@ def test_example_5_1_on_spark_and_delta(spark, tmp_path) -> None:
     assert set(out.added) == {0, 3}
     assert pipe.sketch() == {0, 1, 2, 3}
 
-    # the state Spark's capture builds equals the state maintenance reached
+    # the maintained aggregation state holds the per-group SUM and COUNT DuckDB computes over the snapshots
+    from tests.oracles import canonical, duck, snapshot
+
+    [agg] = [op for op in pipe.stateful() if op.kind == "aggregation"]
+    groups = agg.groups.filter(pl.col("__cnt") > 0)
+    assert canonical(groups.select("a", "__s0").rows()) == canonical(duck(
+        "SELECT r.a, SUM(s.c) FROM r JOIN s ON r.b = s.d WHERE r.a > 3 GROUP BY r.a",
+        r=snapshot(tmp_path / "R", 1), s=snapshot(tmp_path / "S", 0))) == [(5, 7), (9, 6)]
+
+    # consistency (not an oracle: the same operator code): Spark's capture reaches the state maintenance reached
     fresh, _ = build()
     fresh.capture(backend, {"R": 1, "S": 0})
     local, _ = build()
@@ -64,3 +75,88 @@ def test_join_caches_on_spark(spark, tmp_path, small_rows: int) -> None:  # noqa
     assert set(out.added) == {0, 3} and pipe.sketch() == {0, 1, 2, 3}
     join = [op for op in pipe.stateful() if op.kind == "join"][0]
     assert join.caches["right"][0] == ("rows" if small_rows else "bloom")
+
+
+# -- the Spark join side (a shipped delta joined with the other input at a version) ---------------------------------
+
+
+def join_through_side(spark, tmp_path, delta: pa.Table, right: pa.Table, on: str, pushdown: bool):  # noqa: ANN001, ANN201
+    """Join ``delta`` (columns of r plus ``__mult``) with table s through ``SparkJoinSide`` and, independently,
+    through DuckDB; return (ours, expected) as canonical rows (r columns, s columns, multiplicity)."""
+    from imp_core.config import Optimizations
+    from imp_core.engine.pipeline import Pipeline
+    from imp_core.plan.nodes import Join
+    from imp_core.plan.sql import parse_query
+    from imp_core.sketch.partition import Partition, PartitionSet
+    from tests.oracles import canonical, duck, fragments_of, snapshot
+
+    r_cols = [c for c in delta.column_names if c != MULT]
+    write_delta(tmp_path / "r", delta.select(r_cols).slice(0, 0), mode="overwrite")
+    write_delta(tmp_path / "s", right, mode="overwrite")
+    sources = {"r": DeltaSource("r", tmp_path / "r"), "s": DeltaSource("s", tmp_path / "s")}
+    plan = parse_query(f"SELECT r.x, s.y FROM r JOIN s ON {on}", {t: s.schema() for t, s in sources.items()}).plan
+    bounds = (0, 10, 100, 1000)
+    pipe = Pipeline(plan, PartitionSet((Partition("r", "x", bounds, "int"),)))
+    [join] = [n for n in plan.walk() if isinstance(n, Join)]
+    annotated = pipe.op(join.left).process(pl.from_arrow(delta))
+    backend = SparkBackend(spark, sources, Optimizations(join_key_pushdown=pushdown))
+    out = backend.join_side(join.right, pipe, {"r": 0, "s": 0}).join_delta(annotated, True)
+
+    names = [*join.left.names, *join.right.names]
+    assert out.columns[:len(names) + 1] == [*names, MULT]
+    if out.height:
+        assert out.columns == [*names, MULT, "__f0"]
+        for x, frag in zip(out.get_column("r.x").to_list(), out.get_column("__f0").to_list()):
+            assert [frag] == fragments_of([x], bounds)  # each joined row keeps its delta row's fragment
+    on_duck = on.replace("r.", "d.")
+    s_cols = right.column_names
+    expected = duck(f"SELECT {', '.join(f'd.{c}' for c in r_cols)}, {', '.join(f's.{c}' for c in s_cols)}, "
+                    f"d.{MULT} * 1 FROM d JOIN s ON {on_duck}", d=delta, s=snapshot(tmp_path / "s"))
+    return canonical(out.select([*names, MULT]).rows()), canonical(expected), backend
+
+
+@pytest.mark.parametrize("pushdown", [True, False])
+def test_join_side_over_2000_keys_uses_the_range_fallback(spark, tmp_path, pushdown: bool) -> None:  # noqa: ANN001
+    """Over 2,000 distinct delta keys the large side is restricted by the keys' range, not an IN list; rows outside
+    the range are skipped, every partner inside is found (inserts and deletes)."""
+    n = 2500
+    delta = pa.table({"k": [3 * i for i in range(n)], "x": [i % 1200 for i in range(n)],
+                      MULT: [1 if i % 4 else -1 for i in range(n)]})
+    right = pa.table({"k": [i for i in range(-50, 3 * n + 50)] + [6, 6], "y": list(range(3 * n + 100)) + [7, 8]})
+    ours, expected, _ = join_through_side(spark, tmp_path, delta, right, "r.k = s.k", pushdown)
+    assert len(expected) == n + 2 and ours == expected
+
+
+@pytest.mark.parametrize("keys", [5, 2100])
+def test_join_side_matches_nan_and_signed_zero_keys_as_spark_does(spark, tmp_path, keys: int) -> None:  # noqa: ANN001
+    """Spark joins NaN with NaN and -0.0 with 0.0; the key push-down (an IN list, or the range fallback above 2,000
+    keys, whose polars min/max skip NaN) must keep those partners."""
+    nan = float("nan")
+    ks = [nan, -0.0] + [float(i) for i in range(1, keys - 1)]
+    delta = pa.table({"k": ks, "x": list(range(keys)), MULT: [1] * keys})
+    right = pa.table({"k": [nan, 0.0, -0.0, 1.0, 1e9], "y": [1, 2, 3, 4, 5]})
+    ours, expected, _ = join_through_side(spark, tmp_path, delta, right, "r.k = s.k", pushdown=True)
+    assert len(expected) == 4  # NaN-NaN, -0.0 with both zeros, 1.0
+    assert ours == expected
+
+
+def test_join_side_never_joins_null_keys(spark, tmp_path) -> None:  # noqa: ANN001
+    delta = pa.table({"k": pa.array([1, None, 2], pa.int64()), "x": [1, 2, 3], MULT: [1, 1, -1]})
+    right = pa.table({"k": pa.array([1, None, None, 3], pa.int64()), "y": [10, 20, 30, 40]})
+    ours, expected, _ = join_through_side(spark, tmp_path, delta, right, "r.k = s.k", pushdown=True)
+    assert ours == expected == [(1, 1, 1, 10, 1)]
+
+    only_nulls = pa.table({"k": pa.array([None, None], pa.int64()), "x": [1, 2], MULT: [1, 1]})
+    ours, expected, backend = join_through_side(spark, tmp_path, only_nulls, right, "r.k = s.k", pushdown=True)
+    assert ours == expected == [] and backend.spark_jobs == 0  # no key can match: no Spark job at all
+
+
+@pytest.mark.parametrize("keys", [4, 2100])
+def test_join_side_with_composite_keys(spark, tmp_path, keys: int) -> None:  # noqa: ANN001
+    """The push-down restricts by the first key only; the join still needs every key to match."""
+    delta = pa.table({"k": [i // 2 for i in range(keys)], "j": ["a" if i % 2 else "b" for i in range(keys)],
+                      "x": list(range(keys)), MULT: [1] * keys})
+    right = pa.table({"k": [0, 0, 1, 1, keys], "j": ["a", "c", "b", "a", "a"], "y": [1, 2, 3, 4, 5]})
+    ours, expected, _ = join_through_side(spark, tmp_path, delta, right, "r.k = s.k AND r.j = s.j", pushdown=True)
+    assert sorted(r[-2] for r in expected) == [1, 3, 4]  # (0,a), (1,b), (1,a); (0,c) and k = keys have no partner
+    assert ours == expected

@@ -28,14 +28,15 @@ def test_file_pruning_uses_min_max_and_null_counts() -> None:
     def f(lo, hi, nulls=0):  # noqa: ANN001, ANN202
         return FileStats("u", 1, 10, {"x": lo}, {"x": hi}, {"x": nulls}, {})
 
-    ranges = [(10, 30, False)]
-    assert file_may_match(f(0, 9), "x", ranges) is False
-    assert file_may_match(f(30, 40), "x", ranges) is False
-    assert file_may_match(f(25, 35), "x", ranges) is True
-    assert file_may_match(f(0, 5, nulls=2), "x", [(None, 10, True)]) is True
-    assert file_may_match(f(50, 60, nulls=2), "x", [(None, 10, True)]) is True  # NULLs live in fragment 0
-    assert file_may_match(FileStats("u", 1, 10, {}, {}, {}, {}), "x", ranges) is True  # no stats: keep
     p = Partition("t", "x", (0, 10, 20, 30, 40), "int")
+    ranges = [(10, 30, False)]
+    assert file_may_match(f(0, 9), p, ranges) is False
+    assert file_may_match(f(30, 40), p, ranges) is False
+    assert file_may_match(f(25, 35), p, ranges) is True
+    assert file_may_match(f(0, 5, nulls=2), p, [(None, 10, True)]) is True
+    assert file_may_match(f(50, 60, nulls=2), p, [(None, 10, True)]) is True  # NULLs live in fragment 0
+    assert file_may_match(f(50, 60, nulls=0), p, [(None, 10, True)]) is False
+    assert file_may_match(FileStats("u", 1, 10, {}, {}, {}, {}), p, ranges) is True  # no stats: keep
     assert len(prune_files([f(0, 9), f(10, 19), f(20, 29), f(30, 39)], p, [1])) == 1
 
 

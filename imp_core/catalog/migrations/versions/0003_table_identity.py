@@ -1,21 +1,21 @@
-"""Table identity: the Spark catalog name a table was registered by and its Delta table id.
+"""Tables registered by name: the Spark catalog name and the Delta table id it resolved to.
 
-Revision ID: 0002_table_identity
-Revises: 0001_initial
+Revision ID: 0003_table_identity
+Revises: 0002_lifecycle
 Create Date: 2026-11-23
 
 A table registered by name (``imp table register NAME --table CATALOG.DB.TABLE``) is resolved to its location at
 registration; the name and the Delta table id (``metaData.id``) are kept so every maintenance can check that the
-name still points at the same Delta table. Tables registered by path have an id too (a path re-used for a new
-table is caught the same way).
+name still points at the same location. Tables registered by path have no row (their identity is recorded with each
+sketch version, 0002_lifecycle).
 """
 
 from __future__ import annotations
 
 from alembic import op
 
-revision = "0002_table_identity"
-down_revision = "0001_initial"
+revision = "0003_table_identity"
+down_revision = "0002_lifecycle"
 branch_labels = None
 depends_on = None
 
@@ -28,7 +28,7 @@ CREATE TABLE table_identity (
     delta_table_id text NOT NULL
 );
 COMMENT ON TABLE table_identity IS 'Which Delta table (by its id) a registered name means, and the Spark catalog '
-    'name it was registered by (NULL when registered by path).';
+    'name it was registered by.';
 """)
 
 

@@ -1,0 +1,189 @@
+"""The safety check, one test per rule of docs/SAFETY.md, each with a safe and an unsafe case.
+
+Sign knowledge comes from a stub oracle (``table.column -> "+" | "-"``), so each verdict is the rule's alone. Two unsafe
+verdicts are also shown to be real with DuckDB: over the fragments the answer needs, the query returns a different
+answer than over the whole table.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from imp_core.errors import UnsafeSketchError
+from imp_core.plan.safety import SafetyReport, check, require_safe, safe_columns
+from imp_core.plan.sql import parse_query
+from tests.oracles import canonical, duck, fragments_of
+
+SCHEMAS = {
+    "t": pa.schema([("a", pa.int64()), ("b", pa.int64()), ("c", pa.float64()), ("x", pa.int64())]),
+    "h": pa.schema([("ttid", pa.int64()), ("k", pa.int64())]),
+    "sales": pa.schema([("id", pa.int64()), ("brand", pa.string()), ("price", pa.int64()), ("numSold", pa.int64())]),
+    "u": pa.schema([("m", pa.int64()), ("k", pa.int64())]),
+    "r": pa.schema([("b", pa.int64()), ("n", pa.int64())]),
+}
+
+
+def verdict(sql: str, partitions: dict[str, str], signs: dict[str, str] | None = None) -> SafetyReport:
+    plan = parse_query(sql, SCHEMAS).plan
+    return check(plan, partitions, lambda table, column: (signs or {}).get(f"{table}.{column}"))
+
+
+def assert_safe(report: SafetyReport, assumptions: tuple[str, ...] = ()) -> None:
+    assert report.safe and report.reason == "safe", report
+    assert report.assumptions == assumptions
+
+
+def assert_unsafe(report: SafetyReport, reason: str) -> None:
+    assert not report.safe and reason in report.reason, report
+    assert report.assumptions == ()  # an unsafe verdict relies on nothing
+
+
+# -- rules -----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("column", ["a", "b", "c", "x"])
+def test_no_aggregation_is_safe_on_any_column(column: str) -> None:
+    assert_safe(verdict("SELECT a, x FROM t WHERE x > 5", {"t": column}))
+    assert_safe(verdict("SELECT DISTINCT a FROM t WHERE x > 5", {"t": column}))
+
+
+def test_aggregation_without_having_is_safe_and_a_having_above_it_is_not() -> None:
+    assert_safe(verdict("SELECT a, SUM(c) AS s FROM t GROUP BY a", {"t": "b"}))
+    assert_unsafe(verdict("SELECT a, SUM(c) AS s FROM t GROUP BY a HAVING AVG(c) < 10", {"t": "b"}),
+                  "can accept a partial group")
+
+
+def test_aggregation_partitioned_on_a_group_by_column() -> None:
+    sql = "SELECT a, AVG(c) AS ac FROM t GROUP BY a HAVING AVG(c) < 10"
+    assert_safe(verdict(sql, {"t": "a"}))
+    assert_unsafe(verdict(sql, {"t": "b"}), "the condition (ac < 10) can accept a partial group")
+
+
+@pytest.mark.parametrize("having", ["SUM(price * numSold) > 5000", "COUNT(*) > 10", "MAX(price) > 3",
+                                    "MIN(price) < 3"])
+def test_having_that_rejects_partial_groups_is_safe(having: str) -> None:
+    sql = f"SELECT brand FROM sales GROUP BY brand HAVING {having}"
+    signs = {"sales.price": "+", "sales.numSold": "+"}
+    needs_signs = having.startswith("SUM")
+    assert_safe(verdict(sql, {"sales": "id"}, signs),
+                ("sales.numSold >= 0", "sales.price >= 0") if needs_signs else ())
+    if needs_signs:  # the verdict stands on the signs: without them, or with a mixed sign, it is unsafe
+        assert_unsafe(verdict(sql, {"sales": "id"}), "can accept a partial group")
+        assert_unsafe(verdict(sql, {"sales": "id"}, {"sales.price": "+"}), "can accept a partial group")
+
+
+def test_sum_of_non_positive_values_mirrors_the_rule() -> None:
+    sql = "SELECT a, SUM(x) AS s FROM t GROUP BY a HAVING SUM(x) < -5"
+    assert_safe(verdict(sql, {"t": "b"}, {"t.x": "-"}), ("t.x <= 0",))
+    assert_unsafe(verdict(sql, {"t": "b"}, {"t.x": "+"}), "can accept a partial group")
+
+
+@pytest.mark.parametrize("having,signs", [("AVG(c) < 10", {}), ("SUM(x) < 100", {"t.x": "+"}),
+                                          ("COUNT(*) = 3", {}), ("MAX(x) < 3", {}), ("SUM(x) > 100", {})])
+def test_having_that_can_accept_partial_groups_is_unsafe(having: str, signs: dict[str, str]) -> None:
+    sql = f"SELECT a, COUNT(*) AS n FROM t GROUP BY a HAVING {having}"
+    assert_unsafe(verdict(sql, {"t": "b"}, signs), "can accept a partial group")
+    assert_safe(verdict(sql, {"t": "a"}, signs))  # on the group-by column the same query is safe
+
+
+@pytest.mark.parametrize("order,signs,safe", [
+    ("SUM(x) DESC", {"t.x": "+"}, True),
+    ("COUNT(*) DESC", {}, True),
+    ("MIN(x) ASC", {}, True),
+    ("MAX(x) DESC", {}, True),
+    ("SUM(x) ASC", {"t.x": "+"}, False),
+    ("SUM(x) DESC", {}, False),
+    ("COUNT(*) ASC", {}, False),
+    ("MIN(x) DESC", {}, False),
+])
+def test_topk_over_partial_groups(order: str, signs: dict[str, str], safe: bool) -> None:
+    agg, direction = order.rsplit(" ", 1)
+    sql = f"SELECT a, {agg} AS s FROM t GROUP BY a ORDER BY s {direction} LIMIT 3"
+    report = verdict(sql, {"t": "b"}, signs)
+    if safe:
+        assert_safe(report, ("t.x >= 0",) if agg == "SUM(x)" else ())
+    else:
+        assert_unsafe(report, f"ORDER BY s {direction} can rank a partial group higher than its full version")
+
+
+@pytest.mark.parametrize("column", ["m", "k"])
+def test_topk_directly_over_a_table_is_safe(column: str) -> None:
+    assert_safe(verdict("SELECT m, k FROM u ORDER BY m LIMIT 5", {"u": column}))
+
+
+def test_joins_propagate_group_by_columns_through_equalities() -> None:
+    sql = "SELECT t.a, AVG(t.c) AS ac FROM t JOIN h ON t.a = h.ttid GROUP BY t.a HAVING AVG(t.c) < 10"
+    assert_safe(verdict(sql, {"t": "a"}))
+    assert_safe(verdict(sql, {"h": "ttid"}))  # equal to the group-by column t.a
+    assert_unsafe(verdict(sql, {"h": "k"}), "can accept a partial group")
+    assert_unsafe(verdict(sql, {"t": "b"}), "can accept a partial group")
+
+
+def test_several_partitioned_tables_must_all_be_safe_together() -> None:
+    sql = "SELECT t.a, AVG(t.c) AS ac FROM t JOIN h ON t.a = h.ttid GROUP BY t.a HAVING AVG(t.c) < 10"
+    assert_safe(verdict(sql, {"t": "a", "h": "ttid"}))
+    assert_unsafe(verdict(sql, {"t": "a", "h": "k"}), "can accept a partial group")
+
+
+def test_topk_under_a_filter_join_or_topk_is_unsafe_on_partitioned_inputs() -> None:
+    inner = "SELECT m FROM u ORDER BY m LIMIT 2"
+    assert_safe(verdict(inner, {"u": "m"}))
+    assert_unsafe(verdict(f"SELECT * FROM ({inner}) q WHERE q.m > 2", {"u": "m"}),
+                  "a filter, join or top-k above ORDER BY ... LIMIT drops some of its rows")
+    assert_unsafe(verdict(f"SELECT * FROM ({inner}) q ORDER BY q.m DESC LIMIT 1", {"u": "m"}),
+                  "drops some of its rows")
+    assert_safe(verdict(f"SELECT * FROM ({inner}) q WHERE q.m > 2", {"t": "a"}))  # u not partitioned
+
+
+def test_aggregation_over_a_topk_with_ties_is_unsafe() -> None:
+    tied = "SELECT COUNT(*) AS n FROM (SELECT b, n FROM r ORDER BY b LIMIT 1) q"
+    assert_unsafe(verdict(tied, {"r": "b"}), "an aggregation reads ORDER BY ... LIMIT whose order can tie")
+    assert_safe(verdict(tied.replace("ORDER BY b", "ORDER BY b, n"), {"r": "b"}))
+
+
+# -- the entry points -----------------------------------------------------------------------------------------------
+
+
+def test_require_safe_names_the_safe_columns_and_safe_columns_lists_them() -> None:
+    sql = "SELECT a, AVG(c) AS ac FROM t GROUP BY a HAVING AVG(c) < 10"
+    plan = parse_query(sql, SCHEMAS).plan
+    assert safe_columns(plan) == ["t.a"]
+    with pytest.raises(UnsafeSketchError, match=r"a sketch on t\.b is not safe for this query \(the condition .* "
+                                                r"can accept a partial group\); safe columns: t\.a"):
+        require_safe(plan, {"t": "b"})
+    assert require_safe(plan, {"t": "a"}).safe
+    having_avg_everywhere = parse_query("SELECT COUNT(*) AS n FROM t HAVING AVG(c) < 10", SCHEMAS).plan
+    with pytest.raises(UnsafeSketchError, match="no single column of these tables is safe"):
+        require_safe(having_avg_everywhere, {"t": "a"})
+
+
+# -- the unsafe verdicts are real ----------------------------------------------------------------------------------
+
+
+def answers_over_sketch(sql: str, table: pa.Table, column: str, bounds: list[int], provenance: str) -> tuple:
+    """The query over the whole table and over only the fragments its provenance needs (DuckDB)."""
+    needed = fragments_of((r[0] for r in duck(provenance, t=table)), bounds)
+    frag = [fragments_of([v], bounds)[0] for v in table.column(column).to_pylist()]
+    kept = table.filter(pa.array([f in needed for f in frag]))
+    return canonical(duck(sql, t=table)), canonical(duck(sql, t=kept))
+
+
+def test_having_avg_on_a_non_group_column_really_changes_the_answer() -> None:
+    sql = "SELECT a, AVG(c) AS ac FROM t GROUP BY a HAVING AVG(c) < 10"
+    assert not verdict(sql, {"t": "b"}).safe
+    # group 1 lies in fragment 0; group 2 in fragments 0 (c 5) and 1 (c 40): AVG 22.5 fails, its fragment-0
+    # part alone passes
+    table = pa.table({"a": [1, 1, 2, 2], "b": [0, 3, 5, 12], "c": [1.0, 2.0, 5.0, 40.0], "x": [0, 0, 0, 0]})
+    full, sketched = answers_over_sketch(sql, table, "b", [0, 10, 20],
+                                         "SELECT b FROM t WHERE a IN (SELECT a FROM t GROUP BY a HAVING AVG(c) < 10)")
+    assert full == [(1, 1.5)] and sketched == [(1, 1.5), (2, 5.0)]
+
+
+def test_topk_sum_ascending_really_changes_the_answer() -> None:
+    sql = "SELECT a, SUM(x) AS s FROM t GROUP BY a ORDER BY s ASC LIMIT 1"
+    assert not verdict(sql, {"t": "b"}, {"t.x": "+"}).safe
+    # group 1 (sum 3) is the answer, in fragment 0; group 2 sums to 10 but only its fragment-0 row (2) is kept
+    table = pa.table({"a": [1, 2, 2], "b": [1, 2, 15], "c": [0.0, 0.0, 0.0], "x": [3, 2, 8]})
+    full, sketched = answers_over_sketch(sql, table, "b", [0, 10, 20], "SELECT b FROM t WHERE a = 1")
+    assert full == [(1, 3)] and sketched == [(2, 2)]

@@ -7,7 +7,8 @@ cannot read their change feed. Across a column rename the feed is read with the 
 matched by their physical names, which a rename keeps).
 
 The switch-over point from delta-rs is ``IMP_CDF_SPARK_ROWS`` change rows (estimated from the commits' operation
-metrics), chosen from the measurement in docs/BENCHMARKS.md.
+metrics; 0 = never by size). The default 0 is the measurement's verdict on 2 cores (docs/BENCHMARKS.md, "Change
+feed"): delta-rs read 10M change rows 9x faster than Spark's parallel read on ``local[2]``; a cluster may differ.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 ENV_SPARK_ROWS = "IMP_CDF_SPARK_ROWS"
-DEFAULT_SPARK_ROWS = 2_000_000
+DEFAULT_SPARK_ROWS = 0  # never by size: delta-rs was faster at 1K-10M rows on local[2] (docs/BENCHMARKS.md)
 _SCHEMA_MODE = "spark.databricks.delta.changeDataFeed.defaultSchemaModeForColumnMappingTable"
 
 

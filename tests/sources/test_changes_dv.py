@@ -44,3 +44,27 @@ def test_every_commit_matches_sparks_change_feed(spark, tmp_path: Path, mapping:
         schema = source.schema(2)
         assert changelog.read_range(Path(path), 1, 2, cols, schema, []) is None  # deletion vectors: delta-rs
         assert changelog.read_range(Path(path), 2, 3, cols, schema, []) is not None  # cdc files: the fast path
+
+
+def test_ranges_above_the_switch_over_point_are_read_by_spark(spark, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from imp_core.errors import ConfigError
+    from imp_core.sources import spark_cdf
+
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": [1, 2, 3]}), configuration={"delta.enableChangeDataFeed": "true"})
+    write_deltalake(path, pa.table({"id": [4, 5]}), mode="append")
+    calls = []
+    real = spark_cdf.read_change_feed
+    monkeypatch.setattr(spark_cdf, "read_change_feed", lambda *a: calls.append(a[2:4]) or real(*a))
+    expected = DeltaSource("t", path).changes(0, 1, ["id"])  # the log fast path
+    monkeypatch.setenv(spark_cdf.ENV_SPARK_ROWS, "2")
+    by_spark = DeltaSource("t", path, spark=lambda: spark).changes(-1, 1, ["id"])
+    assert calls == [(-1, 1)]
+    assert sorted(by_spark.column("id").to_pylist()) == [1, 2, 3, 4, 5]
+    assert by_spark.filter(pa.compute.equal(by_spark.column("__version"), 1)).to_pylist() == expected.to_pylist()
+    monkeypatch.setenv(spark_cdf.ENV_SPARK_ROWS, "many")
+    with pytest.raises(ConfigError, match="IMP_CDF_SPARK_ROWS must be an integer"):
+        spark_cdf.spark_rows_threshold()

@@ -91,7 +91,7 @@ def submit(cluster: Cluster, imp: Imp, *args: str, **env: str) -> subprocess.Com
            "--conf", f"spark.pyspark.python={NO_PYTHON}", "--conf", f"spark.pyspark.driver.python={sys.executable}",
            *connector.submit_args(), *args]
     job_env = {**imp.env, "PYSPARK_PYTHON": NO_PYTHON, **env}
-    done = subprocess.run(cmd, env=job_env, text=True, capture_output=True, timeout=400, check=False)
+    done = subprocess.run(cmd, env=job_env, text=True, capture_output=True, timeout=900, check=False)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     return done
 

@@ -38,7 +38,7 @@ def test_every_commit_matches_sparks_change_feed(spark, tmp_path: Path, mapping:
               f"WHEN MATCHED THEN DELETE WHEN NOT MATCHED THEN INSERT (id, g, price) VALUES (s.id, 9, 9)")  # v4
     source = DeltaSource("t", path, spark=lambda: spark)
     cols = ["id", "g", "price"]
-    for after, upto in [(0, 1), (1, 2), (2, 3), (3, 4), (0, 4)]:
+    for after, upto in [(1, 2), (2, 3), (3, 4), (0, 4)]:
         assert ours(source, after, upto, cols) == spark_feed(spark, path, after, upto, cols), (after, upto)
     if mapping == "none":
         schema = source.schema(2)

@@ -108,3 +108,21 @@ def test_s3_tables_end_to_end_through_the_cli_without_leaking_secrets(s3_server,
         from imp_core.config import Settings
 
         stop_embedded(Settings.from_env({"IMP_HOME": env["IMP_HOME"]}))
+
+
+def test_a_reader_feature_imp_cannot_read_is_refused_in_one_line(tmp_path) -> None:  # noqa: ANN001
+    from deltalake import write_deltalake
+
+    from imp_core.errors import UnsupportedError
+    from imp_core.sources.delta import DeltaSource
+
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"a": [1]}), configuration={"delta.enableChangeDataFeed": "true"})
+    protocol = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["variantType"],
+                "writerFeatures": ["variantType"]}
+    (path / "_delta_log" / f"{1:020d}.json").write_text(
+        json.dumps({"commitInfo": {"timestamp": 1, "operation": "UPGRADE PROTOCOL"}}) + "\n"
+        + json.dumps({"protocol": protocol}) + "\n")
+    with pytest.raises(UnsupportedError, match="reader feature.*variantType.*does not support") as info:
+        DeltaSource("t", str(path)).require_readable_by_spark()
+    assert "\n" not in str(info.value)

@@ -69,7 +69,7 @@ class ImpSparkSubmitOperator(SparkSubmitOperator):
         from airflow.sdk.exceptions import AirflowFailException
 
         hook = super()._get_hook()
-        if hook._connection.get("deploy_mode") == "cluster":
+        if "cluster" in (self._deploy_mode, hook._connection.get("deploy_mode")):
             raise AirflowFailException(CLUSTER_MODE_REFUSED)
         return hook
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imp_core.config import Settings

@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from imp_core import faults
 from imp_core.config import Settings
+from imp_core.engine.evaluate import require_engine_support
 from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.state import FORMAT, FORMAT_VERSION
 from imp_core.maintenance.changes import read_changes, used_columns
@@ -859,6 +860,7 @@ class SketchService:
         if not name or not name.replace("_", "").replace("-", "").isalnum():
             raise UsageError(f"sketch name {name!r} must consist of letters, digits, '-' and '_'")
         query = self.analyze(sql, dialect)
+        require_engine_support(query.plan)  # refuse what the engine cannot compute as Spark does, before Spark runs
         tables = sorted(query.plan.tables())
         sources = {t: self.source(t) for t in tables}
         for s in sources.values():

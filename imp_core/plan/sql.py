@@ -41,8 +41,12 @@ from imp_core.plan.expr import (
     BOOL,
     DATE,
     FLOAT,
+    FLOAT32,
     FUNCTIONS,
     INT,
+    INT8,
+    INT16,
+    INT32,
     STRING,
     TIMESTAMP,
     AggCall,
@@ -67,6 +71,7 @@ from imp_core.plan.expr import (
     substitute,
 )
 from imp_core.plan.nodes import Aggregate, Distinct, Field, Join, Plan, Project, Scan, Select, SortKey, TopK
+from imp_core.plan.values import string_to_date, string_to_timestamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,9 +249,10 @@ class _OrderItem:
 
 # --- constants and types ----------------------------------------------------------------------------------------
 
-_INT_TYPES = {exp.DataType.Type.INT, exp.DataType.Type.BIGINT, exp.DataType.Type.SMALLINT,
-              exp.DataType.Type.TINYINT, exp.DataType.Type.MEDIUMINT}
-_FLOAT_TYPES = {exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT}
+# SQL type names -> IR types, with Spark's widths (INT is 32-bit, FLOAT/REAL 32-bit, DOUBLE 64-bit)
+_NUMBER_TYPES = {exp.DataType.Type.TINYINT: INT8, exp.DataType.Type.SMALLINT: INT16, exp.DataType.Type.INT: INT32,
+                 exp.DataType.Type.MEDIUMINT: INT32, exp.DataType.Type.BIGINT: INT,
+                 exp.DataType.Type.FLOAT: FLOAT32, exp.DataType.Type.DOUBLE: FLOAT}
 _STRING_TYPES = {exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR,
                  exp.DataType.Type.NVARCHAR, exp.DataType.Type.NCHAR}
 _TIMESTAMP_TYPES = {exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ, exp.DataType.Type.TIMESTAMPLTZ,
@@ -258,12 +264,13 @@ _INTERVAL_UNITS = {"day": "day", "days": "day", "week": "week", "weeks": "week",
                    "months": "month", "year": "year", "years": "year", "hour": "hour", "hours": "hour",
                    "minute": "minute", "minutes": "minute", "second": "second", "seconds": "second"}
 
+# EXTRACT(SECOND FROM ts) keeps the microseconds (a DECIMAL(8, 6) in Spark); the SECOND(ts) function does not
 _EXTRACT_FIELDS = {"year": "year", "years": "year", "yr": "year", "quarter": "quarter", "qtr": "quarter",
                    "month": "month", "months": "month", "mon": "month", "week": "week", "weeks": "week",
                    "weekofyear": "week", "day": "day", "days": "day", "dayofmonth": "day", "dayofweek": "dayofweek",
                    "dow": "dayofweek", "dayofyear": "dayofyear", "doy": "dayofyear", "hour": "hour",
-                   "hours": "hour", "minute": "minute", "minutes": "minute", "second": "second",
-                   "seconds": "second"}
+                   "hours": "hour", "minute": "minute", "minutes": "minute", "second": "second_with_fraction",
+                   "seconds": "second_with_fraction"}
 _EXTRACT_FUNCS: dict[type[exp.Expression], str] = {
     exp.Year: "year", exp.Quarter: "quarter", exp.Month: "month", exp.Day: "day", exp.DayOfMonth: "day",
     exp.WeekOfYear: "week", exp.DayOfWeek: "dayofweek", exp.DayOfYear: "dayofyear", exp.Hour: "hour",
@@ -332,7 +339,7 @@ _NODE_NAMES: dict[type[exp.Expression], str] = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _iso_date_formats(dialect: str) -> frozenset[str]:
     """The format strings sqlglot produces in ``dialect`` for 'YYYY-MM-DD' and 'yyyy-MM-dd'.
 
@@ -1092,6 +1099,8 @@ class _Exprs:
     def _Neg(self, node: exp.Neg) -> Expr:
         arg = self(node.this)
         if isinstance(arg, Lit) and is_numeric(arg.dtype) and not isinstance(arg.value, bool):
+            if isinstance(arg.value, int):
+                return Lit.of(-arg.value)  # Spark types -2147483648 as an INT
             return Lit(-arg.value, arg.dtype)
         return Unary("neg", arg)
 
@@ -1199,10 +1208,11 @@ class _Exprs:
             if arg.dtype == STRING and to in (DATE, TIMESTAMP):
                 return self._temporal_lit(arg.value, to, node, safe=isinstance(node, exp.TryCast) and
                                           bool(node.args.get("safe")))
-            if to == INT and arg.dtype == INT:
-                return arg
+            if pa.types.is_integer(to) and pa.types.is_integer(arg.dtype) and \
+                    -2**(to.bit_width - 1) <= arg.value < 2**(to.bit_width - 1):
+                return Lit(arg.value, to)
             if to == FLOAT and is_numeric(arg.dtype):
-                return Lit(float(arg.value), FLOAT)
+                return Lit(float(arg.value), FLOAT)  # exact rounding, as Spark's cast of a constant
         return Cast(arg, to)
 
     def _TryCast(self, node: exp.TryCast) -> Expr:
@@ -1210,10 +1220,8 @@ class _Exprs:
 
     def _type(self, node: exp.DataType, at: exp.Expression) -> pa.DataType:
         t = node.this
-        if t in _INT_TYPES:
-            return INT
-        if t in _FLOAT_TYPES:
-            return FLOAT
+        if t in _NUMBER_TYPES:
+            return _NUMBER_TYPES[t]
         if t in _STRING_TYPES:
             return STRING
         if t == exp.DataType.Type.DATE:
@@ -1233,22 +1241,18 @@ class _Exprs:
             except (ValueError, AttributeError, IndexError) as e:
                 raise self.b.error(f"invalid DECIMAL type {node.sql(dialect=self.b.dialect)}", at) from e
         raise self.b.unsupported(f"CAST to {node.sql(dialect=self.b.dialect)}", at,
-                                 "supported: INT/BIGINT/SMALLINT, DOUBLE/FLOAT, DECIMAL(p,s), STRING/VARCHAR, DATE, "
-                                 "TIMESTAMP, BOOLEAN")
+                                 "supported: TINYINT/SMALLINT/INT/BIGINT, FLOAT/DOUBLE, DECIMAL(p,s), STRING/VARCHAR, "
+                                 "DATE, TIMESTAMP, BOOLEAN")
 
     def _temporal_lit(self, text: str, to: pa.DataType, node: exp.Expression, safe: bool = False) -> Lit:
-        try:
-            if to == DATE:
-                return Lit(dt.date.fromisoformat(text.strip()), DATE)
-            value = dt.datetime.fromisoformat(text.strip())
-        except ValueError:
+        # Spark's reading of the text (imp_core.plan.values), not Python's: '2024-1-5' is a date, '20240105' not
+        value: dt.date | None = string_to_date(text) if to == DATE else string_to_timestamp(text)
+        if value is None:
             if safe:
                 return Lit(None, to)
-            kind = "date ('yyyy-mm-dd')" if to == DATE else "timestamp ('yyyy-mm-dd hh:mm:ss')"
-            raise self.b.error(f"'{text}' is not a valid {kind}", node) from None
-        if value.tzinfo is not None:
-            raise self.b.unsupported("a timestamp literal with a time zone", node)
-        return Lit(value, TIMESTAMP)
+            kind = "date ('yyyy-mm-dd')" if to == DATE else "timestamp ('yyyy-mm-dd hh:mm:ss[.ffffff]')"
+            raise self.b.error(f"'{text}' is not a valid {kind}", node)
+        return Lit(value, DATE if to == DATE else TIMESTAMP)
 
     def _coerce(self, a: Expr, b: Expr, node: exp.Expression) -> tuple[Expr, Expr]:
         """Turn a string constant compared with a date/timestamp into a date/timestamp constant."""

@@ -3,14 +3,20 @@
 One ``visit_<Node>`` per plan node. Annotated relations carry, next to the plan's columns, ``__mult`` (multiplicity,
 1 for table rows) and per partitioned scan either its fragment column ``__f{i}`` (computed on Spark: needed when
 Spark groups by fragment during capture) or its raw partition value ``__p{i}`` (when a small join result is
-annotated afterwards in memory, which avoids computing a fragment for every row of a large table). Expressions
-compile with the same semantics as ``imp_core.engine.evaluate`` (results cast to the IR's type).
+annotated afterwards in memory, which avoids computing a fragment for every row of a large table).
+
+Expressions compile with ``SparkExpressionCompiler``, a visitor with one ``visit_<Node>`` per expression node class
+(checked at import time, as for the polars compiler in ``imp_core.engine.evaluate``). Spark computes the values
+itself; the compiler only makes the IR's types explicit (operands cast to the types ``imp_core.plan.expr`` derived,
+results cast to the IR's type), so Spark evaluates exactly the expression the engine evaluates.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 from collections.abc import Callable
-from typing import Any
+from typing import ClassVar
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -18,7 +24,9 @@ from pyspark.sql import functions as F
 
 from imp_core.errors import UnsupportedError
 from imp_core.plan.expr import (
+    BOOL,
     NULL,
+    AggCall,
     Between,
     Binary,
     Case,
@@ -33,8 +41,9 @@ from imp_core.plan.expr import (
     Like,
     Lit,
     Unary,
-    common_type,
-    is_temporal,
+    arithmetic_types,
+    comparison_type,
+    require_visitors,
 )
 from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK
 from imp_core.sketch.partition import Partition
@@ -57,183 +66,260 @@ def col(name: str) -> Column:
 
 
 def is_ann(name: str) -> bool:
-    return name == MULT or name.startswith("__f") or name.startswith("__p") or name == "__sk"
+    return name in (MULT, "__sk") or name.startswith(("__f", "__p"))
 
 
 # -- expressions -------------------------------------------------------------------------------------------------
 
 
+class SparkExpressionCompiler:
+    """IR expression -> Spark Column. Spark's functions are the truth; types are made explicit."""
+
+    # Every function is compiled; the engine's refusals (imp_core.engine.evaluate) do not apply to plain queries.
+    UNSUPPORTED_FUNCTIONS: ClassVar[dict[str, str]] = {}
+    # Expression classes that are never compiled on their own, with the reason (their visitors raise it).
+    UNSUPPORTED_EXPRESSIONS: ClassVar[dict[type[Expr], str]] = {
+        Interval: "an INTERVAL is only valid added to or subtracted from a date or timestamp",
+        AggCall: "an aggregate is compiled by the Aggregate plan node, not as a scalar expression",
+    }
+
+    def compile(self, e: Expr) -> Column:
+        visit: Callable[[Expr], Column] = getattr(self, f"visit_{type(e).__name__}")
+        return visit(e)
+
+    def to(self, e: Expr, t: pa.DataType) -> Column:
+        c = self.compile(e)
+        if e.dtype == t or t == NULL:
+            return c
+        return c.cast(arrow_to_spark(t))
+
+    def visit_Col(self, e: Col) -> Column:
+        return col(e.name)
+
+    def visit_Lit(self, e: Lit) -> Column:
+        if e.value is None:
+            return F.lit(None) if e.dtype == NULL else F.lit(None).cast(arrow_to_spark(e.dtype))
+        value = e.value
+        if pa.types.is_decimal(e.dtype):
+            value = decimal.Decimal(value)
+        elif isinstance(value, dt.datetime):
+            # through its text: PySpark would read a naive datetime in the driver's local time zone
+            value = value.isoformat(sep=" ")
+        return F.lit(value).cast(arrow_to_spark(e.dtype))
+
+    def visit_Interval(self, e: Interval) -> Column:
+        raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[Interval]}")
+
+    def visit_AggCall(self, e: AggCall) -> Column:
+        raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[AggCall]}")
+
+    def visit_Unary(self, e: Unary) -> Column:
+        return ~self.to(e.arg, BOOL) if e.op == "not" else -self.to(e.arg, e.dtype)
+
+    def compare(self, op: str, a: Expr, b: Expr, t: pa.DataType | None = None) -> Column:
+        t = comparison_type(a, b) if t is None else t
+        x, y = self.to(a, t), self.to(b, t)
+        return {"=": x == y, "<>": x != y, "<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[op]
+
+    def visit_Binary(self, e: Binary) -> Column:
+        op = e.op
+        if op == "and":
+            return self.to(e.left, BOOL) & self.to(e.right, BOOL)
+        if op == "or":
+            return self.to(e.left, BOOL) | self.to(e.right, BOOL)
+        if op in ("=", "<>", "<", "<=", ">", ">="):
+            return self.compare(op, e.left, e.right)
+        if isinstance(e.right, Interval) or isinstance(e.left, Interval):
+            base, iv = (e.left, e.right) if isinstance(e.right, Interval) else (e.right, e.left)
+            assert isinstance(iv, Interval)
+            n = iv.value if op == "+" else -iv.value
+            b = self.to(base, e.dtype if base.dtype == NULL else base.dtype)
+            if pa.types.is_date(base.dtype):
+                if iv.unit == "day":
+                    return F.date_add(b, F.lit(n))
+                if iv.unit == "week":
+                    return F.date_add(b, F.lit(7 * n))
+                if iv.unit in ("month", "year"):
+                    return F.add_months(b, F.lit(n * (12 if iv.unit == "year" else 1)))
+            return b + F.expr(f"INTERVAL {n} {iv.unit.upper()}")
+        lt, rt = e.left.dtype, e.right.dtype
+        if pa.types.is_date(lt) and pa.types.is_date(rt):
+            return F.datediff(self.compile(e.left), self.compile(e.right))
+        if pa.types.is_date(lt) or pa.types.is_date(rt):
+            date, days = (e.left, e.right) if pa.types.is_date(lt) else (e.right, e.left)
+            d, count = self.compile(date), self.to(days, pa.int32())
+            return F.date_sub(d, count) if op == "-" else F.date_add(d, count)
+        ta, tb, _ = arithmetic_types(op, e.left, e.right)
+        x, y = self.to(e.left, ta), self.to(e.right, tb)
+        return {"+": x + y, "-": x - y, "*": x * y, "/": x / y, "%": x % y}[op]
+
+    def visit_IsNull(self, e: IsNull) -> Column:
+        c = self.compile(e.arg)
+        return c.isNotNull() if e.negated else c.isNull()
+
+    def visit_InList(self, e: InList) -> Column:
+        t = e.compare_type
+        out = None
+        for item in e.items:
+            part = self.compare("=", e.arg, item, t)
+            out = part if out is None else out | part
+        assert out is not None
+        return ~out if e.negated else out
+
+    def visit_Between(self, e: Between) -> Column:
+        out = self.compare(">=", e.arg, e.low) & self.compare("<=", e.arg, e.high)
+        return ~out if e.negated else out
+
+    def visit_Like(self, e: Like) -> Column:
+        c = self.compile(e.arg)
+        out = c.ilike(e.pattern) if e.case_insensitive else c.like(e.pattern)
+        return ~out if e.negated else out
+
+    def visit_Case(self, e: Case) -> Column:
+        chain = None
+        for cond, value in e.whens:
+            v = self.to(value, e.dtype)
+            c = self.to(cond, BOOL)  # Spark refuses a bare NULL condition
+            chain = F.when(c, v) if chain is None else chain.when(c, v)
+        default = self.to(e.default, e.dtype) if e.default is not None else F.lit(None).cast(arrow_to_spark(e.dtype))
+        return chain.otherwise(default) if chain is not None else default
+
+    def visit_Cast(self, e: Cast) -> Column:
+        return self.compile(e.arg).cast(arrow_to_spark(e.to))
+
+    def visit_Func(self, e: Func) -> Column:
+        return getattr(self, f"func_{e.name}")(e)
+
+    def _args(self, e: Func) -> list[Column]:
+        return [self.compile(a) for a in e.args]
+
+    def func_upper(self, e: Func) -> Column:
+        return F.upper(self.compile(e.args[0]))
+
+    def func_lower(self, e: Func) -> Column:
+        return F.lower(self.compile(e.args[0]))
+
+    def func_length(self, e: Func) -> Column:
+        return F.length(self.compile(e.args[0]))
+
+    def func_trim(self, e: Func) -> Column:
+        return F.trim(self.compile(e.args[0]))
+
+    def func_ltrim(self, e: Func) -> Column:
+        return F.ltrim(self.compile(e.args[0]))
+
+    def func_rtrim(self, e: Func) -> Column:
+        return F.rtrim(self.compile(e.args[0]))
+
+    def func_substring(self, e: Func) -> Column:
+        pos = self.to(e.args[1], pa.int32())
+        length = self.to(e.args[2], pa.int32()) if len(e.args) > 2 else F.lit(2**31 - 1)
+        return self.compile(e.args[0]).substr(pos, length)
+
+    def func_concat(self, e: Func) -> Column:
+        return F.concat(*[self.to(a, pa.string()) for a in e.args])
+
+    def func_replace(self, e: Func) -> Column:
+        search, repl = e.args[1], e.args[2]
+        assert isinstance(search, Lit) and isinstance(repl, Lit)
+        return F.replace(self.compile(e.args[0]), self.to(search, pa.string()), self.to(repl, pa.string()))
+
+    def func_coalesce(self, e: Func) -> Column:
+        return F.coalesce(*[self.to(a, e.dtype) for a in e.args])
+
+    def func_greatest(self, e: Func) -> Column:
+        return F.greatest(*[self.to(a, e.dtype) for a in e.args])
+
+    def func_least(self, e: Func) -> Column:
+        return F.least(*[self.to(a, e.dtype) for a in e.args])
+
+    def func_nullif(self, e: Func) -> Column:
+        equal = self.compare("=", e.args[0], e.args[1])
+        return F.when(equal, F.lit(None)).otherwise(self.to(e.args[0], e.dtype))
+
+    def func_abs(self, e: Func) -> Column:
+        return F.abs(self.to(e.args[0], e.dtype))
+
+    def func_sign(self, e: Func) -> Column:
+        return F.signum(self.compile(e.args[0]))
+
+    def func_round(self, e: Func) -> Column:
+        return F.round(self.compile(e.args[0]), e.round_digits)
+
+    def func_floor(self, e: Func) -> Column:
+        return F.floor(self.compile(e.args[0]))
+
+    def func_ceil(self, e: Func) -> Column:
+        return F.ceil(self.compile(e.args[0]))
+
+    def func_date_add(self, e: Func) -> Column:
+        return F.date_add(self.compile(e.args[0]), self.to(e.args[1], pa.int32()))
+
+    def func_date_sub(self, e: Func) -> Column:
+        return F.date_sub(self.compile(e.args[0]), self.to(e.args[1], pa.int32()))
+
+    def func_datediff(self, e: Func) -> Column:
+        return F.datediff(self.compile(e.args[0]), self.compile(e.args[1]))
+
+    def func_sqrt(self, e: Func) -> Column:
+        return F.sqrt(self.compile(e.args[0]))
+
+    def func_ln(self, e: Func) -> Column:
+        return F.ln(self.compile(e.args[0]))  # NULL for values <= 0
+
+    def func_exp(self, e: Func) -> Column:
+        return F.exp(self.compile(e.args[0]))
+
+    def func_power(self, e: Func) -> Column:
+        return F.pow(self.compile(e.args[0]), self.compile(e.args[1]))
+
+    def visit_Extract(self, e: Extract) -> Column:
+        return getattr(self, f"extract_{e.field_}")(self.compile(e.arg))
+
+    def extract_year(self, c: Column) -> Column:
+        return F.year(c)
+
+    def extract_quarter(self, c: Column) -> Column:
+        return F.quarter(c)
+
+    def extract_month(self, c: Column) -> Column:
+        return F.month(c)
+
+    def extract_week(self, c: Column) -> Column:
+        return F.weekofyear(c)
+
+    def extract_day(self, c: Column) -> Column:
+        return F.dayofmonth(c)
+
+    def extract_dayofweek(self, c: Column) -> Column:
+        return F.dayofweek(c)
+
+    def extract_dayofyear(self, c: Column) -> Column:
+        return F.dayofyear(c)
+
+    def extract_hour(self, c: Column) -> Column:
+        return F.hour(c)
+
+    def extract_minute(self, c: Column) -> Column:
+        return F.minute(c)
+
+    def extract_second(self, c: Column) -> Column:
+        return F.second(c)
+
+    def extract_second_with_fraction(self, c: Column) -> Column:
+        return F.extract(F.lit("SECOND"), c)
+
+
+require_visitors(SparkExpressionCompiler, "Spark")
+_COMPILER = SparkExpressionCompiler()
+
+
 def compile_expr(e: Expr) -> Column:
-    out = _compile(e)
+    """A Spark Column computing ``e``, with exactly the type ``e.dtype``."""
+    out = _COMPILER.compile(e)
     if e.dtype != NULL and not isinstance(e, Col):
         out = out.cast(arrow_to_spark(e.dtype))
     return out
-
-
-def _to(e: Expr, t: Any) -> Column:
-    c = _compile(e)
-    if e.dtype == t or t == NULL:
-        return c
-    return c.cast(arrow_to_spark(t))
-
-
-def _compile(e: Expr) -> Column:
-    if isinstance(e, Col):
-        return col(e.name)
-    if isinstance(e, Lit):
-        if e.value is None:
-            return F.lit(None)
-        return F.lit(e.value).cast(arrow_to_spark(e.dtype))
-    if isinstance(e, Unary):
-        return ~_compile(e.arg) if e.op == "not" else -_compile(e.arg)
-    if isinstance(e, Binary):
-        return _binary(e)
-    if isinstance(e, IsNull):
-        c = _compile(e.arg)
-        return c.isNotNull() if e.negated else c.isNull()
-    if isinstance(e, InList):
-        parts = [_cmp("=", e.arg, i) for i in e.items]
-        out = parts[0]
-        for p in parts[1:]:
-            out = out | p
-        return ~out if e.negated else out
-    if isinstance(e, Between):
-        out = _cmp(">=", e.arg, e.low) & _cmp("<=", e.arg, e.high)
-        return ~out if e.negated else out
-    if isinstance(e, Like):
-        c = _compile(e.arg)
-        out = c.ilike(e.pattern) if e.case_insensitive else c.like(e.pattern)
-        return ~out if e.negated else out
-    if isinstance(e, Case):
-        chain = None
-        for cond, value in e.whens:
-            v = _to(value, e.dtype)
-            chain = F.when(_compile(cond), v) if chain is None else chain.when(_compile(cond), v)
-        default = _to(e.default, e.dtype) if e.default is not None else F.lit(None).cast(arrow_to_spark(e.dtype))
-        return chain.otherwise(default) if chain is not None else default
-    if isinstance(e, Cast):
-        return _compile(e.arg).cast(arrow_to_spark(e.to))
-    if isinstance(e, Func):
-        return _func(e)
-    if isinstance(e, Extract):
-        return _EXTRACT[e.field_](_compile(e.arg))
-    raise UnsupportedError(f"expression {type(e).__name__} cannot be compiled for Spark")
-
-
-def _cmp(op: str, a: Expr, b: Expr) -> Column:
-    t = common_type(a.dtype, b.dtype)
-    x, y = _to(a, t), _to(b, t)
-    return {"=": x == y, "<>": x != y, "<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[op]
-
-
-def _binary(e: Binary) -> Column:
-    op = e.op
-    if op == "and":
-        return _compile(e.left) & _compile(e.right)
-    if op == "or":
-        return _compile(e.left) | _compile(e.right)
-    if op in ("=", "<>", "<", "<=", ">", ">="):
-        return _cmp(op, e.left, e.right)
-    if isinstance(e.right, Interval) or isinstance(e.left, Interval):
-        base, iv = (e.left, e.right) if isinstance(e.right, Interval) else (e.right, e.left)
-        assert isinstance(iv, Interval)
-        n = iv.value if op == "+" else -iv.value
-        b = _compile(base)
-        if pa.types.is_date(base.dtype):
-            if iv.unit == "day":
-                return F.date_add(b, F.lit(n))
-            if iv.unit == "week":
-                return F.date_add(b, F.lit(7 * n))
-            if iv.unit in ("month", "year"):
-                return F.add_months(b, F.lit(n * (12 if iv.unit == "year" else 1)))
-        unit = {"day": "DAY", "week": "WEEK", "month": "MONTH", "year": "YEAR", "hour": "HOUR",
-                "minute": "MINUTE", "second": "SECOND"}[iv.unit]
-        return b + F.expr(f"INTERVAL {n} {unit}")
-    lt, rt = e.left.dtype, e.right.dtype
-    if is_temporal(lt):
-        if is_temporal(rt):
-            return F.datediff(_compile(e.left), _compile(e.right))
-        days = _compile(e.right)
-        return F.date_add(_compile(e.left), days if op == "+" else -days)
-    if op == "/":
-        return _compile(e.left).cast("double") / _compile(e.right).cast("double")
-    x, y = _compile(e.left), _compile(e.right)
-    if op == "+":
-        return x + y
-    if op == "-":
-        return x - y
-    if op == "*":
-        return x * y
-    if op == "%":
-        return x % y
-    raise UnsupportedError(f"operator {op} cannot be compiled for Spark")
-
-
-def _func(e: Func) -> Column:
-    n = e.name
-    c = [_compile(a) for a in e.args]
-    if n == "upper":
-        return F.upper(c[0])
-    if n == "lower":
-        return F.lower(c[0])
-    if n == "length":
-        return F.length(c[0])
-    if n == "trim":
-        return F.trim(c[0])
-    if n == "ltrim":
-        return F.ltrim(c[0])
-    if n == "rtrim":
-        return F.rtrim(c[0])
-    if n == "substring":
-        length = c[2] if len(c) > 2 else F.lit(2**31 - 1)
-        return c[0].substr(c[1].cast("int"), length.cast("int"))
-    if n == "concat":
-        return F.concat(*[x.cast("string") for x in c])
-    if n == "coalesce":
-        return F.coalesce(*[_to(a, e.dtype) for a in e.args])
-    if n == "abs":
-        return F.abs(c[0])
-    if n == "sign":
-        return F.signum(c[0])
-    if n == "round":
-        digits = int(e.args[1].value) if len(e.args) > 1 and isinstance(e.args[1], Lit) else 0
-        return F.round(c[0], digits)
-    if n == "floor":
-        return F.floor(c[0])
-    if n == "ceil":
-        return F.ceil(c[0])
-    if n == "date_add":
-        return F.date_add(c[0].cast("date"), c[1].cast("int"))
-    if n == "date_sub":
-        return F.date_sub(c[0].cast("date"), c[1].cast("int"))
-    if n == "datediff":
-        return F.datediff(c[0].cast("date"), c[1].cast("date"))
-    if n == "greatest":
-        return F.greatest(*[_to(a, e.dtype) for a in e.args])
-    if n == "least":
-        return F.least(*[_to(a, e.dtype) for a in e.args])
-    if n == "nullif":
-        return F.when(_cmp("=", e.args[0], e.args[1]), F.lit(None)).otherwise(c[0])
-    if n == "replace":
-        a1, a2 = e.args[1], e.args[2]
-        if not (isinstance(a1, Lit) and isinstance(a2, Lit)):
-            raise UnsupportedError("REPLACE needs constant search and replacement strings")
-        return F.replace(c[0], F.lit(str(a1.value)), F.lit(str(a2.value)))
-    if n == "sqrt":
-        return F.when(c[0] < 0, F.lit(None)).otherwise(F.sqrt(c[0].cast("double")))
-    if n == "ln":
-        return F.when(c[0] <= 0, F.lit(None)).otherwise(F.log(c[0].cast("double")))
-    if n == "exp":
-        return F.exp(c[0].cast("double"))
-    if n == "power":
-        return F.pow(c[0].cast("double"), c[1].cast("double"))
-    raise UnsupportedError(f"function {n.upper()} cannot be compiled for Spark")
-
-
-_EXTRACT: dict[str, Callable[[Column], Column]] = {
-    "year": F.year, "quarter": F.quarter, "month": F.month, "week": F.weekofyear, "day": F.dayofmonth,
-    "dayofweek": F.dayofweek, "dayofyear": F.dayofyear, "hour": F.hour, "minute": F.minute, "second": F.second,
-}
 
 
 # -- plans -------------------------------------------------------------------------------------------------------

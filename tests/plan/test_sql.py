@@ -229,7 +229,8 @@ def test_literal_types() -> None:
     assert explain(selects[0]).startswith("Select (NOT FALSE)\n  Select")  # the constant conjunct is on top
     lits = [e for e in selects[1].predicate.walk() if isinstance(e, Lit)]
     assert [type(x.value) for x in lits] == [decimal.Decimal, int, float, str]
-    assert lits[0].value == decimal.Decimal("0.05") and lits[0].dtype == pa.decimal128(38, 2)
+    assert lits[0].value == decimal.Decimal("0.05") and lits[0].dtype == pa.decimal128(2, 2)  # Spark's literal type
+    assert lits[1].dtype == pa.int32()  # an integer constant that fits is an INT, as in Spark
 
 
 def test_date_literals_are_constants() -> None:
@@ -394,7 +395,7 @@ def test_unknown_column_lists_available_columns() -> None:
 
 def test_plan_errors_from_the_ir_get_a_position() -> None:
     with pytest.raises(PlanError) as info:
-        parse_query("SELECT brand\nFROM sales\nWHERE upper(price) = 'X' AND price > 'abc' + 1", TABLES)
+        parse_query("SELECT brand\nFROM sales\nWHERE upper(brand) = 'X' AND price > 'abc' + 1", TABLES)
     assert "line 3, column 38" in str(info.value) and "'abc' + 1" in str(info.value)
 
 

@@ -210,17 +210,14 @@ _applied: dict[int, Any] = {}
 
 def redact(text: str) -> str:
     """``text`` with every configured secret replaced by ``***``."""
-    for secret in s3_config().secrets() if _has_any_config() else ():
+    try:
+        secrets = s3_config().secrets()
+    except ConfigError:  # half-configured credentials: nothing complete to leak, the error says so elsewhere
+        secrets = []
+    for secret in secrets:
         if len(secret) >= 4:
             text = text.replace(secret, "***")
     return text
-
-
-def _has_any_config() -> bool:
-    try:
-        return bool(s3_config().secrets())
-    except ConfigError:
-        return False
 
 
 __all__ = ["S3Config", "configure", "configure_spark", "delta_rs_options", "delta_rs_uri", "is_local", "is_s3",

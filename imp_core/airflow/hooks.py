@@ -8,10 +8,12 @@ Resolution order:
 3. the embedded Postgres under ``IMP_HOME`` (one host only: tasks and jobs must share that directory).
 
 The hook also builds the environment of the ``spark-submit`` jobs, so the job reads the same catalog as the task
-that submitted it. That environment holds no secret: the catalog URL goes to the job in a private file
-(``IMP_CATALOG_URL_FILE``, see :class:`imp_core.airflow.operators.ImpSparkSubmitOperator`), because the Spark
-provider turns the environment of YARN and Kubernetes jobs into ``--conf`` arguments that it logs. The URL and its
-password are registered with Airflow's secrets masker, so no task log shows them.
+that submitted it, and carries the tables' object-storage credentials from the Airflow connection ``imp_storage``
+(when defined) to this process and, as environment variables (never arguments), to the jobs. That environment
+holds no catalog secret: the catalog URL goes to the job in a private file (``IMP_CATALOG_URL_FILE``, see
+:class:`imp_core.airflow.operators.ImpSparkSubmitOperator`), because the Spark provider turns the environment of YARN
+and Kubernetes jobs into ``--conf`` arguments that it logs. The URL and its password are registered with Airflow's
+secrets masker, so no task log shows them.
 """
 
 from __future__ import annotations
@@ -69,6 +71,22 @@ class ImpCatalogHook(BaseHook):
                             host=conn.host, port=conn.port or None, database=conn.schema or None)
         return _masked(url.render_as_string(hide_password=False))
 
+    def storage_config(self) -> Any:
+        """The S3 settings of the connection ``imp_storage`` over the environment (None when it is not defined)."""
+        from imp_core.airflow import STORAGE_CONN_ID
+        from imp_core.sources.storage import S3Config
+
+        try:
+            conn = self.get_connection(STORAGE_CONN_ID)
+        except AirflowNotFoundException:
+            return None
+        extra = conn.extra_dejson or {}
+        path_style = extra.get("path_style")
+        return S3Config(endpoint=extra.get("endpoint_url") or None, region=extra.get("region_name") or None,
+                        access_key_id=conn.login or None, secret_access_key=conn.password or None,
+                        session_token=extra.get("aws_session_token") or None,
+                        path_style=None if path_style is None else str(path_style).lower() in ("1", "true", "yes"))
+
     def settings(self) -> Settings:
         """Settings from the environment, with the catalog URL of the connection when there is one."""
         return Settings.from_env(catalog_url=self.catalog_url())
@@ -76,7 +94,9 @@ class ImpCatalogHook(BaseHook):
     def get_conn(self) -> SketchService:
         """A :class:`SketchService` on this catalog (Spark starts only if a step needs it)."""
         from imp_core.maintenance.service import SketchService
+        from imp_core.sources import storage
 
+        storage.configure(self.storage_config())
         return SketchService(self.settings(), progress=self.log.info)
 
     def job_env(self) -> dict[str, str]:
@@ -95,6 +115,7 @@ class ImpCatalogHook(BaseHook):
                 env[name] = os.environ[name]
         if settings.warehouse is not None:
             env[ENV_WAREHOUSE] = str(settings.warehouse)
+        env.update(_storage_env(self.storage_config()))
         python = os.environ.get("PYSPARK_PYTHON") or sys.executable
         env["PYSPARK_PYTHON"] = python
         env["PYSPARK_DRIVER_PYTHON"] = os.environ.get("PYSPARK_DRIVER_PYTHON") or python
@@ -107,7 +128,8 @@ class ImpCatalogHook(BaseHook):
 
 # settings a job inherits from the task's environment (never IMP_CATALOG_URL: it may hold a password)
 _PASSED_SETTINGS = ("IMP_STATE_KEY_FILE", "IMP_SHUFFLE_PARTITIONS", "IMP_STATE_RETENTION", "IMP_OPTIMIZATIONS",
-                    "IMP_MAX_FRAGMENTS", "IMP_QUERY_WAIT")
+                    "IMP_MAX_FRAGMENTS", "IMP_QUERY_WAIT", "IMP_SPARK_JARS", "IMP_SPARK_SCAN", "IMP_CDF_SPARK_ROWS",
+                    "IMP_SPARK_METASTORE", "IMP_HIVE_METASTORE_URIS", "IMP_SPARK_DRIVER_MEMORY")
 
 
 def _masked(url: str) -> str:
@@ -124,6 +146,17 @@ def _masked(url: str) -> str:
     if url_secrets(url):
         mask_secret(url)
     return url
+
+
+def _storage_env(config: Any) -> dict[str, str]:
+    """``IMP_S3_*`` variables for a job from the connection's S3 settings (empty without the connection)."""
+    if config is None:
+        return {}
+    values = {"IMP_S3_ENDPOINT": config.endpoint, "IMP_S3_REGION": config.region,
+              "IMP_S3_ACCESS_KEY_ID": config.access_key_id, "IMP_S3_SECRET_ACCESS_KEY": config.secret_access_key,
+              "IMP_S3_SESSION_TOKEN": config.session_token,
+              "IMP_S3_PATH_STYLE": None if config.path_style is None else str(config.path_style).lower()}
+    return {k: v for k, v in values.items() if v}
 
 
 __all__ = ["ImpCatalogHook"]

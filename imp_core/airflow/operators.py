@@ -2,15 +2,17 @@
 
 It is the provider's ``SparkSubmitOperator`` (the Spark connection, default ``spark_default``, picks the master and
 the hook runs ``spark-submit``) with these defaults: the application is :data:`imp_core.jobs.SUBMIT_PATH`; Spark's
-own logging is quiet and its UI off; the job's environment comes from :class:`ImpCatalogHook` at run time, so the
-job reads the same catalog as the task (the ``imp_catalog`` connection, ``IMP_CATALOG_URL``, or the embedded
-catalog under ``IMP_HOME``); and an ``execution_timeout`` (``IMP_JOB_TIMEOUT_MINUTES``).
+own logging is quiet and its UI off; the connector jars (Delta Lake, S3A) go with ``--jars`` and Delta's session
+extension is set (:mod:`imp_core.spark.connector`, resolved at run time); the job's environment comes from
+:class:`ImpCatalogHook` at run time, so the job reads the same catalog as the task (the ``imp_catalog`` connection,
+``IMP_CATALOG_URL``, or the embedded catalog under ``IMP_HOME``); and an ``execution_timeout``
+(``IMP_JOB_TIMEOUT_MINUTES``).
 
 The catalog URL, which may hold a password, never goes into the job's argv or ``--conf`` (the provider logs both,
 and turns a YARN or Kubernetes job's environment into ``--conf``): it is written to a 0600 file under
 ``IMP_HOME/secrets`` for the duration of the job, and only that file's path (``IMP_CATALOG_URL_FILE``) is passed.
-In client deploy mode the driver runs here and reads it; in cluster deploy mode give the cluster's drivers the
-catalog themselves (docs/SECURITY.md).
+In client deploy mode the driver runs here and reads it; cluster deploy mode is refused (the imp driver needs
+Python with ``imp_core``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
+CLUSTER_MODE_REFUSED = ("imp jobs run in client deploy mode (the driver needs Python with imp_core; executors need "
+                        "neither): set deploy-mode to client in the Spark connection or operator")
+
+
 class ImpSparkSubmitOperator(SparkSubmitOperator):
     """``spark-submit imp_core/jobs/submit.py <application_args>`` against the imp catalog.
 
@@ -61,10 +67,14 @@ class ImpSparkSubmitOperator(SparkSubmitOperator):
         from imp_core.airflow.hooks import ImpCatalogHook
         from imp_core.config import ENV_CATALOG_URL, ENV_CATALOG_URL_FILE
         from imp_core.security.secrets import private_file
+        from imp_core.spark import connector
 
+        jvm = connector.session_conf()
+        self.jars = ",".join(j for j in (jvm.pop("spark.jars"), self.jars) if j)
+        self.conf = {**jvm, **(self.conf or {})}
         if os.environ.get(SPARK_AUTH_SECRET_ENV):
             # Spark reads the shared secret from this variable itself; only the switch goes on the command line
-            self.conf = {"spark.authenticate": "true", **(self.conf or {})}
+            self.conf = {"spark.authenticate": "true", **self.conf}
         hook = ImpCatalogHook(self.imp_catalog_conn_id)
         env = {**hook.job_env(), **(self.env_vars or {})}
         url = env.pop(ENV_CATALOG_URL, None) or hook.settings().catalog_url
@@ -75,5 +85,18 @@ class ImpSparkSubmitOperator(SparkSubmitOperator):
             self.env_vars = env
             return super().execute(context)
 
+    def _get_hook(self) -> Any:
+        """The provider's hook, refusing cluster deploy mode before anything is submitted.
 
-__all__ = ["DEFAULT_CONF", "ImpSparkSubmitOperator"]
+        The imp driver needs Python with ``imp_core`` and the catalog's network; in client mode that is this Airflow
+        worker. (Executors need neither Python nor imp: they run only JVM code.)
+        """
+        from airflow.sdk.exceptions import AirflowFailException
+
+        hook = super()._get_hook()
+        if "cluster" in (self._deploy_mode, hook._connection.get("deploy_mode")):
+            raise AirflowFailException(CLUSTER_MODE_REFUSED)
+        return hook
+
+
+__all__ = ["CLUSTER_MODE_REFUSED", "DEFAULT_CONF", "ImpSparkSubmitOperator"]

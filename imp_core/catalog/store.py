@@ -352,6 +352,21 @@ class Catalog:
                                      f"(--replace) to point it at {path}, or register it under another name")
             return self._table(conn, name)
 
+    def set_table_identity(self, name: str, delta_table_id: str, catalog_name: str | None = None) -> None:
+        """Record which Delta table (``metaData.id``) ``name`` means, and the catalog name it was registered by."""
+        with self._transaction(f"record the identity of table {name!r}") as conn:
+            conn.execute(sa.text(
+                "INSERT INTO table_identity (table_name, catalog_name, delta_table_id) VALUES (:n, :c, :i) "
+                "ON CONFLICT (table_name) DO UPDATE SET catalog_name = :c, delta_table_id = :i"),
+                {"n": name, "c": catalog_name, "i": delta_table_id})
+
+    def table_identity(self, name: str) -> tuple[str | None, str] | None:
+        """``(catalog name or None, Delta table id)`` recorded for ``name``, or None (registered before ids were kept)."""
+        with self._transaction(f"read the identity of table {name!r}") as conn:
+            row = conn.execute(sa.text("SELECT catalog_name, delta_table_id FROM table_identity WHERE table_name = :n"),
+                               {"n": name}).first()
+            return (row[0], row[1]) if row is not None else None
+
     def get_table(self, name: str) -> TableRecord:
         """The registered table ``name``.
 

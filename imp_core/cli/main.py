@@ -70,9 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = table.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
     reg = tsub.add_parser("register", parents=[common], formatter_class=fmt,
                           help="register a Delta table (Change Data Feed must be enabled)",
-                          epilog="example:\n  imp table register sales /data/sales")
+                          epilog="examples:\n  imp table register sales /data/sales\n"
+                                 "  imp table register sales s3://bucket/lake/sales\n"
+                                 "  imp table register sales --table spark_catalog.shop.sales")
     reg.add_argument("name", help="name used in SQL")
-    reg.add_argument("path", help="path of the Delta table")
+    reg.add_argument("path", nargs="?", help="path or URI (s3://...) of the Delta table")
+    reg.add_argument("--table", metavar="CATALOG.DB.TABLE",
+                     help="the table's name in the Spark catalog instead of a path (resolved now, checked on "
+                          "every maintenance)")
     reg.add_argument("--replace", action="store_true", help="re-point an existing name to a new path")
     reg.add_argument("--json", action="store_true")
     tl = tsub.add_parser("list", parents=[common], help="list registered tables", epilog="example:\n  imp table list")
@@ -279,7 +284,7 @@ def _run_service(args: argparse.Namespace, settings: Settings, service: Any, wan
 
     if args.command == "table":
         if args.action == "register":
-            rec = service.register_table(args.name, args.path, replace=args.replace)
+            rec = service.register_table(args.name, args.path, replace=args.replace, table=args.table)
             info = {"name": rec.name, "path": rec.path, "version": service.source(rec.name).current_version()}
             if want_json:
                 _print_json(info)

@@ -146,24 +146,40 @@ class SketchService:
 
     # -- tables --------------------------------------------------------------------------------------------------
 
-    def register_table(self, name: str, path: str, replace: bool = False):  # noqa: ANN201
+    def register_table(self, name: str, path: str | None = None, replace: bool = False,
+                       table: str | None = None):  # noqa: ANN201
         """Register a Delta table under a name usable in SQL; it must have Change Data Feed enabled.
 
-        The location is stored as an absolute URI (:func:`imp_core.inputs.table_uri`).
+        Give its ``path`` (local or ``s3://``; stored as an absolute URI, :func:`imp_core.inputs.table_uri`) or its
+        Spark catalog name ``table`` (``CATALOG.DB.TABLE``), which is resolved to its location now and re-checked on
+        every maintenance (``imp_core.sources.names``).
         """
+        from imp_core.sources import names, storage
+
         inputs.check_table_name(name)
-        path = inputs.table_uri(path)
+        if (path is None) == (table is None):
+            raise UsageError("give the table's PATH or --table CATALOG.DB.TABLE (one of them)")
+        resolved_id = None
+        if table is not None:
+            path, resolved_id = names.resolve(self.spark, table)
+        path = storage.normalize(inputs.table_uri(str(path)))
         source = DeltaSource(name, path)
         version = source.current_version()
         source.require_cdf()
         source.require_readable_by_spark()
+        table_id = source.table_id()
+        if resolved_id is not None and resolved_id != table_id:
+            raise UsageError(f"--table {table}: the catalog's table id {resolved_id} differs from the Delta log's "
+                             f"{table_id} at {path}; is the metastore out of date?")
         schema = source.schema()
-        record = self.catalog.register_table(name, str(path), schema_to_json(schema), replace=replace)
-        self.catalog.observe_table_version(name, version, source.table_id())
+        record = self.catalog.register_table(name, path, schema_to_json(schema), replace=replace)
+        if table is not None:
+            self.catalog.set_table_identity(name, table_id, table)
+        self.catalog.observe_table_version(name, version, table_id)
         return record
 
     def source(self, name: str) -> DeltaSource:
-        return DeltaSource(name, self.catalog.get_table(name).path)
+        return DeltaSource(name, self.catalog.get_table(name).path, spark=lambda: self.spark)
 
     def table_schemas(self) -> dict[str, pa.Schema]:
         out = {}
@@ -367,6 +383,9 @@ class SketchService:
             raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
         result = MaintenanceResult(name)
         _refuse_unusable(loaded.record)
+        from imp_core.sources.names import check_identity
+
+        check_identity(self.catalog, loaded.sources, lambda: self.spark)  # catalog names still mean these tables
         with self.catalog.sketch_lock(loaded.record.id, timeout=wait):
             # another process may have marked it while this one waited for the lock
             _refuse_unusable(self.catalog.get_sketch_by_id(loaded.record.id))
@@ -699,7 +718,7 @@ class SketchService:
         elif use_sketch and name is None:
             notes.append("no sketch can answer this query; ran it without one (add --capture to register one)")
         df, scanned = execute(self.spark, query.plan, sources, versions, partitions, sketch)
-        rows = collect(df, list(query.output_names))
+        rows = collect(df, list(query.output_names), scanned)
         return QueryResult(list(query.output_names), rows, sketch_info, scanned, time.perf_counter() - t0, notes)
 
     def usable_version(self, name: str, current: dict[str, int], trigger: str, notes: list[str]) -> VersionRecord | None:

@@ -6,8 +6,9 @@ find: each commit is one JSON file ``_delta_log/<version>.json``; a commit with 
 in those files (with ``_change_type``); a commit without them changed data only by adding files (inserts) and
 removing whole files (deletes), per the Delta protocol. This module reads exactly that with pyarrow.
 
-Anything unusual returns None so the caller falls back to delta-rs: a missing commit file (log cleaned up), deletion
-vectors, column mapping, metadata or protocol changes inside the range, non-local paths. Tests compare both paths on
+Anything unusual returns None so the caller falls back to delta-rs: a missing commit file (log cleaned up), rows
+deleted by deletion vectors in a commit without ``cdc`` files, column mapping (checked by the caller), metadata or
+protocol changes inside the range, non-local paths. Tests compare both paths on
 appends, deletes, updates, overwrites and partitioned tables.
 """
 
@@ -53,12 +54,11 @@ def read_range(root: Path, after: int, upto: int, columns: list[str], schema: pa
                 adds.append(action["add"])
             elif "remove" in action and action["remove"].get("dataChange", True):
                 removes.append(action["remove"])
-        for a in adds + removes:
-            if a.get("deletionVector"):
-                return None
-        if cdc:
+        if cdc:  # the commit's change rows are exactly its cdc files (Delta protocol), deletion vectors or not
             files = [(f, None) for f in cdc]
         else:
+            if any(a.get("deletionVector") for a in adds + removes):
+                return None  # rows deleted by a deletion vector: delta-rs computes them from the vectors
             files = [(f, "insert") for f in adds] + [(f, "delete") for f in removes]
         for f, change_type in files:
             table = _read(root, f, columns, schema, partition_columns, change_type)

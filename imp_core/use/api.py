@@ -8,7 +8,8 @@ Two entry points, both working on the SparkSession you already have:
 
 ``sketch_filter(spark, table, sketch=...)``
     The predicate (a ``Column``) that keeps only the rows of ``table`` in the fragments of a fresh sketch, for your own
-    DataFrame code, plus ``sketched_table`` which also prunes the Delta files that cannot match.
+    DataFrame code, plus ``sketched_table``: the table at the sketch's version with that predicate applied (Delta's
+    connector skips the files that cannot match).
 
 Example::
 
@@ -18,7 +19,7 @@ Example::
                              "HAVING SUM(price*numSold) > 5000")
     df.show()
 
-    sales = sketched_table(spark, "sales", sketch="top")          # pruned files + range filter
+    sales = sketched_table(spark, "sales", sketch="top")          # range filter (Delta skips files)
     big = sales.groupBy("brand").agg(F.sum(F.col("price") * F.col("numSold")).alias("rev"))
 
     pred = sketch_filter(spark, "sales", sketch="top")            # just the predicate
@@ -152,7 +153,7 @@ def sketch_filter(spark: SparkSession, table: str, *, sketch: str, maintain: boo
 
 def sketched_table(spark: SparkSession, table: str, *, sketch: str, maintain: bool = True,
                    settings: Settings | None = None) -> DataFrame:
-    """``table`` at the sketch's version, with non-matching Delta files pruned and the range filter applied."""
+    """``table`` at the sketch's version with the range filter applied (files that cannot match are skipped)."""
     from imp_core.use.query import range_filter
     from imp_core.use.rewrite import prune_files
 
@@ -167,5 +168,5 @@ def sketched_table(spark: SparkSession, table: str, *, sketch: str, maintain: bo
         return source.scan(spark, source.current_version())
     version = latest.table_versions[table]
     frags = list(latest.fragments.get(table, []))
-    files = prune_files(source.files(version), part, frags)
+    files = prune_files(source.files(version), part, frags) if source.reads_parquet_directly(version) else None
     return source.scan(spark, version, files).filter(range_filter(part, frags))

@@ -14,7 +14,8 @@ from tests.airflow.conftest import REPO
 
 pytestmark = pytest.mark.airflow
 
-REQUIRED_SECRETS = ("POSTGRES_PASSWORD", "IMP_CATALOG_PASSWORD", "AIRFLOW_JWT_SECRET", "SPARK_AUTH_SECRET")
+REQUIRED_SECRETS = ("POSTGRES_PASSWORD", "IMP_CATALOG_PASSWORD", "AIRFLOW_JWT_SECRET", "SPARK_AUTH_SECRET",
+                    "MINIO_ROOT_PASSWORD")
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,18 @@ def test_services_and_images_match_the_project(compose: dict) -> None:
     for name in ("airflow-scheduler", "spark-worker"):
         assert any(v.startswith("warehouse:/data/warehouse") for v in services[name]["volumes"])
     assert (REPO / "docker" / "Dockerfile").exists()
+
+
+def test_object_storage_and_worker_sharing(compose: dict) -> None:
+    services = compose["services"]
+    env = services["airflow-scheduler"]["environment"]
+    assert env["IMP_S3_ENDPOINT"] == "http://minio:9000" and env["IMP_S3_PATH_STYLE"] == "true"
+    assert "?" in env["IMP_S3_SECRET_ACCESS_KEY"], "the object store's secret must be required, not defaulted"
+    assert all(p.startswith("127.0.0.1:") for p in services["minio"]["ports"])
+    assert "mc mb" in " ".join(services["minio-init"]["command"])
+    assert "spark.deploy.defaultCores=1" in services["spark-master"]["environment"]["SPARK_MASTER_OPTS"]
+    dockerfile = (REPO / "docker" / "Dockerfile").read_text()
+    assert "connector-pom.xml" in dockerfile and "IMP_SPARK_JARS" in dockerfile
 
 
 def test_compose_config_passes() -> None:

@@ -83,11 +83,13 @@ def run(quick: bool = False, runs: int = 5) -> list[Experiment]:
     def with_sketch() -> None:
         df, report = execute(spark, query.plan, sources, {name: version}, partitions, sketch)
         rows_out = df.collect()
+        report.measure(df)
         scans["with"] = (report, len(rows_out))
 
     def plain() -> None:
         df, report = execute(spark, query.plan, sources, {name: version})
         rows_out = df.collect()
+        report.measure(df)
         scans["plain"] = (report, len(rows_out))
 
     # Spark's fixed cost per query (planning, two stages, result transfer): the same query restricted to a single
@@ -97,6 +99,7 @@ def run(quick: bool = False, runs: int = 5) -> list[Experiment]:
     def one_fragment() -> None:
         df, report = execute(spark, query.plan, sources, {name: version}, partitions, floor_sketch)
         df.collect()
+        report.measure(df)
         scans["floor"] = (report, 0)
 
     skipping.measure("Q_skip", {"plain": plain, "with sketch": with_sketch,

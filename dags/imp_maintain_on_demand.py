@@ -10,8 +10,10 @@ from datetime import datetime
 
 from airflow.sdk import Param, dag, task
 
-from imp_core.airflow import tasks
+from imp_core import jobs
+from imp_core.airflow import CHECK_TIMEOUT, tasks
 from imp_core.airflow.operators import ImpSparkSubmitOperator
+from imp_core.inputs import SKETCH_NAME
 
 
 @dag(
@@ -20,7 +22,8 @@ from imp_core.airflow.operators import ImpSparkSubmitOperator
     start_date=datetime(2025, 1, 1),
     catchup=False,
     params={
-        "sketch": Param("", type="string", minLength=1, title="Sketch",
+        "sketch": Param("", type="string", minLength=1, maxLength=128, pattern=f"^{SKETCH_NAME.pattern[:-2]}$",
+                        title="Sketch",
                         description="Name of the sketch to maintain (see Browse > Sketch catalog)."),
         "strategy": Param("lazy", type="string", enum=["lazy", "eager", "recapture"], title="Strategy",
                           description="lazy: one step to the current table versions; eager: one version per batch "
@@ -32,16 +35,14 @@ from imp_core.airflow.operators import ImpSparkSubmitOperator
     doc_md=__doc__,
 )
 def imp_maintain_on_demand():
-    @task(retries=0)
+    @task(retries=0, execution_timeout=CHECK_TIMEOUT)
     def validate_request(**context) -> dict:
         return tasks.validate_maintenance(context["params"])
 
     maintain = ImpSparkSubmitOperator(
         task_id="maintain_sketch",
-        application_args=[
-            "maintain", "--sketch", "{{ params.sketch }}", "--strategy", "{{ params.strategy }}",
-            "--batch-size", "{{ params.batch_size }}", "--trigger", "airflow:{{ dag.dag_id }}/{{ run_id }}",
-        ],
+        application_args=jobs.maintain_argv("{{ params.sketch }}", "{{ params.strategy }}", "{{ params.batch_size }}",
+                                            "airflow:{{ dag.dag_id }}/{{ run_id }}"),
     )
     validate_request() >> maintain
 

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import Param, dag, task
 
-from imp_core.airflow import tasks
+from imp_core.airflow import CHECK_TIMEOUT, JOB_TIMEOUT, tasks
 from imp_core.airflow.operators import ImpSparkSubmitOperator
 
 
@@ -36,7 +36,7 @@ from imp_core.airflow.operators import ImpSparkSubmitOperator
     doc_md=__doc__,
 )
 def imp_nightly_maintenance():
-    @task
+    @task(execution_timeout=CHECK_TIMEOUT)
     def list_stale_sketches(**context) -> list[list[str]]:
         return tasks.stale_maintenance_args(context, "eager", context["params"]["batch_size"])
 
@@ -44,10 +44,11 @@ def imp_nightly_maintenance():
     maintained = ImpSparkSubmitOperator.partial(
         task_id="maintain_sketch",
         max_active_tis_per_dag=int(os.environ.get("IMP_MAINTENANCE_CONCURRENCY", "2")),
-        map_index_template="{{ task.application_args[2] }}",
+        map_index_template="{{ task.application_args[1][9:] }}",  # the sketch of --sketch=NAME
+        execution_timeout=JOB_TIMEOUT,
     ).expand(application_args=submitted)
 
-    @task(trigger_rule="all_done", retries=0)
+    @task(trigger_rule="all_done", retries=0, execution_timeout=CHECK_TIMEOUT)
     def summarize(submitted: list[list[str]] | None, **context) -> dict:
         return tasks.report_runs(context, submitted)
 

@@ -7,12 +7,15 @@ Tables must be registered first (``imp table register NAME PATH``).
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
 
 from airflow.sdk import Param, dag, task
 
-from imp_core.airflow import tasks
+from imp_core import jobs
+from imp_core.airflow import CHECK_TIMEOUT, tasks
 from imp_core.airflow.operators import ImpSparkSubmitOperator
+from imp_core.inputs import SKETCH_NAME
 
 
 @dag(
@@ -21,13 +24,15 @@ from imp_core.airflow.operators import ImpSparkSubmitOperator
     start_date=datetime(2025, 1, 1),
     catchup=False,
     params={
-        "name": Param("", type="string", minLength=1, pattern="^[A-Za-z0-9_-]+$", title="Sketch name",
-                      description="Letters, digits, '-' and '_'."),
+        "name": Param("", type="string", minLength=1, maxLength=128, pattern=f"^{SKETCH_NAME.pattern[:-2]}$",
+                      title="Sketch name",
+                      description="ASCII letters, digits, '-' and '_', not starting with '-'."),
         "sql": Param("", type="string", minLength=1, title="SQL", format="multiline",
                      description="The SELECT query the sketch is for, over registered tables."),
         "on": Param("", type="string", pattern="^[A-Za-z_][A-Za-z0-9_]*\\.[A-Za-z_][A-Za-z0-9_]*$",
                     title="Partition column", description="TABLE.COLUMN whose range partition the sketch records."),
-        "fragments": Param(100, type="integer", minimum=1, title="Fragments",
+        "fragments": Param(100, type="integer", minimum=1, maximum=int(os.environ.get("IMP_MAX_FRAGMENTS") or 10_000),
+                           title="Fragments",
                            description="Number of equi-depth fragments of the partition column."),
         "strategy": Param("lazy", type="string", enum=["lazy", "eager"], title="Default strategy",
                           description="How the sketch is maintained by default."),
@@ -36,17 +41,15 @@ from imp_core.airflow.operators import ImpSparkSubmitOperator
     doc_md=__doc__,
 )
 def imp_register_sketch():
-    @task(retries=0)
+    @task(retries=0, execution_timeout=CHECK_TIMEOUT)
     def check_safety(**context) -> dict:
         return tasks.validate_registration(context["params"])
 
     capture = ImpSparkSubmitOperator(
         task_id="capture_sketch",
-        application_args=[
-            "register", "--name", "{{ params.name }}", "--sql", "{{ params.sql }}", "--on", "{{ params.on }}",
-            "--fragments", "{{ params.fragments }}", "--strategy", "{{ params.strategy }}",
-            "--trigger", "airflow:{{ dag.dag_id }}/{{ run_id }}",
-        ],
+        application_args=jobs.register_argv("{{ params.name }}", "{{ params.sql }}", "{{ params.on }}",
+                                            "{{ params.fragments }}", "{{ params.strategy }}",
+                                            "airflow:{{ dag.dag_id }}/{{ run_id }}"),
     )
     check_safety() >> capture
 

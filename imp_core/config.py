@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from imp_core.errors import ConfigError
+from imp_core.security.redact import redact_url
 
 ENV_HOME = "IMP_HOME"
 ENV_CATALOG_URL = "IMP_CATALOG_URL"
@@ -21,6 +21,9 @@ ENV_SPARK_MASTER = "IMP_SPARK_MASTER"
 ENV_SHUFFLE_PARTITIONS = "IMP_SHUFFLE_PARTITIONS"
 ENV_STATE_RETENTION = "IMP_STATE_RETENTION"
 ENV_OPTIMIZATIONS = "IMP_OPTIMIZATIONS"
+ENV_CATALOG_URL_FILE = "IMP_CATALOG_URL_FILE"
+ENV_MAX_FRAGMENTS = "IMP_MAX_FRAGMENTS"
+ENV_QUERY_WAIT = "IMP_QUERY_WAIT"
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,10 @@ class Settings:
     shuffle_partitions: int = 8
     state_retention: int = 5
     optimizations: Optimizations = field(default_factory=Optimizations)
+    # most fragments a partition may have (--fragments, --bounds): bounds, sketches and state grow with it
+    max_fragments: int = 10_000
+    # seconds `imp query` / the Python API wait for another maintainer of a stale sketch before running without it
+    query_wait: float = 10.0
 
     @property
     def warehouse_path(self) -> Path:
@@ -107,12 +114,14 @@ class Settings:
         warehouse = env.get(ENV_WAREHOUSE)
         values: dict[str, object] = {
             "home": home,
-            "catalog_url": env.get(ENV_CATALOG_URL) or None,
+            "catalog_url": env.get(ENV_CATALOG_URL) or _catalog_url_file(env),
             "warehouse": Path(warehouse).expanduser() if warehouse else None,
             "spark_master": env.get(ENV_SPARK_MASTER) or "local[*]",
             "shuffle_partitions": _int(env, ENV_SHUFFLE_PARTITIONS, 8),
             "state_retention": _int(env, ENV_STATE_RETENTION, 5),
             "optimizations": Optimizations.parse(env.get(ENV_OPTIMIZATIONS)),
+            "max_fragments": _int(env, ENV_MAX_FRAGMENTS, 10_000),
+            "query_wait": _float(env, ENV_QUERY_WAIT, 10.0),
         }
         for key, value in overrides.items():
             if value is None:
@@ -124,6 +133,13 @@ class Settings:
         if settings.state_retention < 1:
             raise ConfigError(f"{ENV_STATE_RETENTION} must be at least 1 (keep state of the latest version), "
                               f"got {settings.state_retention}")
+        if settings.max_fragments < 1:
+            raise ConfigError(f"{ENV_MAX_FRAGMENTS} must be at least 1, got {settings.max_fragments}")
+        if settings.query_wait < 0:
+            raise ConfigError(f"{ENV_QUERY_WAIT} must be 0 or more seconds, got {settings.query_wait}")
+        from imp_core.security.redact import register_url
+
+        register_url(settings.catalog_url)
         return settings
 
 
@@ -137,13 +153,24 @@ def _int(env: dict[str, str], name: str, default: int) -> int:
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from e
 
 
-def redact_url(url: str) -> str:
-    """The URL with its password replaced by ``***``, for error messages and logs."""
+def _float(env: dict[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if not raw:
+        return default
     try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+        return float(raw)
+    except ValueError as e:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from e
+
+
+def _catalog_url_file(env: dict[str, str]) -> str | None:
+    """The catalog URL from the private file named by ``IMP_CATALOG_URL_FILE`` (how spark-submit jobs get it)."""
+    path = env.get(ENV_CATALOG_URL_FILE)
+    if not path:
+        return None
+    from imp_core.security.secrets import read_setting_file
+
+    return read_setting_file(path, ENV_CATALOG_URL_FILE)
+
+
+__all__ = ["Optimizations", "Settings", "redact_url"]

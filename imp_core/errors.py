@@ -82,6 +82,10 @@ class ConcurrentMaintenanceError(CatalogError):
     """Another maintainer committed the version this run wanted to commit."""
 
 
+class MaintainerBusyError(CatalogError):
+    """Another process holds a sketch's maintenance lock longer than the caller is willing to wait."""
+
+
 class BufferExhaustedError(StateError):
     """A bounded MIN/MAX or top-k buffer ran out under deletions; the sketch must be recaptured."""
 

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 EXPECTED = ["engine_throughput", "engine_state", "capture", "skipping", "q_groups", "q_having", "q_joinsel", "q_join",
             "joinsel_optimizations", "q_sketch", "q_selpd", "breakeven_groups", "memory", "sketch_sizes", "tpch",
             "topk_buffers", "topk_update", "topk_memory", "whole_job", "eager_vs_lazy", "mixed_workload",
-            "compaction"]
+            "compaction", "lakehouse_cdf", "lakehouse_connector"]
 
 
 def test_quick_harness_writes_every_experiment(tmp_path: Path) -> None:

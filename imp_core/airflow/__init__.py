@@ -7,10 +7,23 @@ The DAGs in ``dags/`` and the plugin in ``plugins/`` only wire these together; t
 
 from __future__ import annotations
 
+import os
+from datetime import timedelta
+
 CATALOG_CONN_ID = "imp_catalog"
 """Airflow connection naming the catalog Postgres; without it, ``IMP_CATALOG_URL`` or the embedded catalog."""
 
 SPARK_CONN_ID = "spark_default"
 """Airflow connection naming the Spark master (``{"conn_type": "spark", "host": "local[*]"}``)."""
 
-__all__ = ["CATALOG_CONN_ID", "SPARK_CONN_ID"]
+STORAGE_CONN_ID = "imp_storage"
+"""Optional Airflow connection (type ``aws``) with the object-storage credentials of the tables: login = access key
+id, password = secret key, extra ``{"endpoint_url": ..., "region_name": ..., "path_style": true}``."""
+
+CHECK_TIMEOUT = timedelta(minutes=float(os.environ.get("IMP_CHECK_TIMEOUT_MINUTES") or 15))
+"""``execution_timeout`` of the DAGs' Python tasks (checks, listings, reports: catalog and Delta log reads only)."""
+
+JOB_TIMEOUT = timedelta(minutes=float(os.environ.get("IMP_JOB_TIMEOUT_MINUTES") or 360))
+"""``execution_timeout`` of a spark-submit job (a capture or maintenance); a task past it is failed and retried."""
+
+__all__ = ["CATALOG_CONN_ID", "CHECK_TIMEOUT", "JOB_TIMEOUT", "SPARK_CONN_ID", "STORAGE_CONN_ID"]

@@ -8,7 +8,12 @@ Resolution order:
 3. the embedded Postgres under ``IMP_HOME`` (one host only: tasks and jobs must share that directory).
 
 The hook also builds the environment of the ``spark-submit`` jobs, so the job reads the same catalog as the task
-that submitted it.
+that submitted it, and carries the tables' object-storage credentials from the Airflow connection ``imp_storage``
+(when defined) to this process and, as environment variables (never arguments), to the jobs. That environment
+holds no catalog secret: the catalog URL goes to the job in a private file (``IMP_CATALOG_URL_FILE``, see
+:class:`imp_core.airflow.operators.ImpSparkSubmitOperator`), because the Spark provider turns the environment of YARN
+and Kubernetes jobs into ``--conf`` arguments that it logs. The URL and its password are registered with Airflow's
+secrets masker, so no task log shows them.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from imp_core.airflow import CATALOG_CONN_ID
-from imp_core.config import ENV_CATALOG_URL, ENV_HOME, ENV_WAREHOUSE, Settings
+from imp_core.config import ENV_HOME, ENV_WAREHOUSE, Settings
 from imp_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -54,7 +59,7 @@ class ImpCatalogHook(BaseHook):
             return None
         extra = conn.extra_dejson or {}
         if extra.get("url"):
-            return str(extra["url"])
+            return _masked(str(extra["url"]))
         if conn.conn_type not in ("postgres", "postgresql"):
             raise ConfigError(f"Airflow connection {self.imp_catalog_conn_id!r} has type {conn.conn_type!r}; the "
                               f"sketch catalog needs a Postgres connection (postgresql://USER:PASSWORD@HOST:PORT/DB)")
@@ -64,7 +69,23 @@ class ImpCatalogHook(BaseHook):
 
         url = sa.URL.create("postgresql+psycopg2", username=conn.login or None, password=conn.password or None,
                             host=conn.host, port=conn.port or None, database=conn.schema or None)
-        return url.render_as_string(hide_password=False)
+        return _masked(url.render_as_string(hide_password=False))
+
+    def storage_config(self) -> Any:
+        """The S3 settings of the connection ``imp_storage`` over the environment (None when it is not defined)."""
+        from imp_core.airflow import STORAGE_CONN_ID
+        from imp_core.sources.storage import S3Config
+
+        try:
+            conn = self.get_connection(STORAGE_CONN_ID)
+        except AirflowNotFoundException:
+            return None
+        extra = conn.extra_dejson or {}
+        path_style = extra.get("path_style")
+        return S3Config(endpoint=extra.get("endpoint_url") or None, region=extra.get("region_name") or None,
+                        access_key_id=conn.login or None, secret_access_key=conn.password or None,
+                        session_token=extra.get("aws_session_token") or None,
+                        path_style=None if path_style is None else str(path_style).lower() in ("1", "true", "yes"))
 
     def settings(self) -> Settings:
         """Settings from the environment, with the catalog URL of the connection when there is one."""
@@ -73,22 +94,28 @@ class ImpCatalogHook(BaseHook):
     def get_conn(self) -> SketchService:
         """A :class:`SketchService` on this catalog (Spark starts only if a step needs it)."""
         from imp_core.maintenance.service import SketchService
+        from imp_core.sources import storage
 
+        storage.configure(self.storage_config())
         return SketchService(self.settings(), progress=self.log.info)
 
     def job_env(self) -> dict[str, str]:
-        """Environment for a ``spark-submit`` job reading the same catalog as this hook.
+        """Environment for a ``spark-submit`` job reading the same catalog as this hook, without secrets.
 
-        Passes ``IMP_HOME``, ``IMP_CATALOG_URL`` (when set), ``IMP_WAREHOUSE`` (when set), ``PYSPARK_PYTHON`` (this
-        interpreter unless already set, so the driver and executors import ``imp_core``), and puts this
-        interpreter's directory on ``PATH`` when ``spark-submit`` is not already there (a virtualenv install).
+        Passes ``IMP_HOME``, ``IMP_WAREHOUSE`` (when set), the ``IMP_*`` settings that are no secret and are set in
+        this process (``IMP_STATE_KEY_FILE`` is a path), ``PYSPARK_PYTHON`` (this interpreter unless already set,
+        so the driver and executors import ``imp_core``), and puts this interpreter's directory on ``PATH`` when
+        ``spark-submit`` is not already there (a virtualenv install). The catalog URL is not in it: see
+        :meth:`catalog_url` and the operator, which hands it over in a private file.
         """
         settings = self.settings()
         env = {ENV_HOME: str(settings.home)}
-        if settings.catalog_url:
-            env[ENV_CATALOG_URL] = settings.catalog_url
+        for name in _PASSED_SETTINGS:
+            if os.environ.get(name):
+                env[name] = os.environ[name]
         if settings.warehouse is not None:
             env[ENV_WAREHOUSE] = str(settings.warehouse)
+        env.update(_storage_env(self.storage_config()))
         python = os.environ.get("PYSPARK_PYTHON") or sys.executable
         env["PYSPARK_PYTHON"] = python
         env["PYSPARK_DRIVER_PYTHON"] = os.environ.get("PYSPARK_DRIVER_PYTHON") or python
@@ -97,6 +124,39 @@ class ImpCatalogHook(BaseHook):
             if (Path(bindir) / "spark-submit").exists():
                 env["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", "")])
         return env
+
+
+# settings a job inherits from the task's environment (never IMP_CATALOG_URL: it may hold a password)
+_PASSED_SETTINGS = ("IMP_STATE_KEY_FILE", "IMP_SHUFFLE_PARTITIONS", "IMP_STATE_RETENTION", "IMP_OPTIMIZATIONS",
+                    "IMP_MAX_FRAGMENTS", "IMP_QUERY_WAIT", "IMP_SPARK_JARS", "IMP_SPARK_SCAN", "IMP_CDF_SPARK_ROWS",
+                    "IMP_SPARK_METASTORE", "IMP_HIVE_METASTORE_URIS", "IMP_SPARK_DRIVER_MEMORY")
+
+
+def _masked(url: str) -> str:
+    """``url``, with it and its secrets registered with Airflow's masker and imp's redaction first."""
+    from imp_core.security.redact import register_url, url_secrets
+
+    register_url(url)
+    try:
+        from airflow.sdk.log import mask_secret
+    except ImportError:  # pragma: no cover - the hook needs the task SDK anyway
+        return url
+    for secret in url_secrets(url):
+        mask_secret(secret)
+    if url_secrets(url):
+        mask_secret(url)
+    return url
+
+
+def _storage_env(config: Any) -> dict[str, str]:
+    """``IMP_S3_*`` variables for a job from the connection's S3 settings (empty without the connection)."""
+    if config is None:
+        return {}
+    values = {"IMP_S3_ENDPOINT": config.endpoint, "IMP_S3_REGION": config.region,
+              "IMP_S3_ACCESS_KEY_ID": config.access_key_id, "IMP_S3_SECRET_ACCESS_KEY": config.secret_access_key,
+              "IMP_S3_SESSION_TOKEN": config.session_token,
+              "IMP_S3_PATH_STYLE": None if config.path_style is None else str(config.path_style).lower()}
+    return {k: v for k, v in values.items() if v}
 
 
 __all__ = ["ImpCatalogHook"]

@@ -16,6 +16,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from imp_core.airflow import CATALOG_CONN_ID
 from imp_core.errors import CatalogError, ImpError, NotFoundError
+from imp_core.jobs import maintain_argv, sketch_of
 
 log = logging.getLogger(__name__)
 
@@ -27,18 +28,8 @@ def trigger_for(context: Mapping[str, Any]) -> str:
 
 
 def maintain_args(sketch: str, strategy: str | None, batch_size: int | None, trigger: str) -> list[str]:
-    """``application_args`` of a ``maintain`` job."""
-    args = ["maintain", "--sketch", sketch]
-    if strategy:
-        args += ["--strategy", strategy]
-    if batch_size is not None:
-        args += ["--batch-size", str(batch_size)]
-    return args + ["--trigger", trigger]
-
-
-def sketch_of(args: Sequence[str]) -> str:
-    """The sketch a ``maintain`` job's ``application_args`` names."""
-    return args[list(args).index("--sketch") + 1]
+    """``application_args`` of a ``maintain`` job (:func:`imp_core.jobs.maintain_argv`)."""
+    return maintain_argv(sketch, strategy, batch_size, trigger)
 
 
 @contextmanager
@@ -54,8 +45,10 @@ def _user_errors() -> Iterator[None]:
 
 
 def _line(e: BaseException) -> str:
+    from imp_core.security.redact import scrub
+
     lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-    return lines[0] if lines else type(e).__name__
+    return scrub(lines[0]) if lines else type(e).__name__
 
 
 def _service(conn_id: str):  # noqa: ANN202

@@ -3,12 +3,22 @@
 Routes (relative to the plugin's ``url_prefix``, ``/imp``):
 
 * ``GET /catalog``: the HTML page (shown inside the Airflow UI at ``/plugin/sketch-catalog``);
-* ``GET /api/sketches``: the same rows as JSON.
+* ``GET /api/sketches``: the same rows as JSON;
+* ``POST /refresh``: observe the tables' current Delta versions (writes ``table_observation``), then back to the
+  page. The only route that writes anything.
 
-Every route requires an Airflow login (``GetUserDep``: the UI's cookie or a ``Bearer`` token from
-``POST /auth/token``); anonymous requests get 401. The rows come from ``SketchService.overview`` (the
-``sketch_catalog`` view plus sketch size and covered share), with the tables' current Delta versions observed first
-unless ``?refresh=false``.
+Who may see what is decided by Airflow's auth manager, like Airflow's own pages:
+
+* every route needs a login (``GetUserDep``: the UI's cookie or a ``Bearer`` token);
+* reading the page or the JSON needs the custom view ``Sketch catalog`` (``GET``) and read access to the DAGs that
+  maintain sketches (``imp_nightly_maintenance``, ``imp_maintain_on_demand``); otherwise 403;
+* a sketch's SQL is shown only to users who may read those DAGs' code, run errors only to users who may read
+  their task logs (both can quote tables, paths and values);
+* refreshing needs ``POST`` on the custom view and the right to trigger ``imp_maintain_on_demand``.
+
+GETs only read the catalog: no table observations are written and no Delta log is opened, so staleness shown is
+as of the last observation (by a refresh, a maintenance run or the nightly DAG), with its time on the page. Links
+are relative, so the page works under any ``[api] base_url`` path.
 """
 
 from __future__ import annotations
@@ -16,8 +26,9 @@ from __future__ import annotations
 import html
 import threading
 from typing import Any
+from urllib.parse import urlsplit
 
-from fastapi import FastAPI, Query
+from fastapi import Depends, FastAPI, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from airflow.api_fastapi.core_api.security import GetUserDep
@@ -27,10 +38,84 @@ from imp_core.airflow import CATALOG_CONN_ID
 URL_PREFIX = "/imp"
 PAGE_PATH = "/catalog"
 API_PATH = "/api/sketches"
+REFRESH_PATH = "/refresh"
 URL_ROUTE = "sketch-catalog"
+RESOURCE_NAME = "Sketch catalog"
+"""The custom view the auth manager is asked about (``is_authorized_custom_view``)."""
+MAINTENANCE_DAGS = ("imp_nightly_maintenance", "imp_maintain_on_demand")
+TRIGGER_DAG = "imp_maintain_on_demand"
 
 _lock = threading.Lock()
 _catalogs: dict[str, Any] = {}
+
+
+# -- authorization ---------------------------------------------------------------------------------------------------
+
+
+def _dag_allowed(user: Any, method: str, dag_id: str, entity: Any = None) -> bool:
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+    from airflow.models.dag import DagModel
+
+    try:
+        team = DagModel.get_team_name(dag_id)
+    except Exception:  # noqa: BLE001 - no team lookup possible: ask without one
+        team = None
+    return bool(get_auth_manager().is_authorized_dag(method=method, access_entity=entity,
+                                                     details=DagDetails(id=dag_id, team_name=team), user=user))
+
+
+def _view_allowed(user: Any, method: str) -> bool:
+    from airflow.api_fastapi.app import get_auth_manager
+
+    return bool(get_auth_manager().is_authorized_custom_view(method=method, resource_name=RESOURCE_NAME, user=user))
+
+
+def may_read(user: Any) -> bool:
+    """Whether ``user`` may see the page: the custom view, and the DAGs that maintain sketches."""
+    return _view_allowed(user, "GET") and all(_dag_allowed(user, "GET", d) for d in MAINTENANCE_DAGS)
+
+
+def may_refresh(user: Any) -> bool:
+    """Whether ``user`` may observe table versions (a catalog write): ``POST`` on the view and triggering a run."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+
+    return _view_allowed(user, "POST") and _dag_allowed(user, "POST", TRIGGER_DAG, DagAccessEntity.RUN)
+
+
+def detail_rights(user: Any) -> dict[str, bool]:
+    """What of each row ``user`` may see: the SQL (DAG code) and run errors (task logs)."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+
+    return {
+        "sql": all(_dag_allowed(user, "GET", d, DagAccessEntity.CODE) for d in MAINTENANCE_DAGS),
+        "errors": all(_dag_allowed(user, "GET", d, DagAccessEntity.TASK_LOGS) for d in MAINTENANCE_DAGS),
+        "refresh": may_refresh(user),
+    }
+
+
+def _requires_read(user: GetUserDep) -> Any:
+    if not may_read(user):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden: reading the sketch catalog needs the 'Sketch "
+                                                       "catalog' view and read access to the imp maintenance DAGs")
+    return user
+
+
+def _requires_refresh(request: Request, user: GetUserDep) -> Any:
+    origin = request.headers.get("origin")
+    if origin is not None and origin != "null" and urlsplit(origin).netloc != request.url.netloc:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden: cross-site request")
+    if not may_refresh(user):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden: refreshing the sketch catalog needs the right to "
+                                                       "trigger imp_maintain_on_demand")
+    return user
+
+
+ReaderDep = Depends(_requires_read)
+RefresherDep = Depends(_requires_refresh)
+
+
+# -- data --------------------------------------------------------------------------------------------------------
 
 
 def _service(conn_id: str):  # noqa: ANN202
@@ -49,8 +134,32 @@ def _service(conn_id: str):  # noqa: ANN202
     return SketchService(settings, catalog=catalog)
 
 
-def catalog_rows(refresh: bool = True, conn_id: str = CATALOG_CONN_ID) -> list[dict[str, Any]]:
-    return _service(conn_id).overview(refresh=refresh)
+def catalog_rows(conn_id: str = CATALOG_CONN_ID, rights: dict[str, bool] | None = None) -> list[dict[str, Any]]:
+    """The page's rows, read from the catalog only (no observation is written, no Delta log opened).
+
+    ``rights`` (from :func:`detail_rights`) hides the SQL and run errors of users who may not see them.
+    """
+    rows = _service(conn_id).overview(refresh=False)
+    rights = rights or {"sql": True, "errors": True}
+    for row in rows:
+        if not rights.get("sql"):
+            row["sql"] = None
+        if not rights.get("errors") and row["last_run"]["error"]:
+            row["last_run"]["error"] = None
+            row["last_run"]["error_hidden"] = True
+    return rows
+
+
+def refresh(conn_id: str = CATALOG_CONN_ID) -> dict[str, int | str]:
+    """Observe every registered table's current Delta version (what ``POST /refresh`` does)."""
+    return _service(conn_id).refresh_observations(strict=False)
+
+
+def _one_line(e: BaseException) -> str:
+    from imp_core.security.redact import scrub
+
+    text = str(e).strip()
+    return scrub(text.splitlines()[0]) if text else type(e).__name__
 
 
 def create_app(conn_id: str = CATALOG_CONN_ID) -> FastAPI:
@@ -59,21 +168,26 @@ def create_app(conn_id: str = CATALOG_CONN_ID) -> FastAPI:
 
     @app.get("/", include_in_schema=False)
     def index(user: GetUserDep) -> RedirectResponse:
-        return RedirectResponse(url=f"{URL_PREFIX}{PAGE_PATH}")
+        return RedirectResponse(url=PAGE_PATH.lstrip("/"))  # relative: works under any base path
 
     @app.get(API_PATH)
-    def sketches(user: GetUserDep, refresh: bool = Query(True, description="observe table versions first")
-                 ) -> dict[str, Any]:
-        return {"sketches": catalog_rows(refresh, conn_id)}
+    def sketches(user: Any = ReaderDep) -> dict[str, Any]:
+        return {"sketches": catalog_rows(conn_id, detail_rights(user))}
 
     @app.get(PAGE_PATH, response_class=HTMLResponse)
-    def page(user: GetUserDep, refresh: bool = Query(True)) -> HTMLResponse:
+    def page(user: Any = ReaderDep) -> HTMLResponse:
+        rights = detail_rights(user)
         try:
-            rows = catalog_rows(refresh, conn_id)
-            error = None
+            rows, error = catalog_rows(conn_id, rights), None
         except Exception as e:  # noqa: BLE001 - show the catalog problem on the page instead of a bare 500
-            rows, error = [], str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return HTMLResponse(render_page(rows, error, getattr(user, "get_name", lambda: "")()))
+            rows, error = [], _one_line(e)
+        return HTMLResponse(render_page(rows, error, getattr(user, "get_name", lambda: "")(), rights["refresh"]))
+
+    @app.post(REFRESH_PATH)
+    def refresh_now(user: Any = RefresherDep) -> RedirectResponse:
+        refresh(conn_id)
+        # 303: the browser GETs the page again; relative to /imp/refresh, so under any base path
+        return RedirectResponse(url=PAGE_PATH.lstrip("/"), status_code=status.HTTP_303_SEE_OTHER)
 
     return app
 
@@ -94,11 +208,13 @@ code { font-size: .8rem; color: #2d3748; }
 .running { background: #bee3f8; color: #2a4365; } .none { background: #edf2f7; color: #4a5568; }
 .err { color: #822727; font-size: .8rem; } .bar { background: #edf2f7; width: 6rem; height: .5rem; border-radius: .25rem; }
 .bar > span { display: block; height: 100%; background: #3182ce; border-radius: .25rem; }
-.sql { max-width: 28rem; white-space: pre-wrap; }
+.sql { max-width: 28rem; white-space: pre-wrap; } .hidden { color: #718096; font-style: italic; }
+form.refresh { display: inline; } form.refresh button { font-size: .8rem; }
 """
 
 
-def render_page(rows: list[dict[str, Any]], error: str | None = None, user: str = "") -> str:
+def render_page(rows: list[dict[str, Any]], error: str | None = None, user: str = "",
+                can_refresh: bool = False) -> str:
     e = html.escape
     body = []
     if error:
@@ -107,7 +223,7 @@ def render_page(rows: list[dict[str, Any]], error: str | None = None, user: str 
         body.append("<p>No sketches yet. Register one with <code>imp sketch create</code> or the "
                     "<code>imp_register_sketch</code> DAG.</p>")
     else:
-        body.append("<table><thead><tr><th>Sketch</th><th>Latest version</th><th>Table versions (sketch / current)"
+        body.append("<table><thead><tr><th>Sketch</th><th>Latest version</th><th>Table versions (sketch / observed)"
                     "</th><th>Freshness</th><th>Last run</th><th>Sketch size</th><th>Covered share</th></tr>"
                     "</thead><tbody>")
         for r in rows:
@@ -115,32 +231,39 @@ def render_page(rows: list[dict[str, Any]], error: str | None = None, user: str 
             versions = "<br>".join(f"{e(t)}: {e(str(v))} / {e(str(cur.get(t, '?')))}" for t, v in sorted(tv.items()))
             fresh = '<span class="badge stale">stale</span>' if r["stale"] else '<span class="badge fresh">fresh</span>'
             run = r["last_run"]
-            status = run["status"] or "none"
-            last = (f'<span class="badge {e(status)}">{e(status)}</span> #{e(str(run["id"]))}'
+            status_ = run["status"] or "none"
+            last = (f'<span class="badge {e(status_)}">{e(status_)}</span> #{e(str(run["id"]))}'
                     if run["id"] is not None else '<span class="badge none">none</span>')
             if run["finished_at"]:
                 last += f'<br><code>{e(str(run["finished_at"])[:19])}</code>'
             if run["error"]:
                 last += f'<br><span class="err">{e(run["error"])}</span>'
+            elif run.get("error_hidden"):
+                last += '<br><span class="hidden">error hidden (needs access to the task logs)</span>'
+            sql = (f'<code class="sql">{e(r["sql"])}</code>' if r["sql"] is not None
+                   else '<span class="hidden">SQL hidden (needs access to the DAG code)</span>')
             size = "<br>".join(f'{e(p["table"])}.{e(p["column"])}: {p["fragments"]} of {p["fragment_count"]} fragments'
                                for p in r["partitions"])
             share = "<br>".join(f'<div class="bar"><span style="width:{p["covered_share"] * 100:.1f}%"></span></div>'
                                 f'{p["covered_share"]:.1%}' for p in r["partitions"])
             body.append(
-                f'<tr data-sketch="{e(r["name"])}"><td><strong>{e(r["name"])}</strong><br>'
-                f'<code class="sql">{e(r["sql"])}</code></td>'
+                f'<tr data-sketch="{e(r["name"])}"><td><strong>{e(r["name"])}</strong><br>{sql}</td>'
                 f'<td>v{e(str(r["latest_version"]))} ({e(str(r["latest_method"]))})<br>'
                 f'<code>{e(str(r["version_created_at"] or "")[:19])}</code></td>'
                 f"<td>{versions}</td><td>{fresh}</td><td>{last}</td><td>{size}</td><td>{share}</td></tr>")
         body.append("</tbody></table>")
     stale = sum(1 for r in rows if r["stale"])
     who = f" Signed in as {e(user)}." if user else ""
+    refresh = ('<form class="refresh" method="post" action="refresh"><button type="submit">Observe table versions '
+               'now</button></form>' if can_refresh else "")
+    # relative links: this page is <base>/imp/catalog, Airflow's DAG pages are <base>/dags/<id>
     return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>Sketch catalog</title>"
             f"<style>{_STYLE}</style></head><body><h1>Sketch catalog</h1>"
-            f'<p class="sub">{len(rows)} sketch(es), {stale} stale. Maintain one with the '
-            f'<a href="/dags/imp_maintain_on_demand" target="_top">imp_maintain_on_demand</a> DAG; stale ones are '
-            f'maintained nightly by <a href="/dags/imp_nightly_maintenance" target="_top">imp_nightly_maintenance'
-            f"</a>.{who}</p>{''.join(body)}</body></html>")
+            f'<p class="sub">{len(rows)} sketch(es), {stale} stale as of the last observation of their tables. '
+            f'Maintain one with the <a href="../dags/imp_maintain_on_demand" target="_top">imp_maintain_on_demand'
+            f'</a> DAG; stale ones are maintained nightly by <a href="../dags/imp_nightly_maintenance" '
+            f'target="_top">imp_nightly_maintenance</a>.{who} {refresh}</p>{"".join(body)}</body></html>')
 
 
-__all__ = ["API_PATH", "PAGE_PATH", "URL_PREFIX", "URL_ROUTE", "catalog_rows", "create_app", "render_page"]
+__all__ = ["API_PATH", "MAINTENANCE_DAGS", "PAGE_PATH", "REFRESH_PATH", "RESOURCE_NAME", "URL_PREFIX", "URL_ROUTE",
+           "catalog_rows", "create_app", "detail_rights", "may_read", "may_refresh", "refresh", "render_page"]

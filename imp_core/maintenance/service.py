@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import pyarrow as pa
 
-from imp_core import faults
+from imp_core import faults, inputs
 from imp_core.config import Settings
 from imp_core.engine.evaluate import require_engine_support
 from imp_core.engine.pipeline import Pipeline
@@ -146,21 +146,40 @@ class SketchService:
 
     # -- tables --------------------------------------------------------------------------------------------------
 
-    def register_table(self, name: str, path: str, replace: bool = False):  # noqa: ANN201
-        """Register a Delta table under a name usable in SQL; it must have Change Data Feed enabled."""
-        if not name.replace("_", "").isalnum():
-            raise UsageError(f"table name {name!r} must be an identifier (letters, digits, underscores)")
+    def register_table(self, name: str, path: str | None = None, replace: bool = False,
+                       table: str | None = None):  # noqa: ANN201
+        """Register a Delta table under a name usable in SQL; it must have Change Data Feed enabled.
+
+        Give its ``path`` (local or ``s3://``; stored as an absolute URI, :func:`imp_core.inputs.table_uri`) or its
+        Spark catalog name ``table`` (``CATALOG.DB.TABLE``), which is resolved to its location now and re-checked on
+        every maintenance (``imp_core.sources.names``).
+        """
+        from imp_core.sources import names, storage
+
+        inputs.check_table_name(name)
+        if (path is None) == (table is None):
+            raise UsageError("give the table's PATH or --table CATALOG.DB.TABLE (one of them)")
+        resolved_id = None
+        if table is not None:
+            path, resolved_id = names.resolve(self.spark, table)
+        path = storage.normalize(inputs.table_uri(str(path)))
         source = DeltaSource(name, path)
         version = source.current_version()
         source.require_cdf()
         source.require_readable_by_spark()
+        table_id = source.table_id()
+        if resolved_id is not None and resolved_id != table_id:
+            raise UsageError(f"--table {table}: the catalog's table id {resolved_id} differs from the Delta log's "
+                             f"{table_id} at {path}; is the metastore out of date?")
         schema = source.schema()
-        record = self.catalog.register_table(name, str(path), schema_to_json(schema), replace=replace)
-        self.catalog.observe_table_version(name, version, source.table_id())
+        record = self.catalog.register_table(name, path, schema_to_json(schema), replace=replace)
+        if table is not None:
+            self.catalog.set_table_identity(name, table_id, table)
+        self.catalog.observe_table_version(name, version, table_id)
         return record
 
     def source(self, name: str) -> DeltaSource:
-        return DeltaSource(name, self.catalog.get_table(name).path)
+        return DeltaSource(name, self.catalog.get_table(name).path, spark=lambda: self.spark)
 
     def table_schemas(self) -> dict[str, pa.Schema]:
         out = {}
@@ -240,8 +259,7 @@ class SketchService:
             raise UsageError(f"--strategy must be lazy or eager, got {strategy!r}")
         started = time.perf_counter()
         reg = self._registration(name, sql, on, fragments, bounds, dialect)
-        query, plan, sources, versions, schemas, targets, report = (
-            reg.query, reg.query.plan, reg.sources, reg.versions, reg.schemas, reg.targets, reg.report)
+        sources, versions, schemas, targets = reg.sources, reg.versions, reg.schemas, reg.targets
 
         parts = []
         for i, (table, column) in enumerate(targets.items()):
@@ -264,13 +282,28 @@ class SketchService:
             parts.append(Partition(table, column, values, kind, dtype))
         partitions = PartitionSet(tuple(parts))
 
-        violation = self._violated_assumption(sources, versions, report.assumptions)
+        violation = self._violated_assumption(sources, versions, reg.report.assumptions)
         if violation:
             raise UnsafeSketchError(f"a sketch on {', '.join(f'{t}.{c}' for t, c in targets.items())} is not safe "
                                     f"for this query: {violation}")
         key, constants = template_key(sql, dialect)
         options = state_options(self.settings.optimizations)
-        run_id = self.catalog.start_run(None, "capture", trigger, from_version=None, table_versions_from=versions)
+        self.catalog.clear_abandoned_captures()
+        with self.catalog.capture_run(trigger, versions) as run_id:
+            record, capture_ms = self._capture_new(name, sql, dialect, strategy, key, constants, reg, partitions,
+                                                   options, run_id)
+        version = self.catalog.latest_version(record.id)
+        self.catalog.finish_run(run_id, "succeeded", to_version=1, table_versions_to=versions, delta_rows=0,
+                                timings={"capture_ms": capture_ms, "total_ms": (time.perf_counter() - started) * 1000})
+        for t, v in versions.items():
+            self.catalog.observe_table_version(t, v, sources[t].table_id(v))
+        return record, version
+
+    def _capture_new(self, name: str, sql: str, dialect: str, strategy: str, key: str, constants: Any,
+                     reg: _Registration, partitions: PartitionSet, options: dict[str, Any],
+                     run_id: int) -> tuple[SketchRecord, float]:
+        """Capture a new sketch and create it with version 1; on any failure the capture run is discarded."""
+        query, plan, sources, versions, schemas = reg.query, reg.query.plan, reg.sources, reg.versions, reg.schemas
         try:
             pipeline = Pipeline.configured(plan, partitions, self.settings.optimizations)
             self.progress(f"capturing sketch {name} on Spark at versions {versions}")
@@ -287,16 +320,12 @@ class SketchService:
                          "schemas": {t: schema_to_json(s) for t, s in schemas.items()},
                          "output_names": list(query.output_names), "constants": [str(c) for c in constants]}
             record = self.catalog.create_sketch(name, sql, dialect, key, plan_json, partitions.to_json(),
-                                                report.to_json(), strategy, first, self._blobs(pipeline), run_id)
-        except BaseException as e:
-            self.catalog.finish_run(run_id, "failed", error=_one_line(e))
+                                                reg.report.to_json(), strategy, first, self._blobs(pipeline), run_id)
+        except BaseException:
+            # a failed create leaves nothing: no sketch, and no run pointing at none
+            self.catalog.discard_capture_run(run_id)
             raise
-        version = self.catalog.latest_version(record.id)
-        self.catalog.finish_run(run_id, "succeeded", to_version=1, table_versions_to=versions, delta_rows=0,
-                                timings={"capture_ms": capture_ms, "total_ms": (time.perf_counter() - started) * 1000})
-        for t, v in versions.items():
-            self.catalog.observe_table_version(t, v, sources[t].table_id(v))
-        return record, version
+        return record, capture_ms
 
     # -- loading ---------------------------------------------------------------------------------------------------
 
@@ -340,8 +369,12 @@ class SketchService:
         return any(v > latest.table_versions.get(t, -1) for t, v in self.current_versions(loaded).items())
 
     def maintain(self, name: str, strategy: str | None = None, batch_size: int | None = None,
-                 trigger: str = "cli", allow_recapture: bool = True) -> MaintenanceResult:
-        """Bring sketch ``name`` to the current table versions with the given strategy."""
+                 trigger: str = "cli", allow_recapture: bool = True, wait: float | None = None) -> MaintenanceResult:
+        """Bring sketch ``name`` to the current table versions with the given strategy.
+
+        ``wait``: give up after this many seconds if another process is maintaining the sketch
+        (``MaintainerBusyError``); None waits for it.
+        """
         loaded = self.load(name)
         strategy = strategy or loaded.record.strategy or "lazy"
         if strategy not in STRATEGIES:
@@ -350,7 +383,10 @@ class SketchService:
             raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
         result = MaintenanceResult(name)
         _refuse_unusable(loaded.record)
-        with self.catalog.sketch_lock(loaded.record.id):
+        from imp_core.sources.names import check_identity
+
+        check_identity(self.catalog, loaded.sources, lambda: self.spark)  # catalog names still mean these tables
+        with self.catalog.sketch_lock(loaded.record.id, timeout=wait):
             # another process may have marked it while this one waited for the lock
             _refuse_unusable(self.catalog.get_sketch_by_id(loaded.record.id))
             # holding the lock, any run still marked running for this sketch belongs to a dead process
@@ -667,18 +703,14 @@ class SketchService:
         sketch_info = None
         partitions = sketch = None
         versions = {t: sources[t].current_version() for t in tables}
-        result = None
+        latest = None
         if name is not None:
             try:
-                result = self.maintain(name, strategy="lazy", trigger=trigger)
+                latest = self.usable_version(name, versions, trigger, notes)
             except SketchUnusableError as e:  # marked now or before: the answer must not depend on it
                 notes.append(_one_line(e))
-        if result is not None and name is not None:
-            if result.versions:
-                notes.append(f"maintained sketch {name} to version {result.versions[-1].version}"
-                             + (f" (recaptured: {result.recaptured})" if result.recaptured else ""))
+        if latest is not None and name is not None:
             record = self.catalog.get_sketch(name)
-            latest = self.catalog.latest_version(record.id)
             partitions = PartitionSet.from_json(record.partitions)
             sketch = Sketch({t: tuple(f) for t, f in latest.fragments.items()})
             versions = {t: latest.table_versions[t] for t in tables}
@@ -686,8 +718,40 @@ class SketchService:
         elif use_sketch and name is None:
             notes.append("no sketch can answer this query; ran it without one (add --capture to register one)")
         df, scanned = execute(self.spark, query.plan, sources, versions, partitions, sketch)
-        rows = collect(df, list(query.output_names))
+        rows = collect(df, list(query.output_names), scanned)
         return QueryResult(list(query.output_names), rows, sketch_info, scanned, time.perf_counter() - t0, notes)
+
+    def usable_version(self, name: str, current: dict[str, int], trigger: str, notes: list[str]) -> VersionRecord | None:
+        """The sketch version a query at table versions ``current`` may use, without waiting on a maintainer for long.
+
+        The latest committed version when it is valid for ``current`` (or later table versions: the query then runs
+        at the sketch's versions, one consistent snapshot); otherwise the sketch is maintained lazily,
+        waiting at most ``IMP_QUERY_WAIT`` seconds for another process that holds its maintenance lock. None (and a
+        note) when that wait ran out: the query then runs without the sketch, which is always correct.
+
+        Raises:
+            SketchUnusableError: The sketch is (or has just been found) unusable: it must not be applied.
+        """
+        from imp_core.errors import MaintainerBusyError
+
+        self.check_usable(name)
+        record = self.catalog.get_sketch(name)
+        latest = self.catalog.latest_version(record.id)
+        if _covers(latest, current):
+            return latest
+        try:
+            result = self.maintain(name, strategy="lazy", trigger=trigger, wait=self.settings.query_wait)
+        except MaintainerBusyError:
+            latest = self.catalog.latest_version(record.id)
+            if _covers(latest, current):
+                return latest  # the other maintainer finished meanwhile
+            notes.append(f"sketch {name} is being maintained by another process (waited "
+                         f"{self.settings.query_wait:g} s, IMP_QUERY_WAIT); ran the query without it")
+            return None
+        if result.versions:
+            notes.append(f"maintained sketch {name} to version {result.versions[-1].version}"
+                         + (f" (recaptured: {result.recaptured})" if result.recaptured else ""))
+        return self.catalog.latest_version(record.id)
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
@@ -783,7 +847,11 @@ class SketchService:
                 log.warning("sketch %s marked unusable: %s", record.name, problem)
 
     def stale_sketches(self) -> list[str]:
-        """Names of live sketches behind the current version of one of their tables (observations refreshed)."""
+        """Names of live sketches behind the current version of one of their tables (observations refreshed).
+
+        Also clears capture runs left by dead processes (the nightly DAG calls this).
+        """
+        self.catalog.clear_abandoned_captures()
         self.refresh_observations()
         return self.catalog.stale_sketches()
 
@@ -798,6 +866,7 @@ class SketchService:
         """
         if not name or not str(name).strip():
             raise UsageError("give the name of the sketch to maintain (parameter `sketch`)")
+        inputs.check_sketch_name(name)
         if strategy is not None and strategy not in STRATEGIES:
             raise UsageError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
@@ -821,8 +890,6 @@ class SketchService:
             UsageError: Bad arguments, or a live sketch named ``name`` exists.
             PlanError: The SQL does not parse against the registered tables, or the column is not safe.
         """
-        if any(r.name == name for r in self.catalog.list_sketches()):
-            raise UsageError(f"sketch {name!r} already exists; pick another name or drop it (`imp sketch drop {name}`)")
         reg = self._registration(name, sql, on, fragments, bounds, dialect)
         return {"name": name, "tables": reg.versions, "on": list(on), "safety": reg.report.to_json()}
 
@@ -833,10 +900,13 @@ class SketchService:
             raise UsageError("give exactly one of --fragments N or --bounds b0,b1,...,bn")
         if bounds is not None and len(bounds) != len(on):
             raise UsageError(f"give one --bounds per --on ({len(on)} partitioned columns, {len(bounds)} --bounds)")
-        if fragments is not None and fragments < 1:
-            raise UsageError(f"--fragments must be at least 1, got {fragments}")
-        if not name or not name.replace("_", "").replace("-", "").isalnum():
-            raise UsageError(f"sketch name {name!r} must consist of letters, digits, '-' and '_'")
+        if fragments is not None:
+            inputs.check_fragments(fragments, self.settings.max_fragments)
+        for text in bounds or ():
+            inputs.check_bounds_count(text, self.settings.max_fragments)
+        inputs.check_sketch_name(name)
+        if any(r.name == name for r in self.catalog.list_sketches()):  # before any Spark work (the insert checks too)
+            raise UsageError(f"sketch {name!r} already exists; pick another name or drop it (`imp sketch drop {name}`)")
         query = self.analyze(sql, dialect)
         require_engine_support(query.plan)  # refuse what the engine cannot compute as Spark does, before Spark runs
         tables = sorted(query.plan.tables())
@@ -860,6 +930,10 @@ class SketchService:
             if table in targets:
                 raise UsageError(f"--on {item}: table {table} is partitioned twice; one partition per table")
             targets[table] = column
+            if bounds is not None:  # bad bounds are a usage error before any Spark work (create parses them again)
+                dtype = schemas[table].field(column).type
+                if kind_of_type(dtype) in ("int", "float", "decimal", "date", "timestamp", "string"):
+                    parse_bounds([b.strip() for b in bounds[len(targets) - 1].split(",")], dtype, item)
         report = require_safe(query.plan, targets, self.sign_oracle(sources, versions))
         return _Registration(query, sources, versions, schemas, targets, report)
 
@@ -994,6 +1068,11 @@ def _rows_per_version(source: DeltaSource, after: int, upto: int) -> dict[int, i
         return {}
     counts = pl.from_arrow(table.select([VERSION])).group_by(VERSION).len()  # type: ignore[union-attr]
     return dict(zip(counts.get_column(VERSION).to_list(), counts.get_column("len").to_list()))
+
+
+def _covers(version: VersionRecord, current: dict[str, int]) -> bool:
+    """Whether a sketch version is valid for (or past) every table version of ``current``."""
+    return all(version.table_versions.get(t, -1) >= v for t, v in current.items())
 
 
 def _iso(value: Any) -> str | None:

@@ -6,8 +6,9 @@ find: each commit is one JSON file ``_delta_log/<version>.json``; a commit with 
 in those files (with ``_change_type``); a commit without them changed data only by adding files (inserts) and
 removing whole files (deletes), per the Delta protocol. This module reads exactly that with pyarrow.
 
-Anything unusual returns None so the caller falls back to delta-rs: a missing commit file (log cleaned up), deletion
-vectors, column mapping, metadata or protocol changes inside the range, non-local paths. Tests compare both paths on
+Anything unusual returns None so the caller falls back to delta-rs: a missing commit file (log cleaned up), rows
+deleted by deletion vectors in a commit without ``cdc`` files, column mapping (checked by the caller), metadata or
+protocol changes inside the range, non-local paths. Tests compare both paths on
 appends, deletes, updates, overwrites and partitioned tables.
 """
 
@@ -53,12 +54,11 @@ def read_range(root: Path, after: int, upto: int, columns: list[str], schema: pa
                 adds.append(action["add"])
             elif "remove" in action and action["remove"].get("dataChange", True):
                 removes.append(action["remove"])
-        for a in adds + removes:
-            if a.get("deletionVector"):
-                return None
-        if cdc:
+        if cdc:  # the commit's change rows are exactly its cdc files (Delta protocol), deletion vectors or not
             files = [(f, None) for f in cdc]
         else:
+            if any(a.get("deletionVector") for a in adds + removes):
+                return None  # rows deleted by a deletion vector: delta-rs computes them from the vectors
             files = [(f, "insert") for f in adds] + [(f, "delete") for f in removes]
         for f, change_type in files:
             table = _read(root, f, columns, schema, partition_columns, change_type)
@@ -73,6 +73,40 @@ def read_range(root: Path, after: int, upto: int, columns: list[str], schema: pa
     return pa.concat_tables(parts)
 
 
+def confined(root: Path, raw: Any) -> Path:
+    """The local file a log action names, which must lie inside the table's directory.
+
+    The Delta protocol stores data file paths as URIs relative to the table root (absolute URIs appear only in
+    shallow clones). A path that leaves the root (``../``, an absolute path or ``file://`` URI elsewhere, a symlink
+    pointing out) would make imp read files the table's writer chose from anywhere this process can read, so it is
+    refused, never followed.
+
+    Raises:
+        SourceError: The path is missing, not a string, or outside the table's directory.
+    """
+    from urllib.parse import unquote, urlsplit
+
+    from imp_core.errors import SourceError
+
+    if not isinstance(raw, str) or not raw:
+        raise SourceError(f"Delta table {root}: a commit names a data file without a path; the log is corrupt")
+    text = raw
+    if "://" in text:
+        parts = urlsplit(text)
+        if parts.scheme != "file":
+            raise SourceError(f"Delta table {root}: a commit names the data file {raw!r} on other storage; imp reads "
+                              f"only files under the table's own directory")
+        text = unquote(parts.path)
+    else:
+        text = unquote(text)
+    base = root.resolve()
+    path = (Path(text) if os.path.isabs(text) else base / text).resolve()
+    if path != base and base not in path.parents:
+        raise SourceError(f"Delta table {root}: a commit names the data file {raw!r}, which lies outside the table's "
+                          f"directory; imp refuses to read it (files of a table must be under its root)")
+    return path
+
+
 def _commit(root: Path, version: int) -> list[dict[str, Any]] | None:
     path = root / "_delta_log" / f"{version:020d}.json"
     try:
@@ -84,10 +118,7 @@ def _commit(root: Path, version: int) -> list[dict[str, Any]] | None:
 
 def _read(root: Path, action: dict[str, Any], columns: list[str], schema: pa.Schema, partition_columns: list[str],
           change_type: str | None) -> pa.Table | None:
-    rel = action["path"]
-    from urllib.parse import unquote
-
-    path = Path(rel) if os.path.isabs(rel) else root / unquote(rel)
+    path = confined(root, action.get("path"))
     if not path.exists():
         return None
     stored = [c for c in columns if c not in partition_columns]
@@ -113,4 +144,4 @@ def _read(root: Path, action: dict[str, Any], columns: list[str], schema: pa.Sch
     return pa.table(out + [kind], names=[*columns, "_change_type"])
 
 
-__all__ = ["local_root", "read_range", "pc"]
+__all__ = ["confined", "local_root", "read_range", "pc"]

@@ -1,7 +1,9 @@
 """Delta Lake tables as sources: versions, files with statistics, pinned scans, and the change feed.
 
 Delta commit versions are the snapshot identifiers of the whole platform. The log is read with delta-rs; Spark reads
-the Parquet files of a pinned version (no Delta jars needed). Change rows leave this module as Arrow with a signed
+a pinned version through Delta Lake's own Spark connector (``versionAsOf``), which applies deletion vectors and
+column mapping and skips files by their statistics (plain tables may be read from their Parquet files directly, which
+is measured to be faster: :meth:`DeltaSource.reads_parquet_directly`). Change rows leave this module as Arrow with a signed
 multiplicity column ``__mult`` (+1 insert / update post-image, -1 delete / update pre-image): the Delta-specific
 ``_change_type`` names never leak further.
 """
@@ -11,15 +13,17 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from imp_core.errors import ChangeFeedUnavailableError, SourceError, UnsupportedError
+from imp_core.errors import ChangeFeedUnavailableError, ConfigError, SourceError, UnsupportedError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -29,6 +33,15 @@ log = logging.getLogger(__name__)
 MULT = "__mult"
 VERSION = "__version"
 CDF_PROPERTY = "delta.enableChangeDataFeed"
+
+# Delta reader features whose tables the platform reads correctly: Spark reads through the connector; delta-rs
+# reads the log (versions, schema, statistics with physical column names mapped, the change feed where it can).
+ENV_SCAN = "IMP_SPARK_SCAN"
+# reader features under which a file's Parquet content is still exactly the table's rows (deletion vectors: only
+# while no file of the version has one)
+_DIRECT_READER_FEATURES = frozenset({"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "deletionVectors"})
+SUPPORTED_READER_FEATURES = frozenset({"deletionVectors", "columnMapping", "timestampNtz", "v2Checkpoint",
+                                       "vacuumProtocolCheck", "typeWidening", "typeWidening-preview"})
 
 _INSERT_TYPES = ("insert", "update_postimage")
 _DELETE_TYPES = ("delete", "update_preimage")
@@ -68,9 +81,12 @@ class Commit:
 class DeltaSource:
     """A registered table: a name (used in SQL) and the path of a Delta table."""
 
-    def __init__(self, name: str, path: str | Path) -> None:
+    def __init__(self, name: str, path: str | Path, spark: Callable[[], SparkSession] | None = None) -> None:
+        """``spark`` starts (or returns) the session used when a change range is read with Spark; by default
+        :func:`imp_core.spark.session.get_spark`."""
         self.name = name
         self.path = str(path)
+        self._spark_supplier = spark
 
     def __repr__(self) -> str:
         return f"DeltaSource({self.name!r}, {self.path!r})"
@@ -78,11 +94,14 @@ class DeltaSource:
     # -- opening -------------------------------------------------------------------------------------------------
 
     def _open(self, version: int | None = None) -> Any:
+        from imp_core.sources import storage
+
         dl = _deltalake()
+        uri, options = storage.delta_rs_uri(self.path), storage.delta_rs_options(self.path)
         try:
             if version is None:
-                return dl.DeltaTable(self.path)
-            return dl.DeltaTable(self.path, version=version)
+                return dl.DeltaTable(uri, storage_options=options)
+            return dl.DeltaTable(uri, version=version, storage_options=options)
         except dl.exceptions.TableNotFoundError as e:
             raise SourceError(f"table {self.name}: {self.path} is not a Delta table (no _delta_log found); "
                               f"check the path or create the table with deltalake/Spark") from e
@@ -166,20 +185,21 @@ class DeltaSource:
         return str(table.metadata().configuration.get(CDF_PROPERTY, "false")).lower() == "true"
 
     def require_readable_by_spark(self, version: int | None = None) -> None:
-        """Refuse table features that make reading the Parquet files directly give wrong rows."""
+        """Refuse tables that use a Delta reader feature the platform cannot read correctly (one line naming it)."""
         table = self._latest if version is None else self.table_at(version)
-        config = table.metadata().configuration
-        mode = str(config.get("delta.columnMapping.mode", "none")).lower()
-        if mode != "none":
-            raise UnsupportedError(f"table {self.name} uses column mapping mode {mode!r}; the platform reads "
-                                   f"Parquet files directly and needs column mapping 'none'")
-        features = table.protocol().reader_features or []
-        if "deletionVectors" in features:
-            actions = pa.table(table.get_add_actions(flatten=True))
-            dv_cols = [c for c in actions.column_names if c.lower().startswith("deletionvector")]
-            if any(actions.column(c).null_count < len(actions) for c in dv_cols):
-                raise UnsupportedError(f"table {self.name} has files with deletion vectors; purge them "
-                                       f"(REORG TABLE {self.name} APPLY (PURGE)) or disable deletion vectors")
+        features = set(table.protocol().reader_features or [])
+        unknown = sorted(features - SUPPORTED_READER_FEATURES)
+        if unknown:
+            raise UnsupportedError(f"table {self.name} uses Delta reader feature(s) {', '.join(unknown)}, which imp "
+                                   f"does not support (supported: {', '.join(sorted(SUPPORTED_READER_FEATURES))})")
+
+    def physical_names(self, version: int | None = None) -> dict[str, str]:
+        """Logical -> physical column names under column mapping (empty when the table does not map names)."""
+        table = self._latest if version is None else self.table_at(version)
+        mode = str(table.metadata().configuration.get("delta.columnMapping.mode", "none")).lower()
+        if mode == "none":
+            return {}
+        return {f.name: str(f.metadata.get("delta.columnMapping.physicalName", f.name)) for f in table.schema().fields}
 
     def require_cdf(self) -> None:
         if not self.cdf_enabled():
@@ -194,12 +214,14 @@ class DeltaSource:
         table = self.table_at(version)
         actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
         root = self.path.rstrip("/")
+        # under column mapping the log's statistics and partition values are keyed by physical names
+        logical = {p: n for n, p in self.physical_names(version).items()}
         out = []
         for a in actions:
-            mins = {k[4:]: v for k, v in a.items() if k.startswith("min.")}
-            maxs = {k[4:]: v for k, v in a.items() if k.startswith("max.")}
-            nulls = {k[11:]: v for k, v in a.items() if k.startswith("null_count.")}
-            parts = {k[10:]: v for k, v in a.items() if k.startswith("partition.")}
+            mins = {logical.get(k[4:], k[4:]): v for k, v in a.items() if k.startswith("min.")}
+            maxs = {logical.get(k[4:], k[4:]): v for k, v in a.items() if k.startswith("max.")}
+            nulls = {logical.get(k[11:], k[11:]): v for k, v in a.items() if k.startswith("null_count.")}
+            parts = {logical.get(k[10:], k[10:]): v for k, v in a.items() if k.startswith("partition.")}
             path = a["path"]
             uri = path if "://" in path or path.startswith("/") else f"{root}/{path}"
             out.append(FileStats(uri, int(a["size_bytes"]), a.get("num_records"), mins, maxs, nulls, parts))
@@ -301,16 +323,48 @@ class DeltaSource:
         self.check_cdf_range(after, upto)
         if after == upto:
             return _empty_changes(schema, wanted)
+        if self._changes_need_spark(after, upto):
+            return self._signed(self._changes_from_spark(after, upto, wanted), wanted, schema)
         return self._signed(self._changes_from_delta_rs(after, upto, wanted, predicate), wanted, schema)
 
+    def _changes_need_spark(self, after: int, upto: int) -> bool:
+        """Column mapping (delta-rs cannot read such feeds), or more change rows than the switch-over point."""
+        from imp_core.sources.spark_cdf import spark_rows_threshold
+
+        if self.physical_names(upto):
+            return True
+        threshold = spark_rows_threshold()
+        estimated = sum(c.rows or 0 for c in self.commits(after, upto))
+        return estimated >= threshold > 0
+
+    def _changes_from_spark(self, after: int, upto: int, wanted: list[str]) -> pa.Table:
+        from imp_core.sources.spark_cdf import read_change_feed
+
+        if self._spark_supplier is None:
+            from imp_core.spark.session import get_spark
+
+            self._spark_supplier = get_spark
+        try:
+            return read_change_feed(self._spark_supplier(), self.path, after, upto, wanted)
+        except Exception as e:  # noqa: BLE001 - Spark's AnalysisException etc.
+            from imp_core.errors import ImpError
+
+            if isinstance(e, ImpError):
+                raise
+            raise ChangeFeedUnavailableError(
+                f"table {self.name}: the change feed for versions {after + 1}..{upto} cannot be read by Spark "
+                f"(vacuumed or expired?): {_one_line(e)}") from e
+
     @cached_property
-    def _metadata_at(self) -> dict[int, tuple[pa.Schema, list[str], bool]]:
-        # (schema, partition columns, CDF on) per version, carried forward over commits without a metaData action
+    def _metadata_at(self) -> dict[int, tuple[pa.Schema, list[str], bool, bool]]:
+        # (schema, partition columns, mapping on, CDF on) per version, carried forward over commits without metaData
         return {}
 
-    def _metadata(self, version: int) -> tuple[pa.Schema, list[str], bool]:
+    def _metadata(self, version: int) -> tuple[pa.Schema, list[str], bool, bool]:
+        """(schema, partition columns, column mapping on, CDF on) at ``version``."""
         if version not in self._metadata_at:
             self._metadata_at[version] = (self.schema(version), self.partition_columns(version),
+                                          bool(self.physical_names(version)),
                                           self.cdf_enabled(version))
         return self._metadata_at[version]
 
@@ -327,16 +381,16 @@ class DeltaSource:
         root = changelog.local_root(self.path)
         if root is None or after < 0 or after > upto:
             return None
-        schema, partition_columns, cdf = self._metadata(after)
+        schema, partition_columns, mapped, cdf = self._metadata(after)
         wanted = columns if columns is not None else schema.names
-        if not cdf or any(c not in schema.names for c in wanted):
-            return None
+        if not cdf or any(c not in schema.names for c in wanted) or mapped:
+            return None  # column mapping: files hold physical names; the slow paths map them
         if after == upto:
             return _empty_changes(schema, wanted)
         raw = changelog.read_range(root, after, upto, wanted, schema, partition_columns)
         if raw is None:
             return None
-        self._metadata_at[upto] = (schema, partition_columns, cdf)
+        self._metadata_at[upto] = (schema, partition_columns, mapped, cdf)
         return self._signed(raw, wanted, schema)
 
     def _changes_from_delta_rs(self, after: int, upto: int, wanted: list[str], predicate: str | None) -> pa.Table:
@@ -369,21 +423,60 @@ class DeltaSource:
 
     # -- Spark ---------------------------------------------------------------------------------------------------
 
-    def scan(self, spark: SparkSession, version: int, files: list[FileStats] | None = None) -> DataFrame:
-        """The table at ``version`` as a Spark DataFrame (optionally only the given files)."""
-        self.require_readable_by_spark(version)
-        from imp_core.spark.types import arrow_schema_to_spark
+    def reads_parquet_directly(self, version: int) -> bool:
+        """True when Spark may read the version's Parquet files itself instead of going through the connector.
 
-        schema = self.schema(version)
-        files = self.files(version) if files is None else files
-        spark_schema = arrow_schema_to_spark(schema)
-        if not files:
-            return spark.createDataFrame([], spark_schema)
-        uris = [f.uri for f in files]
-        reader = spark.read.schema(spark_schema)
-        if self.partition_columns(version):
-            reader = reader.option("basePath", self.path)
-        return reader.parquet(*uris)
+        Only for tables whose files hold exactly the rows and columns the log says: no column mapping, no deletion
+        vector on any file of the version, no reader feature that changes how a file is read. The direct read
+        skips the connector's snapshot reconstruction (a Spark job per pinned version: measured 2-10x the cost
+        of the query on small tables, see docs/BENCHMARKS.md); ``IMP_SPARK_SCAN=connector`` turns it off.
+        """
+        mode = (os.environ.get(ENV_SCAN) or "auto").lower()
+        if mode not in ("auto", "connector"):
+            raise ConfigError(f"{ENV_SCAN} must be auto or connector, got {mode!r}")
+        if mode == "connector":
+            return False
+        if version not in self._direct:
+            table = self.table_at(version)
+            features = set(table.protocol().reader_features or [])
+            direct = not (features - _DIRECT_READER_FEATURES) and not self.physical_names(version)
+            if direct and "deletionVectors" in features:
+                direct = pa.RecordBatchReader.from_stream(table.deletion_vectors()).read_all().num_rows == 0
+            self._direct[version] = direct
+        return self._direct[version]
+
+    @cached_property
+    def _direct(self) -> dict[int, bool]:
+        return {}
+
+    def scan(self, spark: SparkSession, version: int, files: list[FileStats] | None = None) -> DataFrame:
+        """The table at ``version`` as a Spark DataFrame.
+
+        Read by Delta Lake's connector (``versionAsOf``), which applies deletion vectors and column mapping and skips
+        files by their statistics for any filter the caller puts on the result; an empty table is an empty relation
+        built in the JVM (no Python on executors). Plain tables (:meth:`reads_parquet_directly`) are read from their
+        Parquet files, optionally only ``files`` (the caller's pruning by statistics); ``files`` is ignored when
+        the connector reads.
+        """
+        self.require_readable_by_spark(version)
+        from imp_core.sources import storage
+
+        if storage.is_s3(self.path):
+            storage.configure_spark(spark)
+        if self.reads_parquet_directly(version):
+            every = self.files(version)
+            chosen = every if files is None else files
+            if every:
+                from pyspark.sql import functions as F
+
+                from imp_core.spark.types import arrow_schema_to_spark
+
+                reader = spark.read.schema(arrow_schema_to_spark(self.schema(version)))
+                if self.partition_columns(version):
+                    reader = reader.option("basePath", storage.spark_uri(self.path))
+                df = reader.parquet(*[storage.spark_uri(f.uri) for f in (chosen or every[:1])])
+                return df if chosen else df.where(F.lit(False))  # nothing survived pruning: no file is read
+        return spark.read.format("delta").option("versionAsOf", version).load(storage.spark_uri(self.path))
 
 
 def _plain_type(t: pa.DataType) -> pa.DataType:
@@ -407,5 +500,7 @@ def _is_nan(v: Any) -> bool:
 
 
 def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
+    from imp_core.sources.storage import redact
+
+    text = redact(str(e)).strip().splitlines()
     return text[0] if text else type(e).__name__

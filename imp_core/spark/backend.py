@@ -44,7 +44,11 @@ def to_polars(df: DataFrame) -> pl.DataFrame:
 
 
 def to_spark(spark: SparkSession, df: pl.DataFrame) -> DataFrame:
-    """A polars frame as a Spark DataFrame (unsigned fragment ids become signed ints on the way)."""
+    """A polars frame as a Spark DataFrame (unsigned fragment ids become signed ints on the way).
+
+    Always through Arrow, also when empty: the JVM builds the frame from Arrow batches, so executors never start a
+    Python worker (``createDataFrame([], schema)`` would, and a cluster's workers need not have Python).
+    """
     casts = {}
     for name, dtype in df.schema.items():
         if dtype == FRAG_DTYPE:
@@ -53,11 +57,9 @@ def to_spark(spark: SparkSession, df: pl.DataFrame) -> DataFrame:
             casts[name] = pl.List(pl.Int32)
     table = df.cast(casts).to_arrow() if casts else df.to_arrow()  # type: ignore[arg-type]
     table = table.cast(pa.schema([pa.field(f.name, _plain(f.type)) for f in table.schema]))
-    if table.num_rows == 0:
-        from imp_core.spark.types import arrow_schema_to_spark
+    from imp_core.spark.types import arrow_schema_to_spark
 
-        return spark.createDataFrame([], arrow_schema_to_spark(table.schema))
-    return spark.createDataFrame(table)
+    return spark.createDataFrame(table, arrow_schema_to_spark(table.schema))
 
 
 def _plain(t: pa.DataType) -> pa.DataType:

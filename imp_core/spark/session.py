@@ -1,14 +1,18 @@
 """The SparkSession, started only when a step needs it.
 
 Local mode (``local[*]``) is the default; a cluster is a master URL (``IMP_SPARK_MASTER``). Under ``spark-submit``
-the session the submitter configured is used as is. Sessions get the settings the engine's semantics rely on:
-non-ANSI arithmetic (NULL on division by zero, like the in-memory evaluator), UTC session time zone, Arrow transfer.
+the session the submitter configured is used as is (it must have been submitted with the connector flags of
+``imp_core.spark.connector.submit_args``). Every session loads Delta Lake's Spark connector and Hadoop's S3A
+(``imp_core.spark.connector``) and the object-storage settings (``imp_core.sources.storage``). Sessions get the
+settings the engine's semantics rely on: non-ANSI arithmetic (NULL on division by zero, like the in-memory
+evaluator), UTC session time zone, Arrow transfer.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +24,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LOG4J_CONF = Path(__file__).parent / "conf" / "log4j2.properties"
+ENV_METASTORE = "IMP_SPARK_METASTORE"  # in-memory (default) | hive: where `imp table register --table` names live
 
 _SEMANTICS = {
     "spark.sql.ansi.enabled": "false",
@@ -36,17 +41,25 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
     """Return the active session or start one for ``settings.spark_master``."""
     from pyspark.sql import SparkSession
 
+    from imp_core.spark import connector
+
     active = SparkSession.getActiveSession()
     if active is not None:
+        connector.require_loaded(active.conf.get)
+        require_client_mode(active.conf.get)
         apply_semantics(active)
         return active
     settings = settings or Settings.from_env()
+    jvm_conf = {} if under_spark_submit() else connector.session_conf()
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
     builder = (SparkSession.builder.appName("imp")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
                .config("spark.sql.adaptive.enabled", "true")
+               # Delta rebuilds a pinned version's file list with a shuffle of this many partitions (default 50:
+               # 50 tasks per time-travel read of a small table)
+               .config("spark.databricks.delta.snapshotPartitions", str(settings.shuffle_partitions))
                .config("spark.driver.memory", os.environ.get("IMP_SPARK_DRIVER_MEMORY", "4g"))
                .config("spark.sql.warehouse.dir", str(settings.home / "spark-warehouse"))
                # PySpark 4 records the Python call site of every DataFrame call for error contexts: five extra
@@ -57,13 +70,42 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
                        f"-Dderby.system.home={settings.home} -Dlog4j2.configurationFile={LOG4J_CONF}"))
     if not under_spark_submit():  # spark-submit chose the master (and its conf) already
         builder = builder.master(settings.spark_master)
-    for key, value in _SEMANTICS.items():
+    metastore = (os.environ.get(ENV_METASTORE) or "in-memory").lower()
+    if metastore not in ("in-memory", "hive"):
+        from imp_core.errors import ConfigError
+
+        raise ConfigError(f"{ENV_METASTORE} must be in-memory or hive, got {metastore!r}")
+    if metastore == "hive":
+        # Spark's Hive metastore: a metastore service (IMP_HIVE_METASTORE_URIS, thrift://host:9083), else Spark's
+        # built-in Derby database under IMP_HOME
+        builder = builder.enableHiveSupport()
+        uris = os.environ.get("IMP_HIVE_METASTORE_URIS")
+        if uris:
+            builder = builder.config("spark.hadoop.hive.metastore.uris", uris)
+        else:
+            builder = builder.config("spark.hadoop.javax.jdo.option.ConnectionURL",
+                                     f"jdbc:derby:;databaseName={settings.home / 'metastore_db'};create=true")
+    for key, value in {**_SEMANTICS, **jvm_conf}.items():
         builder = builder.config(key, value)
     log.info("starting Spark (%s)", "master chosen by spark-submit" if under_spark_submit() else settings.spark_master)
     spark = builder.getOrCreate()
+    connector.require_loaded(spark.conf.get)
+    require_client_mode(spark.conf.get)
     spark.sparkContext.setLogLevel("ERROR")
+    from imp_core.sources import storage
+
+    storage.configure_spark(spark)
     apply_semantics(spark)
     return spark
+
+
+def require_client_mode(conf_get: Callable[[str, str], str | None]) -> None:
+    """Refuse a driver started in cluster deploy mode (imp's driver runs where the job was submitted)."""
+    from imp_core.errors import ConfigError
+
+    if str(conf_get("spark.submit.deployMode", "client") or "client").lower() == "cluster":
+        raise ConfigError("imp jobs run in client deploy mode (the driver needs Python with imp_core; executors "
+                          "need neither): submit with --deploy-mode client")
 
 
 def under_spark_submit() -> bool:

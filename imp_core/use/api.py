@@ -8,7 +8,8 @@ Two entry points, both working on the SparkSession you already have:
 
 ``sketch_filter(spark, table, sketch=...)``
     The predicate (a ``Column``) that keeps only the rows of ``table`` in the fragments of a fresh sketch, for your own
-    DataFrame code, plus ``sketched_table`` which also prunes the Delta files that cannot match.
+    DataFrame code, plus ``sketched_table``: the table at the sketch's version with that predicate applied (Delta's
+    connector skips the files that cannot match).
 
 Example::
 
@@ -18,13 +19,17 @@ Example::
                              "HAVING SUM(price*numSold) > 5000")
     df.show()
 
-    sales = sketched_table(spark, "sales", sketch="top")          # pruned files + range filter
+    sales = sketched_table(spark, "sales", sketch="top")          # range filter (Delta skips files)
     big = sales.groupBy("brand").agg(F.sum(F.col("price") * F.col("numSold")).alias("rev"))
 
     pred = sketch_filter(spark, "sales", sketch="top")            # just the predicate
     my_df.filter(pred)
 
 Settings (catalog URL etc.) come from the ``IMP_*`` environment variables unless given.
+
+None of these waits long for another process that is maintaining the sketch: after ``IMP_QUERY_WAIT`` seconds the
+query runs without the sketch (``sketch_filter`` then keeps every row), which is always correct, and a warning is
+logged.
 
 A sketch marked unusable (its assumptions stopped holding, or a table changed identity; docs/SEMANTICS.md,
 "Lifecycle") is never applied: the functions then return the unrestricted query, table or an always-true predicate,
@@ -45,8 +50,8 @@ from imp_core.sketch.sketch import Sketch
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from imp_core.catalog.store import VersionRecord
     from imp_core.maintenance.service import SketchService
-
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +84,13 @@ def sketched_sql(spark: SparkSession, sql: str, *, dialect: str = "spark", maint
     tables = sorted(query.plan.tables())
     sources = {t: service.source(t) for t in tables}
     name = service.find_sketch(sql, dialect)
+    versions = {t: s.current_version() for t, s in sources.items()}
     try:
-        latest = _fresh_version(service, name, maintain) if name is not None else None
+        latest = _version(service, name, versions, maintain) if name is not None else None
     except SketchUnusableError as e:
         _unusable(e)
         latest = None
     if name is None or latest is None:
-        versions = {t: s.current_version() for t, s in sources.items()}
         return execute(spark, query.plan, sources, versions)[0]
     record = service.catalog.get_sketch(name)
     partitions = PartitionSet.from_json(record.partitions)
@@ -94,25 +99,34 @@ def sketched_sql(spark: SparkSession, sql: str, *, dialect: str = "spark", maint
     return execute(spark, query.plan, sources, versions, partitions, sketch)[0]
 
 
-def _fresh_version(service: SketchService, sketch: str, maintain: bool):  # noqa: ANN202
-    """The sketch's latest version, maintained first, or checked for unusability when not maintained.
+def _version(service: SketchService, sketch: str, current: dict[str, int], maintain: bool) -> VersionRecord | None:
+    """The version to use: with ``maintain``, one valid for ``current`` without a long wait (None when the wait ran
+    out: use no sketch); without, the latest as it is, checked for unusability.
 
     Raises:
         SketchUnusableError: The sketch is (or has just been found) unusable.
     """
-    if maintain:
-        service.maintain(sketch, strategy="lazy", trigger="api")
-    else:
+    if not maintain:
         service.check_usable(sketch)
-    record = service.catalog.get_sketch(sketch)
-    return service.catalog.latest_version(record.id)
+        return service.catalog.latest_version(service.catalog.get_sketch(sketch).id)
+    notes: list[str] = []
+    latest = service.usable_version(sketch, current, "api", notes)
+    for note in notes:
+        log.warning("%s", note)
+    return latest
 
 
 def _fresh(service: SketchService, sketch: str, table: str, maintain: bool):  # noqa: ANN202
-    """The sketch's latest version (maintained first) and its partition of ``table``."""
-    latest = _fresh_version(service, sketch, maintain)
+    """The version of the sketch to use (None: use none) and its partition of ``table``.
+
+    Raises:
+        SketchUnusableError: The sketch is (or has just been found) unusable.
+    """
     record = service.catalog.get_sketch(sketch)
     partitions = PartitionSet.from_json(record.partitions)
+    tables = service.catalog.latest_version(record.id).table_versions  # every table the sketch depends on
+    current = {t: service.source(t).current_version() for t in tables}
+    latest = _version(service, sketch, current, maintain)
     part = partitions.get(table)
     if part is None:
         raise UsageError(f"sketch {sketch} does not partition table {table} (it partitions "
@@ -132,12 +146,14 @@ def sketch_filter(spark: SparkSession, table: str, *, sketch: str, maintain: boo
     except SketchUnusableError as e:
         _unusable(e)
         return F.lit(True)
+    if latest is None:
+        return F.lit(True)
     return range_filter(part, list(latest.fragments.get(table, [])))
 
 
 def sketched_table(spark: SparkSession, table: str, *, sketch: str, maintain: bool = True,
                    settings: Settings | None = None) -> DataFrame:
-    """``table`` at the sketch's version, with non-matching Delta files pruned and the range filter applied."""
+    """``table`` at the sketch's version with the range filter applied (files that cannot match are skipped)."""
     from imp_core.use.query import range_filter
     from imp_core.use.rewrite import prune_files
 
@@ -147,8 +163,10 @@ def sketched_table(spark: SparkSession, table: str, *, sketch: str, maintain: bo
         latest, part = _fresh(service, sketch, table, maintain)
     except SketchUnusableError as e:
         _unusable(e)
+        latest = None
+    if latest is None:
         return source.scan(spark, source.current_version())
     version = latest.table_versions[table]
     frags = list(latest.fragments.get(table, []))
-    files = prune_files(source.files(version), part, frags)
+    files = prune_files(source.files(version), part, frags) if source.reads_parquet_directly(version) else None
     return source.scan(spark, version, files).filter(range_filter(part, frags))

@@ -1,8 +1,9 @@
 """Run a query on Spark, restricted by a fresh sketch when one can answer it (IMP paper Fig. 2).
 
 ``QueryRunner.run(sql)``: find a sketch whose template key and constants match, maintain it lazily if a table changed
-since its version, add the sketch's ranges as filters on the partitioned tables (after pruning Delta files by their
-min/max statistics), and run the query. Without a usable sketch the plain query runs and the result says so.
+since its version, add the sketch's ranges as filters on the partitioned tables (Delta's connector then skips the
+files whose statistics cannot meet them; for tables read from their Parquet files directly, the same rule prunes
+the file list first), and run the query. Without a usable sketch the plain query runs and the result says so.
 The same restriction is available to PySpark users through ``imp_core.use.api``.
 """
 
@@ -19,7 +20,7 @@ from pyspark.sql import functions as F
 from imp_core.plan.nodes import Plan, Scan
 from imp_core.sketch.partition import Partition, PartitionSet
 from imp_core.sketch.sketch import Sketch
-from imp_core.sources.delta import DeltaSource, FileStats
+from imp_core.sources.delta import DeltaSource
 from imp_core.spark.compile import PlanCompiler, col
 from imp_core.use.rewrite import prune_files
 
@@ -29,10 +30,23 @@ if TYPE_CHECKING:
 
 @dataclass
 class ScanReport:
+    """Files and rows of the tables' pinned versions (from the Delta log) and what the query read of them.
+
+    ``files_read``/``rows_read`` come from the executed plan's scan metrics (what Delta's data skipping left), so
+    they are known once the query ran: :func:`collect` fills them in.
+    """
+
     files_read: int = 0
     files_total: int = 0
     rows_read: int = 0
     rows_total: int = 0
+
+    def measure(self, df: DataFrame) -> None:
+        """Take ``files_read``/``rows_read`` from the scans of ``df``'s finished execution."""
+        from imp_core.spark.metrics import scan_metrics
+
+        done = scan_metrics(df)
+        self.files_read, self.rows_read = done.files, done.rows
 
     def to_json(self) -> dict[str, int]:
         return {"files_read": self.files_read, "files_total": self.files_total, "rows_read": self.rows_read,
@@ -100,15 +114,13 @@ def execute(spark: SparkSession, plan: Plan, sources: dict[str, DeltaSource], ve
         report.files_total += len(files)
         report.rows_total += sum(f.num_records or 0 for f in files)
         part = partitions.get(table) if partitions is not None else None
-        chosen: list[FileStats] = files
         if part is not None and sketch is not None:
             frags = list(sketch.fragments.get(table, ()))
-            chosen = prune_files(files, part, frags)
+            # the connector skips files by the filter itself; a direct Parquet read is given the pruned files
+            chosen = prune_files(files, part, frags) if source.reads_parquet_directly(versions[table]) else None
             df = source.scan(spark, versions[table], chosen).filter(range_filter(part, frags))
         else:
-            df = source.scan(spark, versions[table], chosen)
-        report.files_read += len(chosen)
-        report.rows_read += sum(f.num_records or 0 for f in chosen)
+            df = source.scan(spark, versions[table])
         cache[table] = df
         return df
 
@@ -116,8 +128,11 @@ def execute(spark: SparkSession, plan: Plan, sources: dict[str, DeltaSource], ve
     return df, report
 
 
-def collect(df: DataFrame, names: list[str]) -> list[list[Any]]:
+def collect(df: DataFrame, names: list[str], report: ScanReport | None = None) -> list[list[Any]]:
+    """The rows of ``df`` (through Arrow); ``report`` gets what the scans read."""
     table = df.toArrow()
+    if report is not None:
+        report.measure(df)
     cols = [table.column(i).to_pylist() for i in range(table.num_columns)]
     return [list(r) for r in zip(*cols)] if cols else []
 

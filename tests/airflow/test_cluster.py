@@ -1,5 +1,8 @@
-"""A real Spark standalone cluster (master + one worker on 127.0.0.1, from the installed PySpark): the maintenance
-job submitted to ``spark://127.0.0.1:PORT`` commits the same sketch as local mode."""
+"""A real Spark standalone cluster (master + one worker on 127.0.0.1, from the installed PySpark) whose executors
+have no Python: ``PYSPARK_PYTHON`` names an interpreter that does not exist, so any Python UDF or Python-side
+DataFrame construction would fail the job. The maintenance job submitted to ``spark://127.0.0.1:PORT`` commits the
+same sketch as local mode, and every platform step (register, maintain with joins on Spark, recapture, query; empty
+tables and empty results) works there."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +20,11 @@ import pytest
 import requests
 
 from imp_core.jobs import SUBMIT_PATH
+from imp_core.spark import connector
 from tests.airflow.conftest import APPLE_ROW, APPLE_ROW_2, BIN, Imp, free_port, tail
+
+NO_PYTHON = "/nonexistent/python3"  # the executors' Python: nothing of ours may need it
+STEPS = str(Path(__file__).with_name("cluster_steps.py"))
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
@@ -25,6 +33,7 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.postgres, pyte
 class Cluster:
     master_url: str
     ui_url: str
+    work: Path
 
     def state(self) -> dict:
         return requests.get(f"{self.ui_url}/json/", timeout=10).json()
@@ -34,8 +43,9 @@ class Cluster:
 def spark_cluster(imp: Imp, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     work = tmp_path_factory.mktemp("spark-cluster")
     port, ui_port, worker_ui_port = free_port(), free_port(), free_port()
-    env = {**imp.env, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(work), "SPARK_WORKER_DIR": str(work)}
-    cluster = Cluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}")
+    env = {**imp.env, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(work), "SPARK_WORKER_DIR": str(work),
+           "PYSPARK_PYTHON": NO_PYTHON}
+    cluster = Cluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}", work)
     procs: dict[str, subprocess.Popen] = {}
     logs: dict[str, Path] = {}
     try:
@@ -74,6 +84,18 @@ def spark_cluster(imp: Imp, tmp_path_factory: pytest.TempPathFactory) -> Iterato
                 proc.wait(timeout=10)
 
 
+def submit(cluster: Cluster, imp: Imp, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """spark-submit in client mode; the driver has Python and imp, the executors get neither."""
+    cmd = [str(BIN / "spark-submit"), "--master", cluster.master_url, "--deploy-mode", "client",
+           "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=512m", "--conf", "spark.cores.max=2",
+           "--conf", f"spark.pyspark.python={NO_PYTHON}", "--conf", f"spark.pyspark.driver.python={sys.executable}",
+           *connector.submit_args(), *args]
+    job_env = {**imp.env, "PYSPARK_PYTHON": NO_PYTHON, **env}
+    done = subprocess.run(cmd, env=job_env, text=True, capture_output=True, timeout=900, check=False)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    return done
+
+
 def test_maintenance_job_on_a_standalone_cluster_commits_the_same_sketch_as_local_mode(
         imp: Imp, spark_cluster: Cluster) -> None:
     # two identical sketches on one table; the same changes; one maintained in local mode, one on the cluster
@@ -91,11 +113,7 @@ def test_maintenance_job_on_a_standalone_cluster_commits_the_same_sketch_as_loca
             ["recapture", "--sketch", "cl_cluster"])
     outputs = []
     for args in jobs:
-        cmd = [str(BIN / "spark-submit"), "--master", spark_cluster.master_url, "--deploy-mode", "client",
-               "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=512m",
-               "--conf", "spark.cores.max=2", SUBMIT_PATH, *args, "--trigger", "airflow:test_cluster/run"]
-        done = subprocess.run(cmd, env=imp.env, text=True, capture_output=True, timeout=400, check=False)
-        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        done = submit(spark_cluster, imp, SUBMIT_PATH, *args, "--trigger", "airflow:test_cluster/run")
         [line] = [ln for ln in done.stdout.splitlines() if ln.startswith('{"job"')]
         outputs.append(json.loads(line))
     assert outputs[0]["versions"] == [2, 3] and outputs[1]["latest_version"] == 4
@@ -116,3 +134,43 @@ def test_maintenance_job_on_a_standalone_cluster_commits_the_same_sketch_as_loca
     assert recaptured.fragments == local_versions[3].fragments == {"cl_sales": [0, 1, 2, 3]}
     assert recaptured.table_versions == local_versions[3].table_versions
     assert [r.trigger for r in imp.runs("cl_cluster")[:2]] == ["airflow:test_cluster/run"] * 2
+
+
+def test_every_step_runs_on_executors_without_python(imp: Imp, spark_cluster: Cluster,
+                                                     tmp_path_factory: pytest.TempPathFactory) -> None:
+    data = tmp_path_factory.mktemp("cluster-steps")
+    done = submit(spark_cluster, imp, STEPS, str(data), IMP_OPTIMIZATIONS="-smallside")
+    [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("CLUSTER-STEPS ")]
+    out = json.loads(line.split(" ", 1)[1])
+    assert out["master"] == spark_cluster.master_url
+    # capture, eager maintenance (joins on Spark) and recapture agree
+    assert out["captured"]["cs_empty"] == {"cs_e": []}  # an empty table: nothing to depend on
+    assert out["maintained"]["versions"] == [2, 3] and set(out["maintained"]["methods"]) == {"incremental"}
+    assert out["recaptured"]["cs_join"] == out["maintained"]["fragments"]
+    assert out["recaptured"]["cs_empty"] == out["maintained"]["empty_table"] == {"cs_e": [1]}  # g = 11 twice
+    # queries: the sketch is used and Spark's answer is the same without it, also when it is empty
+    queries = out["queries"]
+    assert queries["join"]["with"] == queries["join"]["without"] == [[1, 7], [3, 15]]
+    assert queries["empty_result"]["with"] == queries["empty_result"]["without"] == []
+    assert queries["empty_result"]["sketch"] == "cs_join"
+    assert queries["empty_table"]["with"] == queries["empty_table"]["without"] == [[11, 2]]
+    # the executors ran tasks and never tried to start Python
+    finished = [app for app in spark_cluster.state()["completedapps"] if app["name"] == "imp"]
+    assert finished and all(app["cores"] >= 1 for app in finished)
+    logs = "".join(p.read_text(errors="replace") for p in (spark_cluster.work / "work").rglob("stderr"))
+    assert NO_PYTHON not in logs
+
+
+def test_cluster_deploy_mode_is_refused_in_one_line() -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from imp_core.airflow.operators import CLUSTER_MODE_REFUSED, ImpSparkSubmitOperator
+    from imp_core.errors import ConfigError
+    from imp_core.spark.session import require_client_mode
+
+    op = ImpSparkSubmitOperator(task_id="t", application_args=["maintain", "--sketch", "x"], deploy_mode="cluster")
+    with pytest.raises(AirflowFailException, match="client deploy mode") as info:
+        op._get_hook()
+    assert str(info.value) == CLUSTER_MODE_REFUSED and "\n" not in CLUSTER_MODE_REFUSED
+    with pytest.raises(ConfigError, match="--deploy-mode client"):
+        require_client_mode(lambda key, default: "cluster")

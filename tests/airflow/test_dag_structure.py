@@ -77,8 +77,9 @@ def test_maintain_on_demand(dagbag) -> None:  # noqa: ANN001
     assert validate.retries == 0  # a bad request fails at once
     assert isinstance(maintain, SparkSubmitOperator)
     assert maintain.application == SUBMIT_PATH and maintain._conn_id == "spark_default"
-    assert maintain.application_args[:2] == ["maintain", "--sketch"]
-    assert "--trigger" in maintain.application_args
+    # one value per argument (--sketch=NAME): a name or value starting with '-' cannot become an option
+    assert maintain.application_args[:2] == ["maintain", "--sketch={{ params.sketch }}"]
+    assert any(a.startswith("--trigger=") for a in maintain.application_args)
 
     assert list(dag.params.keys()) == ["sketch", "strategy", "batch_size"]
     assert _schema(dag, "sketch")["type"] == "string" and _schema(dag, "sketch")["minLength"] == 1
@@ -98,6 +99,7 @@ def test_register_sketch(dagbag) -> None:  # noqa: ANN001
     capture = dag.get_task("capture_sketch")
     assert isinstance(capture, SparkSubmitOperator) and capture.upstream_task_ids == {"check_safety"}
     assert capture.application_args[0] == "register"
+    assert "--sql={{ params.sql }}" in capture.application_args  # SQL may start with '--' (a comment)
     assert {"name", "sql", "on", "fragments"} <= set(dag.params.keys())
     assert _schema(dag, "fragments")["minimum"] == 1
     assert _schema(dag, "on")["pattern"]
@@ -119,13 +121,19 @@ def test_plugin_registers_page_and_protects_every_route() -> None:
     [app] = plugin.fastapi_apps
     assert app["url_prefix"] == "/imp"
     [view] = plugin.external_views
-    assert view["url_route"] == "sketch-catalog" and view["href"] == "/imp/catalog" and view["name"] == "Sketch catalog"
+    # relative: the UI resolves it against its base URL
+    assert view["url_route"] == "sketch-catalog" and view["href"] == "imp/catalog" and view["name"] == "Sketch catalog"
+
+    def depends_on_login(dependant) -> bool:  # noqa: ANN001
+        return any(d.call is get_user or depends_on_login(d) for d in dependant.dependencies)
 
     routes = [r for r in app["app"].routes if isinstance(r, APIRoute)]
-    assert {r.path for r in routes} >= {"/catalog", "/api/sketches"}
+    assert {r.path for r in routes} >= {"/catalog", "/api/sketches", "/refresh"}
     for route in routes:
-        assert any(d.call is get_user for d in route.dependant.dependencies), f"{route.path} is not protected"
+        assert depends_on_login(route.dependant), f"{route.path} is not protected"
+    assert {m for r in routes if r.path == "/refresh" for m in r.methods} == {"POST"}
     client = TestClient(app["app"])
     for path in ("/catalog", "/api/sketches", "/"):
         assert client.get(path).status_code == 401
+    assert client.post("/refresh").status_code == 401
     assert client.get("/docs").status_code == 404  # no unauthenticated OpenAPI pages either

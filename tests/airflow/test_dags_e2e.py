@@ -30,7 +30,7 @@ def test_on_demand_maintenance_commits_a_version_equal_to_a_recapture(imp: Imp, 
     done = airflow_cli.dags_test("imp_maintain_on_demand", {"sketch": "od_top", "strategy": "eager",
                                                              "batch_size": 1})
     assert done.returncode == 0, done.stdout[-5000:]
-    assert SPARK_SUBMIT_STARTED in done.stdout and "imp_core/jobs/submit.py maintain --sketch od_top" in done.stdout
+    assert SPARK_SUBMIT_STARTED in done.stdout and "imp_core/jobs/submit.py maintain --sketch=od_top" in done.stdout
     summaries = [json.loads(m) for m in re.findall(r'(\{"job": "maintain".*?\}) \[airflow', done.stdout)]
     assert summaries and summaries[-1]["versions"] == [2, 3]
 

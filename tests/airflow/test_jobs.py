@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from imp_core.jobs import COMMANDS, SUBMIT_PATH
 from imp_core.errors import NotFoundError
+from imp_core.jobs import COMMANDS, SUBMIT_PATH
+from imp_core.spark import connector
 from tests.airflow.conftest import APPLE_ROW, APPLE_ROW_2, BIN, BOUNDS, TOP_SQL, UNSAFE_SQL, Imp
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
@@ -18,7 +19,8 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.postgres, pyte
 def spark_submit(imp: Imp, *args: str, master: str = "local[2]") -> subprocess.CompletedProcess[str]:
     """Run the job like the DAGs do. Spark's Python runner merges the driver's stderr into stdout, so the job's log
     lines and its error line arrive on stdout next to the JSON summary; Spark's own log goes to stderr."""
-    cmd = [str(BIN / "spark-submit"), "--master", master, "--conf", "spark.ui.enabled=false", SUBMIT_PATH, *args]
+    cmd = [str(BIN / "spark-submit"), "--master", master, "--conf", "spark.ui.enabled=false", *connector.submit_args(),
+           SUBMIT_PATH, *args]
     return subprocess.run(cmd, env=imp.env, text=True, capture_output=True, timeout=300, check=False)
 
 

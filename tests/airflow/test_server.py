@@ -62,6 +62,14 @@ def test_plugin_serves_the_catalog_to_logged_in_users_only(imp: Imp, airflow_ser
         forged = requests.get(f"{base}{path}", headers={"Authorization": "Bearer not-a-token"}, timeout=30)
         assert forged.status_code in (401, 403), (path, forged.status_code)
 
+    # GETs only read: the new table version is not observed (and so not shown) until someone refreshes
+    r = airflow_server.api("GET", "/imp/api/sketches")
+    assert r.status_code == 200, r.text
+    before = {row["name"]: row for row in r.json()["sketches"]}["page_top"]
+    assert before["stale"] is False and before["current_table_versions"] == {"page_sales": 0}
+    refreshed = airflow_server.api("POST", "/imp/refresh", allow_redirects=False)
+    assert refreshed.status_code == 303 and refreshed.headers["location"] == "catalog"
+
     r = airflow_server.api("GET", "/imp/api/sketches")
     assert r.status_code == 200, r.text
     rows = {row["name"]: row for row in r.json()["sketches"]}

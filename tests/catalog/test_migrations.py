@@ -15,7 +15,8 @@ from imp_core.errors import CatalogError
 
 pytestmark = pytest.mark.postgres
 
-TABLES = {"source_table", "table_observation", "sketch", "sketch_version", "operator_state", "maintenance_run"}
+TABLES = {"source_table", "table_observation", "sketch", "sketch_version", "operator_state", "maintenance_run",
+          "table_identity"}
 
 
 def _schema(url: str) -> tuple[set[str], set[str], set[str], str | None]:

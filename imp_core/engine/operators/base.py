@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import polars as pl
 
 from imp_core.engine import state as state_codec
+from imp_core.errors import StateError
 
 
 class Operator:
@@ -49,8 +50,24 @@ class StatefulOperator(Operator):
         return state_codec.encode(self.kind, self.op_id, self.fingerprint, meta, frames)
 
     def load_state(self, blob: bytes) -> None:
+        """Load a blob of :meth:`state_to_bytes`; anything malformed is a ``StateError`` (which leads to a recapture).
+
+        The frames must have the columns and types of this operator's own (empty) state: a blob that decodes but
+        has another shape, even under a valid checksum, is refused here instead of failing later inside a pass.
+        """
         payload = state_codec.decode(blob, kind=self.kind, op_id=self.op_id, fingerprint=self.fingerprint)
-        self.set_state_frames(payload.meta, payload.frames)
+        try:
+            self.reset()
+            _, expected = self.state_frames()
+            frames = state_codec.conform(payload.frames, expected, where=f"operator {self.op_id}")
+            self.set_state_frames(payload.meta, frames)
+        except StateError:
+            self.reset()
+            raise
+        except Exception as e:  # noqa: BLE001 - any other failure on a decoded blob means it has the wrong shape
+            self.reset()
+            raise StateError(f"operator {self.op_id}: saved state has the wrong shape for a {self.kind} operator "
+                             f"({type(e).__name__}); recapture the sketch") from e
 
     def state_size_bytes(self) -> int:
         _, frames = self.state_frames()

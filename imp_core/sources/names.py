@@ -1,0 +1,88 @@
+"""Tables by the name users know them by in their Spark catalog (``CATALOG.DB.TABLE``, ``DB.TABLE`` or ``TABLE``).
+
+A name is resolved once, at registration, to its location and its Delta table id (``metaData.id``, which survives
+renames of the table and changes with a drop and re-create); both are recorded (catalog table ``table_identity``).
+Every maintenance resolves the name again, so a name re-pointed at another location is an error that says what to
+do, never a sketch silently maintained over another table's change feed. (A table re-created at the same location
+is caught by the identities recorded with each sketch version, ``maintenance/service.py``.)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+from imp_core.errors import SourceError, UsageError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from imp_core.catalog.store import Catalog
+    from imp_core.sources.delta import DeltaSource
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,2}$")
+
+
+def quoted(name: str) -> str:
+    """``name`` with each part back-quoted; refuses anything but 1-3 dot-separated identifiers."""
+    if not _NAME.match(name or ""):
+        raise UsageError(f"--table {name!r}: write CATALOG.DB.TABLE, DB.TABLE or TABLE (letters, digits, "
+                         f"underscores)")
+    return ".".join(f"`{part}`" for part in name.split("."))
+
+
+def location_uri(location: str) -> str:
+    """A catalog location as imp stores table URIs (local paths plain, ``s3a`` as ``s3``)."""
+    from imp_core.sources.storage import normalize
+
+    if location.startswith("file:"):
+        return unquote(urlsplit(location).path).rstrip("/")
+    return normalize(location)
+
+
+def resolve(spark: SparkSession, name: str) -> tuple[str, str]:
+    """``(location, Delta table id)`` of the catalog table ``name``.
+
+    Raises:
+        SourceError: The name is unknown to the Spark catalog, or names a table that is not a Delta table.
+    """
+    try:
+        rows = spark.sql(f"DESCRIBE DETAIL {quoted(name)}").collect()
+    except UsageError:
+        raise
+    except Exception as e:  # noqa: BLE001 - AnalysisException and friends
+        from imp_core.sources.delta import _one_line
+
+        raise SourceError(f"table {name} cannot be resolved in the Spark catalog ({_one_line(e)}); check the name "
+                          f"and that the session's metastore is the one that defines it") from e
+    detail = rows[0].asDict() if rows else {}
+    if str(detail.get("format", "")).lower() != "delta":
+        raise SourceError(f"table {name} is a {detail.get('format') or 'non-Delta'} table; imp maintains sketches "
+                          f"over Delta tables only")
+    return location_uri(str(detail["location"])), str(detail["id"])
+
+
+def check_identity(catalog: Catalog, sources: Mapping[str, DeltaSource],
+                   spark: Callable[[], SparkSession]) -> None:
+    """Fail unless every table registered by a catalog name still resolves to the location it was registered at.
+
+    Raises:
+        SourceError: A catalog name now points elsewhere.
+    """
+    for table, source in sources.items():
+        identity = catalog.table_identity(table)
+        if identity is None:
+            continue
+        catalog_name, _ = identity
+        if catalog_name is None:
+            continue
+        location, _ = resolve(spark(), catalog_name)
+        if location != source.path:
+            raise SourceError(f"table {table} was registered as {catalog_name} at {source.path}, but that name now "
+                              f"points at {location}; re-register it (imp table register {table} --table "
+                              f"{catalog_name} --replace) and register its sketches again")
+
+
+__all__ = ["check_identity", "location_uri", "quoted", "resolve"]

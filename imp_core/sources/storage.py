@@ -1,0 +1,224 @@
+"""Where tables live: local paths or object storage, and how each reader reaches them.
+
+Table URIs are what users register: a local path, ``file://...``, or ``s3://bucket/path`` (``s3a://`` is accepted
+too). Spark reads S3 through Hadoop's S3A connector, which wants the ``s3a`` scheme; delta-rs wants ``s3``. Both
+readers are configured from this one module: :meth:`S3Config.delta_rs_options` for delta-rs and
+:func:`configure_spark` (``fs.s3a.*`` in the session's Hadoop configuration) for Spark.
+
+Credentials, in order (the first that names a value wins, per value):
+
+1. :func:`configure` — what a caller installed for this process (the Airflow hook, from the connection
+   ``imp_storage``);
+2. ``IMP_S3_ENDPOINT``, ``IMP_S3_REGION``, ``IMP_S3_ACCESS_KEY_ID``, ``IMP_S3_SECRET_ACCESS_KEY``,
+   ``IMP_S3_SESSION_TOKEN``, ``IMP_S3_PATH_STYLE`` (``true`` for MinIO-style servers);
+3. the standard AWS variables ``AWS_ENDPOINT_URL`` (``AWS_ENDPOINT_URL_S3``), ``AWS_REGION``
+   (``AWS_DEFAULT_REGION``), ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``;
+4. nothing: both readers fall back to their own default chains (instance profiles, web identity).
+
+Secrets go into the Spark session's Hadoop configuration at run time, never onto a command line, and every
+message that could carry one passes through :func:`redact`. ADLS and GCS URIs (``abfss://``, ``gs://``) are passed
+through unchanged; their configuration is described in docs/DEPLOYMENT.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from imp_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+S3_SCHEMES = ("s3", "s3a")
+_TRUE = ("1", "true", "yes", "on")
+
+
+def scheme(uri: str) -> str:
+    """The URI's scheme, ``file`` for local paths."""
+    if "://" not in uri:
+        return "file"
+    return urlsplit(uri).scheme.lower()
+
+
+def is_local(uri: str) -> bool:
+    return scheme(uri) == "file"
+
+
+def is_s3(uri: str) -> bool:
+    return scheme(uri) in S3_SCHEMES
+
+
+def spark_uri(uri: str) -> str:
+    """The URI as Spark's Hadoop file systems want it (``s3://`` becomes ``s3a://``)."""
+    if scheme(uri) == "s3":
+        return "s3a://" + uri.split("://", 1)[1]
+    return uri
+
+
+def delta_rs_uri(uri: str) -> str:
+    """The URI as delta-rs wants it (``s3a://`` becomes ``s3://``)."""
+    if scheme(uri) == "s3a":
+        return "s3://" + uri.split("://", 1)[1]
+    return uri
+
+
+def normalize(uri: str) -> str:
+    """The form stored in the catalog: ``s3://`` for S3 (either scheme accepted), else unchanged."""
+    return delta_rs_uri(uri).rstrip("/") if is_s3(uri) else uri
+
+
+@dataclass(frozen=True)
+class S3Config:
+    """How to reach S3 (or an S3-compatible server). ``None`` values are left to the readers' default chains."""
+
+    endpoint: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+    path_style: bool | None = None
+
+    def __repr__(self) -> str:  # never print secrets
+        shown = {f.name: getattr(self, f.name) for f in fields(self)}
+        for key in ("access_key_id", "secret_access_key", "session_token"):
+            if shown[key]:
+                shown[key] = "***"
+        return "S3Config(" + ", ".join(f"{k}={v!r}" for k, v in shown.items() if v is not None) + ")"
+
+    __str__ = __repr__
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> S3Config:
+        env = os.environ if env is None else env
+
+        def first(*names: str) -> str | None:
+            for name in names:
+                if env.get(name):
+                    return env[name]
+            return None
+
+        path_style = first("IMP_S3_PATH_STYLE")
+        config = cls(
+            endpoint=first("IMP_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
+            region=first("IMP_S3_REGION", "AWS_REGION", "AWS_DEFAULT_REGION"),
+            access_key_id=first("IMP_S3_ACCESS_KEY_ID", "AWS_ACCESS_KEY_ID"),
+            secret_access_key=first("IMP_S3_SECRET_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY"),
+            session_token=first("IMP_S3_SESSION_TOKEN", "AWS_SESSION_TOKEN"),
+            path_style=None if path_style is None else path_style.lower() in _TRUE,
+        )
+        if (config.access_key_id is None) != (config.secret_access_key is None):
+            raise ConfigError("S3 credentials are incomplete: set both IMP_S3_ACCESS_KEY_ID and "
+                              "IMP_S3_SECRET_ACCESS_KEY (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), or neither")
+        return config
+
+    def over(self, base: S3Config) -> S3Config:
+        """This config's values where set, ``base``'s elsewhere."""
+        return replace(base, **{f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None})
+
+    @property
+    def plain_http(self) -> bool:
+        return bool(self.endpoint and self.endpoint.lower().startswith("http://"))
+
+    def delta_rs_options(self) -> dict[str, str]:
+        """delta-rs (object_store) storage options."""
+        out: dict[str, str] = {}
+        if self.endpoint:
+            out["AWS_ENDPOINT_URL"] = self.endpoint
+        if self.region:
+            out["AWS_REGION"] = self.region
+        if self.access_key_id and self.secret_access_key:
+            out["AWS_ACCESS_KEY_ID"] = self.access_key_id
+            out["AWS_SECRET_ACCESS_KEY"] = self.secret_access_key
+        if self.session_token:
+            out["AWS_SESSION_TOKEN"] = self.session_token
+        if self.plain_http:
+            out["AWS_ALLOW_HTTP"] = "true"
+        if self.path_style is not None:
+            out["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false" if self.path_style else "true"
+        return out
+
+    def hadoop_conf(self) -> dict[str, str]:
+        """Hadoop S3A settings (keys without the ``spark.hadoop.`` prefix)."""
+        out: dict[str, str] = {}
+        if self.endpoint:
+            out["fs.s3a.endpoint"] = self.endpoint
+            out["fs.s3a.connection.ssl.enabled"] = "false" if self.plain_http else "true"
+        if self.region:
+            out["fs.s3a.endpoint.region"] = self.region
+        if self.path_style is not None:
+            out["fs.s3a.path.style.access"] = "true" if self.path_style else "false"
+        if self.access_key_id and self.secret_access_key:
+            out["fs.s3a.access.key"] = self.access_key_id
+            out["fs.s3a.secret.key"] = self.secret_access_key
+            if self.session_token:
+                out["fs.s3a.session.token"] = self.session_token
+                out["fs.s3a.aws.credentials.provider"] = \
+                    "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+            else:
+                out["fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        return out
+
+    def secrets(self) -> list[str]:
+        return [s for s in (self.secret_access_key, self.session_token, self.access_key_id) if s]
+
+
+_configured: S3Config | None = None
+
+
+def configure(config: S3Config | None) -> None:
+    """Install ``config`` for this process (over the environment); ``None`` goes back to the environment only."""
+    global _configured
+    _configured = config
+
+
+def s3_config() -> S3Config:
+    """The S3 settings in force: what :func:`configure` installed, over the environment."""
+    env = S3Config.from_env()
+    return _configured.over(env) if _configured is not None else env
+
+
+def delta_rs_options(uri: str) -> dict[str, str] | None:
+    """Storage options for opening ``uri`` with delta-rs (None for local paths)."""
+    return s3_config().delta_rs_options() if is_s3(uri) else None
+
+
+def configure_spark(spark: SparkSession, config: S3Config | None = None) -> None:
+    """Put the S3A settings into the session's Hadoop configuration (at run time: no secret on a command line).
+
+    Idempotent and cheap when nothing changed; S3A file systems created afterwards use the new values.
+    """
+    config = config or s3_config()
+    conf = config.hadoop_conf()
+    key = (id(spark), tuple(sorted(conf.items())))
+    if _applied.get(id(spark)) == key:
+        return
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for name, value in conf.items():
+        hadoop.set(name, value)
+    # the cached S3A file systems were built with the old values
+    if _applied.get(id(spark)) is not None:
+        spark.sparkContext._jvm.org.apache.hadoop.fs.FileSystem.closeAll()
+    _applied[id(spark)] = key
+
+
+_applied: dict[int, Any] = {}
+
+
+def redact(text: str) -> str:
+    """``text`` with every configured secret replaced by ``***``."""
+    try:
+        secrets = s3_config().secrets()
+    except ConfigError:  # half-configured credentials: nothing complete to leak, the error says so elsewhere
+        secrets = []
+    for secret in secrets:
+        if len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return text
+
+
+__all__ = ["S3Config", "configure", "configure_spark", "delta_rs_options", "delta_rs_uri", "is_local", "is_s3",
+           "normalize", "redact", "s3_config", "scheme", "spark_uri"]

@@ -37,6 +37,7 @@ from imp_core.engine.operators.projection import Projection
 from imp_core.engine.operators.selection import Selection
 from imp_core.engine.operators.table_access import TableAccess
 from imp_core.engine.operators.topk import TopKOp
+from imp_core.engine.order_dependence import CERTAIN, OrderDependence, hi_name, lo_name
 from imp_core.errors import StateError, UnsupportedError
 from imp_core.plan.expr import AggCall, Col
 from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK, explain
@@ -109,6 +110,8 @@ class Pipeline:
         self.topk_buffer = topk_buffer
         self.join_caching = join_caching
         self.minmax_buffer = minmax_buffer
+        # which operators decide membership conservatively from order-dependent float sums (refuses unsound shapes)
+        self.order_dependence = OrderDependence(plan)
         self._build(plan, "r")
         self.merge = Merge("merge@r", partitions.total_fragments, self.fingerprint)
         self.stats = PassStats()
@@ -135,23 +138,34 @@ class Pipeline:
             if part is not None:
                 self._frag_index += 1
         elif isinstance(node, Select):
-            op = Selection(f"select@{path}", node.predicate)
+            role = self.order_dependence.role(node)
+            op = Selection(f"select@{path}", node.predicate, self.order_dependence.bounded_input(node),
+                           role.conservative, role.flagged_input, role.flagged_output)
         elif isinstance(node, Project):
-            op = Projection(f"project@{path}", node.items)
+            role = self.order_dependence.role(node)
+            op = Projection(f"project@{path}", node.items, self.order_dependence.bounded_input(node), role.carry,
+                            role.flagged_input)
         elif isinstance(node, Join):
             op = JoinOp(f"join@{path}", node, self.join_caching, self.fingerprint)
         elif isinstance(node, Aggregate):
             key_types = {n: polars_type(e.dtype) for n, e in node.keys}
             op = Aggregation(f"aggregation@{path}", node.keys, node.aggs, key_types, self.fingerprint,
-                             minmax_buffer=self.minmax_buffer)
+                             minmax_buffer=self.minmax_buffer, bounds=self.order_dependence.role(node).carry)
         elif isinstance(node, Distinct):
             keys = tuple((f.name, Col(f.name, f.dtype)) for f in node.child.schema)
             key_types = {f.name: polars_type(f.dtype) for f in node.child.schema}
             op = Aggregation(f"distinct@{path}", keys, (), key_types, self.fingerprint)
             op.kind = "distinct"
         elif isinstance(node, TopK):
+            role = self.order_dependence.role(node)
+            bounded = self.order_dependence.bounded_input(node)
             schema = {f.name: polars_type(f.dtype) for f in node.schema}
-            op = TopKOp(f"topk@{path}", node.order, node.k, schema, self.fingerprint, buffer=self.topk_buffer)
+            for c in sorted(bounded):  # intervals and the certain flag the input carries stay with each row
+                schema[lo_name(c)] = schema[hi_name(c)] = pl.Float64
+            if role.flagged_input:
+                schema[CERTAIN] = pl.Boolean
+            op = TopKOp(f"topk@{path}", node.order, node.k, schema, self.fingerprint, buffer=self.topk_buffer,
+                        bounded=bounded, conservative=role.conservative)
         else:
             raise UnsupportedError(f"plan node {type(node).__name__} has no incremental operator")
         self.ops[id(node)] = op

@@ -742,12 +742,15 @@ class AggCall(Expr):
         elif self.func == "avg":
             if not is_numeric(t):
                 raise PlanError(f"AVG needs a numeric argument, got {t}")
-            self._set_type(FLOAT)
+            # Spark: AVG(DECIMAL(p, s)) is DECIMAL(p + 4, s + 4), both capped at 38; any other AVG is a double
+            self._set_type(pa.decimal128(min(38, t.precision + 4), min(38, t.scale + 4)) if pa.types.is_decimal(t)
+                           else FLOAT)
         elif self.func == "sum":
             if not is_numeric(t):
                 raise PlanError(f"SUM needs a numeric argument, got {t}")
-            self._set_type(INT if pa.types.is_integer(t) else (pa.decimal128(38, t.scale) if pa.types.is_decimal(t)
-                                                                else FLOAT))
+            # Spark: SUM of an integer is a BIGINT, of DECIMAL(p, s) a DECIMAL(p + 10, s) (capped at 38)
+            self._set_type(INT if pa.types.is_integer(t) else (
+                pa.decimal128(min(38, t.precision + 10), t.scale) if pa.types.is_decimal(t) else FLOAT))
         else:
             self._set_type(t)
 

@@ -17,14 +17,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from imp_core.config import Optimizations
-from imp_core.engine.annotation import FRAG, FRAG_DTYPE, MULT, SET, after_join
+from imp_core.engine.annotation import FRAG, FRAG_DTYPE, MULT, SET, after_join, ann_cols
 from imp_core.engine.evaluate import polars_type
-from imp_core.engine.operators.aggregation import CNT, DUMMY, N, V, Aggregation, _acc_dtype
+from imp_core.engine.operators.aggregation import CNT, DUMMY, N, SPECIAL, V, Aggregation, acc_dtype
 from imp_core.engine.operators.join import JoinOp
+from imp_core.engine.order_dependence import is_interval_column
 from imp_core.engine.pipeline import Pipeline, Versions
 from imp_core.plan.nodes import Aggregate, Plan, Scan
 from imp_core.sources.delta import DeltaSource
@@ -109,7 +110,8 @@ class SparkBackend:
             current = pipeline.current(node)
             if current is None:
                 return None
-            return to_spark(self.spark, current)
+            # intervals of order-dependent sums serve only the engine's own conservative operators
+            return to_spark(self.spark, current.select([c for c in current.columns if not is_interval_column(c)]))
 
         return PlanCompiler(self.spark, lambda s: self.scan(s.table, versions[s.table]), annotation,
                             fragments_in_spark=fragments_in_spark, materialize=materialize)
@@ -204,43 +206,108 @@ class SparkBackend:
 
     def aggregate_input(self, node: Aggregate, op: Aggregation, pipeline: Pipeline,
                         versions: Versions) -> tuple[pl.DataFrame, pl.DataFrame, dict[int, pl.DataFrame]]:
+        """The partial aggregates of a frontier aggregation per (group, fragment), in the state layout of
+        ``Aggregation`` (see its docstring): counts, wrapping integer sums, exact decimal sums, float sums of the
+        finite values with NaN/±inf counts apart, and Σ|x| where the operator keeps an interval.
+
+        Decimal sums add the values themselves, negated for deleted rows: ``DECIMAL(38, s) * BIGINT`` would round
+        to 6 digits after the point under Spark's precision rules. Rows with a multiplicity beyond ±1 (never in a
+        capture, whose inputs are tables) are multiplied out in polars, exactly, by a second job.
+        """
         df = self.compiler(pipeline, versions, fragments_in_spark=True).compile(node.child)
         frag_cols = [c for c in df.columns if c.startswith("__f")]
         keys = ([compile_expr(e).alias(n) for n, e in node.keys] if node.keys else [F.lit(0).alias(DUMMY)])
         key_names = [n for n, _ in node.keys] if node.keys else [DUMMY]
         m = col(MULT)
-        aggs = [F.sum(m).alias(CNT)]
+        aggs = [F.sum(m).alias(CNT), F.max(F.abs(m)).alias("__mmax")]
+        summed = [CNT]
+        exact: dict[int, tuple[Column, str]] = {}  # decimal accumulators: argument, Spark type
         for j, (_, a) in enumerate(node.aggs):
             if a.arg is None:
                 continue
             arg = compile_expr(a.arg)
             aggs.append(F.sum(F.when(arg.isNotNull(), m).otherwise(F.lit(0))).alias(f"__n{j}"))
-            if a.func in ("sum", "avg"):
-                acc = _acc_dtype(a.arg.dtype)
-                spark_acc = "long" if acc == pl.Int64 else ("double" if acc == pl.Float64 else
-                                                            arrow_to_spark(pa.decimal128(38, acc.scale)))
-                aggs.append(F.sum(arg.cast(spark_acc) * m).alias(f"__s{j}"))
+            summed.append(f"__n{j}")
+            if a.func not in ("sum", "avg"):
+                continue
+            acc = acc_dtype(a)
+            if j in op.floats:
+                x = arg.cast("double")
+                special = (F.isnan(x), x == F.lit(float("inf")), x == F.lit(float("-inf")))
+                for name, hit in zip(SPECIAL, special):
+                    aggs.append(F.sum(F.when(hit, m).otherwise(F.lit(0))).alias(f"{name}{j}"))
+                    summed.append(f"{name}{j}")
+                finite = ~F.isnan(x) & (F.abs(x) != F.lit(float("inf")))
+                aggs.append(F.sum(F.when(finite, x * m)).alias(f"__s{j}"))
+                summed.append(f"__s{j}")
+                if j in op.bounded:
+                    aggs.append(F.sum(F.when(finite, F.abs(x) * m)).alias(f"__a{j}"))
+                    summed.append(f"__a{j}")
+            elif acc == pl.Int64:
+                aggs.append(F.sum(arg.cast("long") * m).alias(f"__s{j}"))  # wraps like Spark's own bigint SUM
+                summed.append(f"__s{j}")
+            else:
+                t = arrow_to_spark(pa.decimal128(38, acc.scale))  # type: ignore[attr-defined]
+                v = arg.cast(t)
+                exact[j] = (v, t)
+                aggs.append(F.sum(F.when(m == 1, v).when(m == -1, -v)).alias(f"__s{j}"))
+                summed.append(f"__s{j}")
+                if j in op.bounded:  # Σ|x| of an integer AVG
+                    aggs.append(F.sum(F.when(m == 1, F.abs(v)).when(m == -1, -F.abs(v))).alias(f"__a{j}"))
+                    summed.append(f"__a{j}")
         grouped = df.groupBy(*keys, *[col(c) for c in frag_cols]).agg(*aggs)
         rows = to_polars(grouped)
         self.spark_jobs += 1
         rows = rows.cast({k: op.key_types[k] for k in key_names}, strict=False)  # type: ignore[arg-type]
-        sums = [pl.col(c).sum() for c in rows.columns if c == CNT or c.startswith("__n") or c.startswith("__s")]
-        partial = rows.group_by(key_names).agg(sums)
-        fparts = [rows.select([*key_names, pl.col(c).cast(FRAG_DTYPE).alias(FRAG), pl.col(CNT).alias(N)])
+        rows = op.encode_keys(rows)
+        state_keys = op.key_names  # float keys NaN-free (``nan_flag``)
+        if exact and rows.height and (rows.get_column("__mmax").max() or 0) > 1:  # type: ignore[operator]
+            rows = self._multiplied_out(df, keys, key_names, frag_cols, exact, op, rows)
+        partial = rows.group_by(state_keys).agg([pl.col(c).sum() for c in summed])
+        fparts = [rows.select([*state_keys, pl.col(c).cast(FRAG_DTYPE).alias(FRAG), pl.col(CNT).alias(N)])
                   for c in frag_cols]
         if fparts:
-            fpairs = pl.concat(fparts).group_by([*key_names, FRAG]).agg(pl.col(N).sum())
+            fpairs = pl.concat(fparts).group_by([*state_keys, FRAG]).agg(pl.col(N).sum())
         else:
-            fpairs = pl.DataFrame(schema={**{k: op.key_types[k] for k in key_names}, FRAG: FRAG_DTYPE, N: pl.Int64})
+            fpairs = pl.DataFrame(schema={**{k: op.key_types[k] for k in state_keys}, FRAG: FRAG_DTYPE, N: pl.Int64})
         values: dict[int, pl.DataFrame] = {}
         for j in op.minmax:
             a = node.aggs[j][1]
             arg = compile_expr(a.arg)  # type: ignore[arg-type]
             vdf = (df.select(*keys, arg.alias(V), m).filter(col(V).isNotNull())
                    .groupBy(*[col(k) for k in key_names], col(V)).agg(F.sum(m).alias(N)))
-            values[j] = to_polars(vdf).cast({k: op.key_types[k] for k in key_names}, strict=False)  # type: ignore[arg-type]
+            vals = to_polars(vdf).cast({k: op.key_types[k] for k in key_names}, strict=False)  # type: ignore[arg-type]
+            values[j] = op.encode_values(j, op.encode_keys(vals))
             self.spark_jobs += 1
         return partial, fpairs, values
+
+    def _multiplied_out(self, df: DataFrame, keys: list[Column], key_names: list[str], frag_cols: list[str],
+                        exact: dict[int, tuple[Column, str]], op: Aggregation, rows: pl.DataFrame) -> pl.DataFrame:
+        """Add the decimal contributions of rows with |multiplicity| > 1: per distinct value, its multiplicity sum
+        from Spark, multiplied in polars (128-bit, exact)."""
+        m = col(MULT)
+        extra = []
+        for j, (v, _) in exact.items():
+            vdf = (df.filter(F.abs(m) > 1).select(*keys, *[col(c) for c in frag_cols], v.alias(V), m)
+                   .groupBy(*[col(k) for k in key_names], *[col(c) for c in frag_cols], col(V))
+                   .agg(F.sum(m).alias(N)))
+            part = to_polars(vdf).cast({k: op.key_types[k] for k in key_names}, strict=False)  # type: ignore[arg-type]
+            part = op.encode_keys(part)
+            self.spark_jobs += 1
+            dec = part.schema[V]
+            cols = [(pl.col(V) * pl.col(N).cast(pl.Decimal(38, 0))).cast(dec).alias(f"__s{j}")]
+            if f"__a{j}" in rows.columns:
+                cols.append((pl.col(V).abs() * pl.col(N).cast(pl.Decimal(38, 0))).cast(dec).alias(f"__a{j}"))
+            extra.append(part.select([*op.key_names, *frag_cols, *cols])
+                         .group_by([*op.key_names, *frag_cols]).agg(pl.all().sum()))
+        out = rows
+        for part in extra:
+            names = [c for c in part.columns if c not in (*op.key_names, *frag_cols)]
+            part = part.cast({c: out.schema[c] for c in (*op.key_names, *frag_cols)})  # type: ignore[arg-type]
+            out = out.join(part, on=[*op.key_names, *frag_cols], how="left", suffix="__x", nulls_equal=True)
+            out = out.with_columns([(pl.col(c).fill_null(0) + pl.col(f"{c}__x").fill_null(0)).alias(c) for c in names])
+            out = out.drop([f"{c}__x" for c in names])
+        return out
 
     def fragment_counts(self, node: Plan, pipeline: Pipeline, versions: Versions) -> np.ndarray:
         total = pipeline.partitions.total_fragments
@@ -294,8 +361,7 @@ class SparkJoinSide:
         out = b.annotate_raw(out, self.pipeline)
         out = b.conform(out, op.node)
         out = after_join(out)
-        ann = [c for c in out.columns if c not in op.left_names and c not in op.right_names and c != MULT]
-        return out.select([*op.left_names, *op.right_names, MULT, *ann])
+        return out.select([*op.left_names, *op.right_names, MULT, *ann_cols(out)])
 
     def _restrict(self, other: DataFrame, delta: pl.DataFrame, delta_keys: list[str],
                   keys: list[str]) -> DataFrame | None:

@@ -244,3 +244,15 @@ def test_shape_mismatch_is_a_state_error() -> None:
     bad = codec.encode(op.kind, op.op_id, op.fingerprint, meta, {k: v for k, v in frames.items() if k != "mm7"})
     with pytest.raises(StateError):
         aggregation().load_state(bad)
+
+
+def test_aggregation_state_of_an_older_layout_is_refused() -> None:
+    """State written before NaN/±inf counts and NaN-free keys (no layout in its metadata) is not loaded as if it fit:
+    StateError, so the service recaptures."""
+    op = aggregation()
+    meta, frames = op.state_frames()
+    assert meta["layout"] >= 2
+    old = {k: v for k, v in meta.items() if k != "layout"}
+    blob = codec.encode(op.kind, op.op_id, op.fingerprint, old, frames)
+    with pytest.raises(StateError, match="older engine"):
+        aggregation().load_state(blob)

@@ -34,9 +34,10 @@ from typing import Any, Protocol
 import numpy as np
 import polars as pl
 
-from imp_core.engine.annotation import MULT, after_join, consolidate, rename_for_join
+from imp_core.engine.annotation import MULT, after_join, ann_cols, consolidate, rename_for_join
 from imp_core.engine.bloom import CountingBloom
 from imp_core.engine.evaluate import compile_expr, polars_type
+from imp_core.engine.operators.aggregation import nan_flag, nan_free, normalize_float
 from imp_core.engine.operators.base import StatefulOperator
 from imp_core.errors import StateError
 from imp_core.plan.expr import Binary, Col, Expr, conjoin
@@ -121,9 +122,11 @@ class JoinOp(StatefulOperator):
         for a, b in zip(self.left_keys, self.right_keys):
             ta, tb = polars_type(node.left.field(a).dtype), polars_type(node.right.field(b).dtype)
             self.key_types.append(ta if ta == tb else (pl.Float64 if (ta.is_float() or tb.is_float()) else pl.Int64))
-        # a partner index matches keys by value: only when both sides' key columns have the same type
+        # a partner index matches keys by value with polars joins: only when both sides' key columns have the same
+        # type, and not for float keys (polars joins do not match NaN with NaN reliably)
         self._same_key_types = all(polars_type(node.left.field(a).dtype) == polars_type(node.right.field(b).dtype)
-                                   for a, b in zip(self.left_keys, self.right_keys))
+                                   for a, b in zip(self.left_keys, self.right_keys)) and \
+            not any(t.is_float() for t in self.key_types)
         self.reset()
 
     @property
@@ -164,9 +167,7 @@ class JoinOp(StatefulOperator):
     # -- side caches ---------------------------------------------------------------------------------------------
 
     def _keys(self, side: str, frame: pl.DataFrame) -> pl.DataFrame:
-        names = self.left_keys if side == "left" else self.right_keys
-        return frame.select([pl.col(n).cast(t, strict=False).alias(f"k{i}")
-                             for i, (n, t) in enumerate(zip(names, self.key_types))])
+        return self._canonical(frame, self.left_keys if side == "left" else self.right_keys)
 
     def _names(self, side: str) -> list[str]:
         return self.left_keys if side == "left" else self.right_keys
@@ -241,8 +242,13 @@ class JoinOp(StatefulOperator):
         return PartnerIndex(rows, keys, bloom)
 
     def _canonical(self, frame: pl.DataFrame, names: list[str]) -> pl.DataFrame:
-        return frame.select([pl.col(n).cast(t, strict=False).alias(f"k{i}")
-                             for i, (n, t) in enumerate(zip(names, self.key_types))])
+        """Key columns ``k0..`` in one type per key pair, floats normalized as Spark matches them (so equal keys
+        hash equally in the Bloom filters and match in the partner index)."""
+        cols = []
+        for i, (n, t) in enumerate(zip(names, self.key_types)):
+            x = pl.col(n).cast(t, strict=False)
+            cols.append((normalize_float(x) if t.is_float() else x).alias(f"k{i}"))
+        return frame.select(cols)
 
     def build_caches(self, left: JoinSide, right: JoinSide) -> None:
         """Build both side caches now instead of on the first delta (e.g. right after a capture)."""
@@ -382,15 +388,25 @@ class JoinOp(StatefulOperator):
                 if left.schema[a] != right.schema[b]:
                     target = pl.Float64 if (left.schema[a].is_float() or right.schema[b].is_float()) else left.schema[a]
                     casts_l[a], casts_r[b] = target, target
-            out = left.cast(casts_l).join(right.cast(casts_r), left_on=lk, right_on=rk, how="inner", coalesce=False)  # type: ignore[arg-type]
+            left, right = left.cast(casts_l), right.cast(casts_r)  # type: ignore[arg-type]
+            # Spark matches float join keys normalized (NaN = NaN whatever its bits, -0.0 = 0.0); polars joins do not
+            # match NaN reliably, so the join is on NaN-free copies (value or 0.0, is NaN)
+            floats = [i for i, a in enumerate(lk) if left.schema[a].is_float()]
+            if floats:
+                left = left.with_columns([x for i in floats for x in nan_free(pl.col(lk[i]), f"__jk{i}")])
+                right = right.with_columns([x for i in floats for x in nan_free(pl.col(rk[i]), f"__jk{i}")])
+                extra = [nan_flag(f"__jk{i}") for i in floats]
+                lk = [f"__jk{i}" if i in floats else a for i, a in enumerate(lk)] + extra
+                rk = [f"__jk{i}" if i in floats else b for i, b in enumerate(rk)] + extra
+            out = left.join(right, left_on=lk, right_on=rk, how="inner", coalesce=False, suffix="__r")
         else:
             out = left.join(right, how="cross")
         if self.residual is not None and out.height:
             out = out.filter(compile_expr(self.residual).fill_null(False))
         out = out.with_columns((pl.col(MULT) * pl.col("__mult_r")).alias(MULT)).drop("__mult_r")
         out = after_join(out)
-        ann = [c for c in out.columns if c not in self.left_names and c not in self.right_names and c != MULT]
-        return out.select([*self.left_names, *self.right_names, MULT, *ann])
+        # interval columns of order-dependent sums (``order_dependence``) do not cross a join
+        return out.select([*self.left_names, *self.right_names, MULT, *ann_cols(out)])
 
     def empty_output(self) -> pl.DataFrame:
         """No change: every output column of the join (both sides), even when only one side had a delta."""

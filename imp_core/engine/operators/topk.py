@@ -15,6 +15,13 @@ unknown, so changes to them are dropped before any state update (aggregate selec
 cannot enter the top-k while the buffer holds k rows, a delete there touches nothing kept. When deletions leave
 fewer than k rows in a cut buffer, the top-k can no longer be known: ``BufferExhaustedError``, and the maintenance
 service recaptures (recording why). The sketch is never wrong in between.
+
+Conservative top-k (``imp_core.engine.order_dependence``): when an ORDER BY key is a value Spark computes in an
+order-dependent way (a float SUM/AVG, carried with its interval) or the input holds rows a conservative selection
+below may have kept without Spark (flagged by ``__certain``), a row is kept when fewer than ``k`` rows are *surely*
+before it: rows that surely exist and whose key interval lies entirely before the row's (keys before the first
+uncertain one compared exactly, keys after it ignored). That keeps every row some summation order could rank within
+``k``; the output values are unchanged, only membership grows. Such a top-k keeps its whole input (no buffer).
 """
 
 from __future__ import annotations
@@ -23,9 +30,12 @@ from typing import Any
 
 import polars as pl
 
+import numpy as np
+
 from imp_core.engine.annotation import FRAG_DTYPE, MULT, SET, SET_DTYPE, as_sets
 from imp_core.engine.evaluate import compile_expr
 from imp_core.engine.operators.base import StatefulOperator
+from imp_core.engine.order_dependence import CERTAIN, IntervalCompiler
 from imp_core.errors import BufferExhaustedError, StateError
 from imp_core.plan.nodes import SortKey
 
@@ -37,14 +47,25 @@ class TopKOp(StatefulOperator):
     kind = "topk"
 
     def __init__(self, op_id: str, order: tuple[SortKey, ...], k: int, schema: dict[str, pl.DataType],
-                 fingerprint: str = "", buffer: int = 0) -> None:
+                 fingerprint: str = "", buffer: int = 0, bounded: frozenset[str] | set[str] = frozenset(),
+                 conservative: bool = False) -> None:
+        """``schema`` includes any interval and ``__certain`` columns the input carries; ``bounded`` names the
+        columns with intervals; ``conservative`` switches to the conservative ranking (and off the buffer)."""
         super().__init__(op_id)
         self.order = order
         self.k = k
         self.schema = dict(schema)
         self.fingerprint = fingerprint
-        self.buffer = max(buffer, k) if buffer else 0
+        self.conservative = conservative
+        self.buffer = max(buffer, k) if buffer and not conservative else 0
         self._order_exprs = [compile_expr(s.expr).alias(f"__o{i}") for i, s in enumerate(order)]
+        if conservative:
+            self._ic = IntervalCompiler(bounded)
+            unc = [i for i, s in enumerate(order) if s.expr.columns() & set(bounded)]
+            self._first_uncertain = unc[0] if unc else len(order)
+            if unc:
+                iv = self._ic.interval(order[self._first_uncertain].expr)
+                self._interval_exprs = [iv.lo.alias("__klo"), iv.hi.alias("__khi")]
         self.reset()
 
     def reset(self) -> None:
@@ -88,6 +109,8 @@ class TopKOp(StatefulOperator):
         rows = self.rows if rows is None else rows
         if rows.height == 0 or self.k == 0:
             return rows.head(0).select([*self.data_cols, SET, SKEY]).with_columns(pl.lit(0, pl.Int64).alias(MULT))
+        if self.conservative:
+            return self._conservative_top(rows)
         s = self._sorted(rows)
         by = [f"__o{i}" for i in range(len(self.order))]
         change = pl.lit(False)
@@ -106,6 +129,57 @@ class TopKOp(StatefulOperator):
                            pl.col(SET).cast(pl.List(pl.String)).list.join(",").alias(SKEY))
         return s.select([*self.data_cols, SET, SKEY, MULT])
 
+    def _conservative_top(self, rows: pl.DataFrame) -> pl.DataFrame:
+        """Rows with fewer than ``k`` rows surely before them (see the module docstring), with ``min(R(t), k − pos)``
+        copies, ``pos`` counting only the surely earlier rows."""
+        j = self._first_uncertain
+        prefix = [f"__o{i}" for i in range(j)]
+        r = rows.with_columns(self._order_exprs[:j])
+        if j < len(self.order):
+            r = self._ic.apply(r).with_columns(self._interval_exprs)
+        # exact prefix keys: one dense group number per distinct prefix, in order
+        if prefix:
+            s = r.select(prefix).with_row_index("__i").sort(
+                by=prefix, descending=[x.descending for x in self.order[:j]],
+                nulls_last=[not x.effective_nulls_first for x in self.order[:j]], maintain_order=True)
+            change = pl.lit(False)
+            for c in prefix:
+                change = change | pl.col(c).ne_missing(pl.col(c).shift(1))
+            s = s.with_columns((change.fill_null(True).cum_sum() - 1).alias("__pr"))
+            group = np.empty(r.height, dtype=np.int64)
+            group[s.get_column("__i").to_numpy()] = s.get_column("__pr").to_numpy()
+        else:
+            group = np.zeros(r.height, dtype=np.int64)
+        # the uncertain key: ranks of both ends in the key's order; a row is surely before another when its latest
+        # end comes before the other's earliest
+        if j < len(self.order):
+            key = self.order[j]
+            ends = pl.concat([r.get_column("__klo"), r.get_column("__khi")])
+            rank = ends.rank("dense", descending=key.descending).cast(pl.Int64)
+            top = int(rank.max() or 0) + 1
+            ranks = rank.fill_null(0 if key.effective_nulls_first else top).to_numpy()
+            lo_rank, hi_rank = ranks[:r.height], ranks[r.height:]
+            earliest, latest = (hi_rank, lo_rank) if key.descending else (lo_rank, hi_rank)
+            width = top + 2
+        else:
+            earliest = latest = np.zeros(r.height, dtype=np.int64)
+            width = 1
+        as_earlier = group * width + latest  # where a row stands as a possibly earlier row
+        as_later = group * width + earliest  # what a surely earlier row must stand before
+        weight = r.get_column(N).to_numpy().astype(np.int64)
+        if CERTAIN in r.columns:
+            weight = np.where(r.get_column(CERTAIN).fill_null(False).to_numpy(), weight, 0)
+        order = np.argsort(as_earlier, kind="stable")
+        cum = np.concatenate([[0], np.cumsum(weight[order])])
+        pos = cum[np.searchsorted(as_earlier[order], as_later, side="left")]
+        s = rows.with_columns(pl.Series("__pos", pos, dtype=pl.Int64)).filter(pl.col("__pos") < self.k)
+        s = (s.group_by(self.data_cols, maintain_order=True)
+             .agg(pl.col(N).sum(), pl.col(SET).list.explode(keep_nulls=False, empty_as_null=False)
+                  .unique().sort().cast(FRAG_DTYPE), pl.col("__pos").min()))
+        s = s.with_columns(pl.min_horizontal(pl.col(N), pl.lit(self.k) - pl.col("__pos")).alias(MULT),
+                           pl.col(SET).cast(pl.List(pl.String)).list.join(",").alias(SKEY))
+        return s.select([*self.data_cols, SET, SKEY, MULT])
+
     # -- incremental maintenance -----------------------------------------------------------------------------------
 
     def process(self, delta: pl.DataFrame) -> pl.DataFrame:
@@ -120,14 +194,14 @@ class TopKOp(StatefulOperator):
                 return self._empty()
         old_top = self.top()
         keys = [*self.data_cols, SKEY]
-        hit = self.rows.join(d.select(keys), on=keys, how="semi", nulls_equal=True)
-        merged = d.join(hit.select([*keys, N]), on=keys, how="left", nulls_equal=True).with_columns(
-            (pl.col(N).fill_null(0) + pl.col("__dn")).alias(N))
+        # fold by grouping, not joining: polars joins do not match NaN with NaN reliably, its group-by does
+        changes = d.rename({"__dn": N}).select(self.rows.columns).cast(self.rows.schema)  # type: ignore[arg-type]
+        merged = pl.concat([self.rows, changes]).group_by(keys, maintain_order=True).agg(
+            pl.col(N).sum(), pl.col(SET).first())
         if merged.filter(pl.col(N) < 0).height:
             raise StateError(f"operator {self.op_id}: the change feed deleted rows the top-k state never saw; "
                              f"recapture the sketch")
-        rest = self.rows.join(d.select(keys), on=keys, how="anti", nulls_equal=True)
-        self.rows = pl.concat([rest, merged.filter(pl.col(N) > 0).select(self.rows.columns)])
+        self.rows = merged.filter(pl.col(N) > 0).select(self.rows.columns)
         if self.buffer:
             self._trim()
         new_top = self.top()

@@ -252,6 +252,12 @@ def compaction(service: SketchService, quick: bool, runs: int, path: Path | None
     return exp
 
 
+def _job_error(output: str) -> str:
+    """The job's own error line (``imp-job: ...``; under spark-submit it arrives on stdout), else the output's end."""
+    lines = [ln for ln in output.splitlines() if ln.startswith("imp-job:")]
+    return lines[-1] if lines else output.strip()[-500:]
+
+
 def whole_job(service: SketchService, quick: bool, runs: int) -> Experiment:
     """Maintenance as the whole job an Airflow task runs (process start to catalog commit), IMP vs FM.
 
@@ -265,6 +271,7 @@ def whole_job(service: SketchService, quick: bool, runs: int) -> Experiment:
     import sys
 
     from imp_core.jobs import SUBMIT_PATH
+    from imp_core.spark import connector
 
     rows = scaled(200_000 if quick else 10_000_000)
     groups = 5000
@@ -282,7 +289,7 @@ def whole_job(service: SketchService, quick: bool, runs: int) -> Experiment:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("IMP_", "PYSPARK_GATEWAY"))},
            "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     submit = [str(bin_dir / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-              "--conf", "spark.sql.shuffle.partitions=8", SUBMIT_PATH]
+              "--conf", "spark.sql.shuffle.partitions=8", *connector.submit_args(), SUBMIT_PATH]
     commands = {
         "IMP job": [*submit, "maintain", "--sketch", "wj_run", "--strategy", "lazy", "--home", home],
         "FM job": [*submit, "recapture", "--sketch", "wj_run", "--home", home],
@@ -302,7 +309,7 @@ def whole_job(service: SketchService, quick: bool, runs: int) -> Experiment:
                 done = subprocess.run(commands[variant], env=env, capture_output=True, text=True)
                 elapsed = time.perf_counter() - t0
                 if done.returncode != 0:
-                    raise RuntimeError(f"{variant} failed: {done.stderr.strip()[-500:]}")
+                    raise RuntimeError(f"{variant} failed: {_job_error(done.stdout + done.stderr)}")
                 shown = json.loads(subprocess.run([str(bin_dir / "imp"), "--home", home, "sketch", "show", "wj_run",
                                                    "--json"], env=env, capture_output=True, text=True,
                                                   check=True).stdout)

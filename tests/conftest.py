@@ -103,9 +103,10 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory):
     while True:
         assert proc.poll() is None, log.read_text()
         try:
-            requests.get(endpoint, timeout=2)
+            # moto builds its backends on the first request: under load that answer takes seconds
+            requests.get(endpoint, timeout=30)
             break
-        except requests.ConnectionError:
+        except requests.RequestException:
             assert time.monotonic() < deadline, "the S3 server did not come up"
             time.sleep(0.2)
     env = {"IMP_S3_ENDPOINT": endpoint, "IMP_S3_REGION": "us-east-1", "IMP_S3_ACCESS_KEY_ID": "imp-test-key",

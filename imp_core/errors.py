@@ -98,3 +98,21 @@ class SketchUnusableError(ImpError):
     """
 
     exit_code = 8
+
+
+def first_line(error: BaseException | str) -> str:
+    """The first non-empty line of an error (or a message), for one-line reports.
+
+    An ``ImpError``'s message is written for users and stands alone; any other exception gets its class name in front
+    (``KeyError: 'x'``), since its message alone rarely says what went wrong.
+    """
+    if isinstance(error, str):
+        text = error
+    elif isinstance(error, ImpError):
+        text = str(error)
+    else:
+        orig = getattr(error, "orig", None)  # SQLAlchemy wraps the driver's exception
+        inner = orig if orig is not None else error
+        text = f"{type(inner).__name__}: {inner}" if str(inner).strip() else type(inner).__name__
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[0] if lines else (type(error).__name__ if not isinstance(error, str) else "unknown error")

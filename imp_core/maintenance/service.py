@@ -34,9 +34,9 @@ import pyarrow as pa
 
 from imp_core import faults, inputs
 from imp_core.config import Settings
-from imp_core.engine.evaluate import require_engine_support
 from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.state import FORMAT, FORMAT_VERSION
+from imp_core.engine.support import require_engine_support
 from imp_core.maintenance.changes import read_changes, used_columns
 from imp_core.errors import (
     ChangeFeedUnavailableError,

@@ -1,14 +1,8 @@
 """Compile plans and expressions to Spark DataFrames, with provenance annotations.
 
-One ``visit_<Node>`` per plan node. Annotated relations carry, next to the plan's columns, ``__mult`` (multiplicity,
-1 for table rows) and per partitioned scan either its fragment column ``__f{i}`` (computed on Spark: needed when
-Spark groups by fragment during capture) or its raw partition value ``__p{i}`` (when a small join result is
-annotated afterwards in memory, which avoids computing a fragment for every row of a large table).
-
-Expressions compile with ``SparkExpressionCompiler``, a visitor with one ``visit_<Node>`` per expression node class
-(checked at import time, as for the polars compiler in ``imp_core.engine.evaluate``). Spark computes the values
-itself; the compiler only makes the IR's types explicit (operands cast to the types ``imp_core.plan.expr`` derived,
-results cast to the IR's type), so Spark evaluates exactly the expression the engine evaluates.
+One ``visit_<Node>`` per plan node and per expression node (checked at import time, as for the polars compiler in
+``imp_core.engine.evaluate``); the column layout of annotated relations is ``imp_core.engine.schema``'s. See
+docs/ARCHITECTURE.md, "The plan IR" and "Fragments on Spark".
 """
 
 from __future__ import annotations
@@ -22,6 +16,8 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from imp_core.engine.annotation import AnnotationLayout
+from imp_core.engine.schema import MULT, RIGHT_MULT, RIGHT_SET, SET, is_carried, join_columns
 from imp_core.errors import UnsupportedError
 from imp_core.plan.expr import (
     BOOL,
@@ -46,13 +42,10 @@ from imp_core.plan.expr import (
     require_visitors,
 )
 from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK
-from imp_core.sketch.partition import Partition
 from imp_core.spark.fragment import add_fragment
 from imp_core.spark.types import arrow_to_spark
 
-MULT = "__mult"
-
-# What this compiler does not do: stateful nodes are materialized from engine state by the caller.
+# What this compiler does not do: stateful nodes come from engine state (the caller's ``from_state``).
 UNSUPPORTED_NODES = {Aggregate: "aggregation", Distinct: "distinct", TopK: "top-k"}
 
 
@@ -63,10 +56,6 @@ def q(name: str) -> str:
 
 def col(name: str) -> Column:
     return F.col(q(name))
-
-
-def is_ann(name: str) -> bool:
-    return name in (MULT, "__sk") or name.startswith(("__f", "__p"))
 
 
 # -- expressions -------------------------------------------------------------------------------------------------
@@ -328,25 +317,26 @@ def compile_expr(e: Expr) -> Column:
 class PlanCompiler:
     """Compile a stateless plan (scan, select, project, join) to an annotated Spark DataFrame.
 
-    ``scan_df(scan)`` supplies each scan's rows (the table at the right version, possibly pruned);
-    ``annotation(scan)`` gives ``(column name, partition, global offset)`` for partitioned scans or None;
-    ``materialize(node)`` may return a DataFrame for a stateful node (built from engine state) instead.
+    ``scan_df(scan)`` supplies each scan's rows (the table at the right version, possibly pruned); ``annotations``
+    says which scans are partitioned (their rows get the fragment column, or with ``fragments_in_spark=False`` the
+    raw partition value, to be turned into fragments in memory after a join); ``from_state(node)`` may return a
+    DataFrame of a subtree's contents held in engine state instead. ``plain``: no annotations and no multiplicities,
+    the query as a user runs it.
     """
 
     def __init__(self, spark: SparkSession, scan_df: Callable[[Scan], DataFrame],
-                 annotation: Callable[[Scan], tuple[str, Partition, int] | None] | None = None, *,
-                 fragments_in_spark: bool = True, materialize: Callable[[Plan], DataFrame | None] | None = None,
-                 plain: bool = False) -> None:
+                 annotations: AnnotationLayout | None = None, *, fragments_in_spark: bool = True,
+                 from_state: Callable[[Plan], DataFrame | None] | None = None, plain: bool = False) -> None:
         self.spark = spark
         self.scan_df = scan_df
-        self.annotation = annotation or (lambda scan: None)
+        self.annotations = annotations
         self.fragments_in_spark = fragments_in_spark
-        self.materialize = materialize
-        self.plain = plain  # no annotations, no multiplicities: the query as a user runs it
+        self.from_state = from_state
+        self.plain = plain
 
     def compile(self, node: Plan) -> DataFrame:
-        if self.materialize is not None:
-            df = self.materialize(node)
+        if self.from_state is not None:
+            df = self.from_state(node)
             if df is not None:
                 return df
         visit = getattr(self, f"visit_{type(node).__name__}", None)
@@ -360,23 +350,22 @@ class PlanCompiler:
         cols = [F.col(q(c.name)).alias(node.qualified(c.name)) for c in node.columns]
         if self.plain:
             return df.select(*cols)
-        ann = self.annotation(node)
-        extra = [F.lit(1).cast("long").alias(MULT)]
+        ann = self.annotations.of_scan(node) if self.annotations is not None else None
+        mult = F.lit(1).cast("long").alias(MULT)
         if ann is None:
-            return df.select(*cols, *extra)
-        name, partition, offset = ann
-        value = F.col(q(partition.column))
+            return df.select(*cols, mult)
+        value = F.col(q(ann.partition.column))
         if not self.fragments_in_spark:
-            return df.select(*cols, *extra, value.alias(name.replace("__f", "__p")))
-        df = add_fragment(df, value, partition, offset, name)
-        return df.select(*cols, *extra, F.col(name))
+            return df.select(*cols, mult, value.alias(ann.raw_column))
+        df = add_fragment(df, value, ann.partition, ann.offset, ann.column)
+        return df.select(*cols, mult, F.col(ann.column))
 
     def visit_Select(self, node: Select) -> DataFrame:
         return self.compile(node.child).filter(compile_expr(node.predicate))
 
     def visit_Project(self, node: Project) -> DataFrame:
         child = self.compile(node.child)
-        ann = [col(c) for c in child.columns if is_ann(c)]
+        ann = [col(c) for c in child.columns if is_carried(c)]
         return child.select(*[compile_expr(e).alias(name) for name, e in node.items], *ann)
 
     def visit_Join(self, node: Join) -> DataFrame:
@@ -386,22 +375,19 @@ class PlanCompiler:
                 return left.crossJoin(right)
             return left.join(right, on=compile_expr(node.condition), how="inner")
         left = self.compile(node.left)
-        right = self.compile(node.right).withColumnRenamed(MULT, "__mult_r")
-        if "__sk" in right.columns:
-            right = right.withColumnRenamed("__sk", "__sk_r")
+        right = self.compile(node.right).withColumnRenamed(MULT, RIGHT_MULT)
+        if SET in right.columns:
+            right = right.withColumnRenamed(SET, RIGHT_SET)
         cond = compile_expr(node.condition) if node.condition is not None else None
         joined = left.join(right, on=cond, how="inner") if cond is not None else left.crossJoin(right)
-        joined = joined.withColumn(MULT, col(MULT) * col("__mult_r")).drop("__mult_r")
-        if "__sk_r" in joined.columns:
-            if "__sk" in joined.columns:
-                joined = joined.withColumn("__sk", F.array_sort(F.array_distinct(F.concat(col("__sk"),
-                                                                                          col("__sk_r")))))
-                joined = joined.drop("__sk_r")
+        joined = joined.withColumn(MULT, col(MULT) * col(RIGHT_MULT)).drop(RIGHT_MULT)
+        if RIGHT_SET in joined.columns:
+            if SET in joined.columns:
+                joined = joined.withColumn(SET, F.array_sort(F.array_distinct(F.concat(col(SET), col(RIGHT_SET)))))
+                joined = joined.drop(RIGHT_SET)
             else:
-                joined = joined.withColumnRenamed("__sk_r", "__sk")
-        data = [col(n) for n in node.names]
-        ann = [col(c) for c in joined.columns if is_ann(c)]
-        return joined.select(*data, *ann)
+                joined = joined.withColumnRenamed(RIGHT_SET, SET)
+        return joined.select(*[col(c) for c in join_columns(node.left.names, node.right.names, joined.columns)])
 
     # -- plain evaluation of stateful nodes (the use path) --------------------------------------------------------
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from imp_core.engine.annotation import MULT, SET, as_sets
+from imp_core.engine.annotation import as_sets
+from imp_core.engine.schema import MULT, SET
 from imp_core.engine.local import LocalBackend
 from imp_core.engine.pipeline import Pipeline
 from imp_core.plan.expr import INT, AggCall, Binary, Col, Lit

@@ -270,7 +270,7 @@ def test_high_scale_decimal_sums_are_exact_in_capture(spark, tmp_path: Path) -> 
     parts = PartitionSet((Partition("d", "p", (0, 2, 4), "int"),))
     on_spark = Pipeline(plan, parts)
     on_spark.capture(SparkBackend(spark, {"d": DeltaSource("d", tmp_path / "d")}), {"d": 0})
-    out = on_spark.current(plan)
+    out = on_spark.relation_from_state(plan)
     assert out is not None
     got = {r["g"]: (r["s"], r["a"]) for r in out.to_dicts()}
     assert got == {1: (Decimal("0.12345679"), Decimal("0.061728395000")),

@@ -19,7 +19,8 @@ import pyarrow as pa
 import pytest
 
 from imp_core.engine import state as codec
-from imp_core.engine.annotation import MULT, SET, SET_DTYPE
+from imp_core.engine.annotation import SET_DTYPE
+from imp_core.engine.schema import MULT, SET
 from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.operators.base import StatefulOperator
 from imp_core.engine.operators.merge import Merge

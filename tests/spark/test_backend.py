@@ -7,7 +7,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from imp_core.engine.annotation import MULT
+from imp_core.engine.schema import MULT
 from imp_core.engine.local import LocalBackend
 from imp_core.sources.delta import DeltaSource
 from imp_core.spark.backend import SparkBackend
@@ -81,9 +81,10 @@ def test_join_caches_on_spark(spark, tmp_path, small_rows: int) -> None:  # noqa
 
 
 def join_through_side(spark, tmp_path, delta: pa.Table, right: pa.Table, on: str, pushdown: bool):  # noqa: ANN001, ANN201
-    """Join ``delta`` (columns of r plus ``__mult``) with table s through ``SparkJoinSide`` and, independently,
-    through DuckDB; return (ours, expected) as canonical rows (r columns, s columns, multiplicity)."""
+    """Join ``delta`` (columns of r plus ``__mult``) with table s through ``SparkBackend.join_delta`` and,
+    independently, through DuckDB; return (ours, expected) as canonical rows (r columns, s columns, multiplicity)."""
     from imp_core.config import Optimizations
+    from imp_core.engine.backend import Relation
     from imp_core.engine.pipeline import Pipeline
     from imp_core.plan.nodes import Join
     from imp_core.plan.sql import parse_query
@@ -100,7 +101,7 @@ def join_through_side(spark, tmp_path, delta: pa.Table, right: pa.Table, on: str
     [join] = [n for n in plan.walk() if isinstance(n, Join)]
     annotated = pipe.op(join.left).process(pl.from_arrow(delta))
     backend = SparkBackend(spark, sources, Optimizations(join_key_pushdown=pushdown))
-    out = backend.join_side(join.right, pipe, {"r": 0, "s": 0}).join_delta(annotated, True)
+    out = backend.join_delta(join, annotated, True, Relation(join.right, pipe.annotations), {"r": 0, "s": 0})
 
     names = [*join.left.names, *join.right.names]
     assert out.columns[:len(names) + 1] == [*names, MULT]

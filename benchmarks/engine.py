@@ -22,9 +22,9 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from benchmarks.harness import Experiment, scaled
-from imp_core.engine.schema import MULT
 from imp_core.engine.local import LocalBackend
 from imp_core.engine.pipeline import Pipeline
+from imp_core.engine.schema import MULT
 from imp_core.plan.sql import parse_query
 from imp_core.sketch.partition import Partition, PartitionSet
 from imp_core.sources.delta import VERSION, DeltaSource

@@ -9,6 +9,8 @@ reproduce is refused (``imp_core.engine.support``). See docs/ARCHITECTURE.md, "T
 from __future__ import annotations
 
 import decimal
+import functools
+import operator
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
@@ -20,25 +22,17 @@ import pyarrow as pa
 from imp_core.engine import kernels as K
 from imp_core.engine.support import UNSUPPORTED_FUNCTIONS, engine_cast_reason, engine_unsupported
 from imp_core.errors import UnsupportedError
+from imp_core.plan import expr as ex
 from imp_core.plan import values as V
 from imp_core.plan.expr import (
     BOOL,
     NULL,
-    AggCall,
-    Between,
     Binary,
-    Case,
-    Cast,
     Col,
     Expr,
-    Extract,
     Func,
-    InList,
     Interval,
-    IsNull,
-    Like,
     Lit,
-    Unary,
     arithmetic_types,
     comparison_type,
     is_string,
@@ -106,7 +100,7 @@ class PolarsCompiler:
     # Expression classes that are never compiled on their own, with the reason (their visitors raise it).
     UNSUPPORTED_EXPRESSIONS: ClassVar[dict[type[Expr], str]] = {
         Interval: "an INTERVAL is only valid added to or subtracted from a date or timestamp",
-        AggCall: "an aggregate is evaluated by the aggregation operator, not as a scalar expression",
+        ex.AggCall: "an aggregate is evaluated by the aggregation operator, not as a scalar expression",
     }
 
     def compile(self, e: Expr) -> pl.Expr:
@@ -132,12 +126,12 @@ class PolarsCompiler:
     def visit_Interval(self, e: Interval) -> pl.Expr:
         raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[Interval]}")
 
-    def visit_AggCall(self, e: AggCall) -> pl.Expr:
-        raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[AggCall]}")
+    def visit_AggCall(self, e: ex.AggCall) -> pl.Expr:
+        raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[ex.AggCall]}")
 
     # -- logic and comparison ---------------------------------------------------------------------------------------
 
-    def visit_Unary(self, e: Unary) -> pl.Expr:
+    def visit_Unary(self, e: ex.Unary) -> pl.Expr:
         if e.op == "not":
             return ~self.to(e.arg, BOOL)
         return -self.to(e.arg, e.dtype)  # integers wrap (-MIN = MIN), as Java does
@@ -214,25 +208,20 @@ class PolarsCompiler:
         # months and years land on the same day of the month, clamped to its last day (Spark's add_months)
         return x.dt.offset_by(f"{n}{unit[iv.unit]}")
 
-    def visit_IsNull(self, e: IsNull) -> pl.Expr:
+    def visit_IsNull(self, e: ex.IsNull) -> pl.Expr:
         x = self.compile(e.arg)
         return x.is_not_null() if e.negated else x.is_null()
 
-    def visit_InList(self, e: InList) -> pl.Expr:
+    def visit_InList(self, e: ex.InList) -> pl.Expr:
         # an OR of equalities in the list's common type gives SQL's NULL semantics (2 NOT IN (1, NULL) is NULL)
-        t = e.compare_type
-        out = None
-        for item in e.items:
-            part = self.compare("=", e.arg, item, t)
-            out = part if out is None else out | part
-        assert out is not None
+        out = functools.reduce(operator.or_, (self.compare("=", e.arg, item, e.compare_type) for item in e.items))
         return ~out if e.negated else out
 
-    def visit_Between(self, e: Between) -> pl.Expr:
+    def visit_Between(self, e: ex.Between) -> pl.Expr:
         out = self.compare(">=", e.arg, e.low) & self.compare("<=", e.arg, e.high)
         return ~out if e.negated else out
 
-    def visit_Like(self, e: Like) -> pl.Expr:
+    def visit_Like(self, e: ex.Like) -> pl.Expr:
         x = self.to(e.arg, pa.string())
         if e.case_insensitive:
             # Spark's ILIKE is lower(x) LIKE lower(pattern): full lower-casing (final sigma, dotted I), not folding
@@ -242,7 +231,7 @@ class PolarsCompiler:
             out = x.str.contains(like_to_regex(e.pattern))
         return ~out if e.negated else out
 
-    def visit_Case(self, e: Case) -> pl.Expr:
+    def visit_Case(self, e: ex.Case) -> pl.Expr:
         t = e.dtype
         chain: Any = None
         for cond, value in e.whens:
@@ -254,7 +243,7 @@ class PolarsCompiler:
 
     # -- casts --------------------------------------------------------------------------------------------------------
 
-    def visit_Cast(self, e: Cast) -> pl.Expr:
+    def visit_Cast(self, e: ex.Cast) -> pl.Expr:
         return self.to(e.arg, e.to)
 
     def cast(self, x: pl.Expr, src: pa.DataType, dst: pa.DataType) -> pl.Expr:
@@ -478,7 +467,7 @@ class PolarsCompiler:
 
     # -- EXTRACT ------------------------------------------------------------------------------------------------------
 
-    def visit_Extract(self, e: Extract) -> pl.Expr:
+    def visit_Extract(self, e: ex.Extract) -> pl.Expr:
         if e.arg.dtype == NULL:
             return pl.lit(None, dtype=value_type(e.dtype))
         x = self.compile(e.arg)

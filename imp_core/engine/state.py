@@ -28,7 +28,8 @@ FORMAT_VERSION = 1
 
 @dataclass(frozen=True)
 class StatePayload:
-    """Decoded state of one operator."""
+    """Decoded state of one operator: the header fields that tie it to an operator of a plan (``kind``, ``op_id``,
+    ``fingerprint``), the operator's JSON metadata and its named frames."""
 
     kind: str
     op_id: str

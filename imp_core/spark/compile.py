@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
+import operator
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -19,28 +21,8 @@ from pyspark.sql import functions as F
 from imp_core.engine.annotation import AnnotationLayout
 from imp_core.engine.schema import MULT, RIGHT_MULT, RIGHT_SET, SET, is_carried, join_columns
 from imp_core.errors import UnsupportedError
-from imp_core.plan.expr import (
-    BOOL,
-    NULL,
-    AggCall,
-    Between,
-    Binary,
-    Case,
-    Cast,
-    Col,
-    Expr,
-    Extract,
-    Func,
-    InList,
-    Interval,
-    IsNull,
-    Like,
-    Lit,
-    Unary,
-    arithmetic_types,
-    comparison_type,
-    require_visitors,
-)
+from imp_core.plan import expr as ex
+from imp_core.plan.expr import NULL, Expr, Func
 from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK
 from imp_core.spark.fragment import add_fragment
 from imp_core.spark.types import arrow_to_spark
@@ -68,8 +50,8 @@ class SparkExpressionCompiler:
     UNSUPPORTED_FUNCTIONS: ClassVar[dict[str, str]] = {}
     # Expression classes that are never compiled on their own, with the reason (their visitors raise it).
     UNSUPPORTED_EXPRESSIONS: ClassVar[dict[type[Expr], str]] = {
-        Interval: "an INTERVAL is only valid added to or subtracted from a date or timestamp",
-        AggCall: "an aggregate is compiled by the Aggregate plan node, not as a scalar expression",
+        ex.Interval: "an INTERVAL is only valid added to or subtracted from a date or timestamp",
+        ex.AggCall: "an aggregate is compiled by the Aggregate plan node, not as a scalar expression",
     }
 
     def compile(self, e: Expr) -> Column:
@@ -82,10 +64,10 @@ class SparkExpressionCompiler:
             return c
         return c.cast(arrow_to_spark(t))
 
-    def visit_Col(self, e: Col) -> Column:
+    def visit_Col(self, e: ex.Col) -> Column:
         return col(e.name)
 
-    def visit_Lit(self, e: Lit) -> Column:
+    def visit_Lit(self, e: ex.Lit) -> Column:
         if e.value is None:
             return F.lit(None) if e.dtype == NULL else F.lit(None).cast(arrow_to_spark(e.dtype))
         value = e.value
@@ -96,31 +78,31 @@ class SparkExpressionCompiler:
             value = value.isoformat(sep=" ")
         return F.lit(value).cast(arrow_to_spark(e.dtype))
 
-    def visit_Interval(self, e: Interval) -> Column:
-        raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[Interval]}")
+    def visit_Interval(self, e: ex.Interval) -> Column:
+        raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[ex.Interval]}")
 
-    def visit_AggCall(self, e: AggCall) -> Column:
-        raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[AggCall]}")
+    def visit_AggCall(self, e: ex.AggCall) -> Column:
+        raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[ex.AggCall]}")
 
-    def visit_Unary(self, e: Unary) -> Column:
-        return ~self.to(e.arg, BOOL) if e.op == "not" else -self.to(e.arg, e.dtype)
+    def visit_Unary(self, e: ex.Unary) -> Column:
+        return ~self.to(e.arg, ex.BOOL) if e.op == "not" else -self.to(e.arg, e.dtype)
 
     def compare(self, op: str, a: Expr, b: Expr, t: pa.DataType | None = None) -> Column:
-        t = comparison_type(a, b) if t is None else t
+        t = ex.comparison_type(a, b) if t is None else t
         x, y = self.to(a, t), self.to(b, t)
         return {"=": x == y, "<>": x != y, "<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[op]
 
-    def visit_Binary(self, e: Binary) -> Column:
+    def visit_Binary(self, e: ex.Binary) -> Column:
         op = e.op
         if op == "and":
-            return self.to(e.left, BOOL) & self.to(e.right, BOOL)
+            return self.to(e.left, ex.BOOL) & self.to(e.right, ex.BOOL)
         if op == "or":
-            return self.to(e.left, BOOL) | self.to(e.right, BOOL)
+            return self.to(e.left, ex.BOOL) | self.to(e.right, ex.BOOL)
         if op in ("=", "<>", "<", "<=", ">", ">="):
             return self.compare(op, e.left, e.right)
-        if isinstance(e.right, Interval) or isinstance(e.left, Interval):
-            base, iv = (e.left, e.right) if isinstance(e.right, Interval) else (e.right, e.left)
-            assert isinstance(iv, Interval)
+        if isinstance(e.right, ex.Interval) or isinstance(e.left, ex.Interval):
+            base, iv = (e.left, e.right) if isinstance(e.right, ex.Interval) else (e.right, e.left)
+            assert isinstance(iv, ex.Interval)
             n = iv.value if op == "+" else -iv.value
             b = self.to(base, e.dtype if base.dtype == NULL else base.dtype)
             if pa.types.is_date(base.dtype):
@@ -138,42 +120,37 @@ class SparkExpressionCompiler:
             date, days = (e.left, e.right) if pa.types.is_date(lt) else (e.right, e.left)
             d, count = self.compile(date), self.to(days, pa.int32())
             return F.date_sub(d, count) if op == "-" else F.date_add(d, count)
-        ta, tb, _ = arithmetic_types(op, e.left, e.right)
+        ta, tb, _ = ex.arithmetic_types(op, e.left, e.right)
         x, y = self.to(e.left, ta), self.to(e.right, tb)
         return {"+": x + y, "-": x - y, "*": x * y, "/": x / y, "%": x % y}[op]
 
-    def visit_IsNull(self, e: IsNull) -> Column:
+    def visit_IsNull(self, e: ex.IsNull) -> Column:
         c = self.compile(e.arg)
         return c.isNotNull() if e.negated else c.isNull()
 
-    def visit_InList(self, e: InList) -> Column:
-        t = e.compare_type
-        out = None
-        for item in e.items:
-            part = self.compare("=", e.arg, item, t)
-            out = part if out is None else out | part
-        assert out is not None
+    def visit_InList(self, e: ex.InList) -> Column:
+        out = functools.reduce(operator.or_, (self.compare("=", e.arg, item, e.compare_type) for item in e.items))
         return ~out if e.negated else out
 
-    def visit_Between(self, e: Between) -> Column:
+    def visit_Between(self, e: ex.Between) -> Column:
         out = self.compare(">=", e.arg, e.low) & self.compare("<=", e.arg, e.high)
         return ~out if e.negated else out
 
-    def visit_Like(self, e: Like) -> Column:
+    def visit_Like(self, e: ex.Like) -> Column:
         c = self.compile(e.arg)
         out = c.ilike(e.pattern) if e.case_insensitive else c.like(e.pattern)
         return ~out if e.negated else out
 
-    def visit_Case(self, e: Case) -> Column:
+    def visit_Case(self, e: ex.Case) -> Column:
         chain = None
         for cond, value in e.whens:
             v = self.to(value, e.dtype)
-            c = self.to(cond, BOOL)  # Spark refuses a bare NULL condition
+            c = self.to(cond, ex.BOOL)  # Spark refuses a bare NULL condition
             chain = F.when(c, v) if chain is None else chain.when(c, v)
         default = self.to(e.default, e.dtype) if e.default is not None else F.lit(None).cast(arrow_to_spark(e.dtype))
         return chain.otherwise(default) if chain is not None else default
 
-    def visit_Cast(self, e: Cast) -> Column:
+    def visit_Cast(self, e: ex.Cast) -> Column:
         return self.compile(e.arg).cast(arrow_to_spark(e.to))
 
     def visit_Func(self, e: Func) -> Column:
@@ -210,7 +187,7 @@ class SparkExpressionCompiler:
 
     def func_replace(self, e: Func) -> Column:
         search, repl = e.args[1], e.args[2]
-        assert isinstance(search, Lit) and isinstance(repl, Lit)
+        assert isinstance(search, ex.Lit) and isinstance(repl, ex.Lit)
         return F.replace(self.compile(e.args[0]), self.to(search, pa.string()), self.to(repl, pa.string()))
 
     def func_coalesce(self, e: Func) -> Column:
@@ -262,7 +239,7 @@ class SparkExpressionCompiler:
     def func_power(self, e: Func) -> Column:
         return F.pow(self.compile(e.args[0]), self.compile(e.args[1]))
 
-    def visit_Extract(self, e: Extract) -> Column:
+    def visit_Extract(self, e: ex.Extract) -> Column:
         return getattr(self, f"extract_{e.field_}")(self.compile(e.arg))
 
     def extract_year(self, c: Column) -> Column:
@@ -299,14 +276,14 @@ class SparkExpressionCompiler:
         return F.extract(F.lit("SECOND"), c)
 
 
-require_visitors(SparkExpressionCompiler, "Spark")
+ex.require_visitors(SparkExpressionCompiler, "Spark")
 _COMPILER = SparkExpressionCompiler()
 
 
 def compile_expr(e: Expr) -> Column:
     """A Spark Column computing ``e``, with exactly the type ``e.dtype``."""
     out = _COMPILER.compile(e)
-    if e.dtype != NULL and not isinstance(e, Col):
+    if e.dtype != NULL and not isinstance(e, ex.Col):
         out = out.cast(arrow_to_spark(e.dtype))
     return out
 

@@ -16,10 +16,10 @@ from fractions import Fraction
 import polars as pl
 import pyarrow as pa
 
-from imp_core.engine.schema import MULT
 from imp_core.engine.local import LocalBackend
 from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.pipeline import Pipeline
+from imp_core.engine.schema import MULT
 from imp_core.plan.expr import FLOAT, INT, AggCall, Col
 from imp_core.plan.sql import parse_query
 from imp_core.sketch.partition import Partition, PartitionSet

@@ -53,11 +53,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from imp_core.engine.annotation import as_sets
-from imp_core.engine.schema import MULT
 from imp_core.engine.local import LocalBackend
 from imp_core.engine.operators.join import JoinCaching
-from imp_core.engine.schema import is_interval_column
 from imp_core.engine.pipeline import Pipeline
+from imp_core.engine.schema import MULT, is_interval_column
 from imp_core.errors import BufferExhaustedError, UnsupportedError
 from imp_core.plan.expr import Col
 from imp_core.plan.nodes import Aggregate, Join, Plan, Project, Select, TopK
@@ -79,7 +78,6 @@ from tests.engine.generators import (
     note,
     property_test,
 )
-
 
 # --- DuckDB, the independent oracle -------------------------------------------------------------------------------
 

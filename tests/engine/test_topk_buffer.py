@@ -7,8 +7,8 @@ import random
 import polars as pl
 import pytest
 
-from imp_core.engine.schema import MULT, frag_col
 from imp_core.engine.operators.topk import TopKOp
+from imp_core.engine.schema import MULT, frag_col
 from imp_core.errors import BufferExhaustedError
 from imp_core.plan.expr import INT, Col
 from imp_core.plan.nodes import SortKey

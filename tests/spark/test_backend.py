@@ -7,8 +7,8 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from imp_core.engine.schema import MULT
 from imp_core.engine.local import LocalBackend
+from imp_core.engine.schema import MULT
 from imp_core.sources.delta import DeltaSource
 from imp_core.spark.backend import SparkBackend
 from tests.conftest import write_delta

@@ -15,9 +15,10 @@ import polars as pl
 from imp_core.engine.annotation import pairs
 from imp_core.engine.backend import Relation, Versions
 from imp_core.engine.operators.base import StatefulOperator, UnaryOperator
+from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.partials import PartialLayout, Partials
-from imp_core.engine.operators.registry import BuildContext, build_operator
+from imp_core.engine.operators.registry import build_operator
 from imp_core.engine.schema import COUNT, FRAG, MULT
 from imp_core.errors import UnsupportedError
 from imp_core.plan.nodes import Join, Plan, Scan

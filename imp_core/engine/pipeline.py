@@ -25,9 +25,10 @@ from imp_core.engine.operators.base import (
     StatefulOperator,
     UnaryOperator,
 )
-from imp_core.engine.operators.join import JoinCaching, JoinOp
+from imp_core.engine.operators.context import BuildContext, JoinCaching
+from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.merge import Merge
-from imp_core.engine.operators.registry import BuildContext, build_operator
+from imp_core.engine.operators.registry import build_operator
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.order_dependence import OrderDependence
 from imp_core.errors import StateError

@@ -11,7 +11,7 @@ import pytest
 
 from imp_core.engine.bloom import CountingBloom
 from imp_core.engine.local import LocalBackend
-from imp_core.engine.operators.join import JoinCaching
+from imp_core.engine.operators.context import JoinCaching
 from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.schema import MULT
 from imp_core.plan.sql import parse_query

@@ -54,7 +54,7 @@ from hypothesis import HealthCheck, given, settings
 
 from imp_core.engine.annotation import as_sets
 from imp_core.engine.local import LocalBackend
-from imp_core.engine.operators.join import JoinCaching
+from imp_core.engine.operators.context import JoinCaching
 from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.schema import MULT, is_interval_column
 from imp_core.errors import BufferExhaustedError, UnsupportedError

@@ -58,7 +58,7 @@ def test_example_5_1_on_spark_and_delta(spark, tmp_path) -> None:
 def test_join_caches_on_spark(spark, tmp_path, small_rows: int) -> None:  # noqa: ANN001
     """Bloom filter (small_rows=0) or a cached small side (100): the Spark backend builds them and the sketch is
     unchanged."""
-    from imp_core.engine.operators.join import JoinCaching
+    from imp_core.engine.operators.context import JoinCaching
     from imp_core.engine.pipeline import Pipeline
     from tests.engine.test_example_5_1 import build as build_plain
 

@@ -6,7 +6,7 @@ and "Cost of a batch".
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -18,6 +18,7 @@ from imp_core.engine.evaluate import polars_type
 from imp_core.engine.exact_sum import neumaier
 from imp_core.engine.float_keys import from_nan_free
 from imp_core.engine.operators.base import StatefulOperator, UnaryOperator
+from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.minmax import ValueMultiset
 from imp_core.engine.operators.partials import SPECIAL, PartialLayout, Partials, Term
 from imp_core.engine.order_dependence import is_order_dependent, sum_interval
@@ -25,9 +26,6 @@ from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, NO_GROUP, ROW,
 from imp_core.errors import StateError
 from imp_core.plan.expr import AggCall, Expr
 from imp_core.plan.nodes import Aggregate, Plan
-
-if TYPE_CHECKING:
-    from imp_core.engine.operators.registry import BuildContext
 
 OLD = "__old"  # suffix of a group's state before the batch, next to its new state
 NAN = float("nan")

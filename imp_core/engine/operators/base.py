@@ -8,16 +8,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import polars as pl
 
 from imp_core.engine import state as state_codec
+from imp_core.engine.operators.context import BuildContext
 from imp_core.errors import StateError, UnsupportedError
-
-if TYPE_CHECKING:
-    from imp_core.engine.operators.registry import BuildContext
-    from imp_core.plan.nodes import Plan
+from imp_core.plan.nodes import Plan
 
 
 @dataclass(frozen=True)

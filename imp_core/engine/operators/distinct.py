@@ -6,15 +6,11 @@ See docs/ARCHITECTURE.md, "Operators".
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.operators.aggregation import Aggregation
+from imp_core.engine.operators.context import BuildContext
 from imp_core.plan.expr import Col
 from imp_core.plan.nodes import Distinct, Field, Plan
-
-if TYPE_CHECKING:
-    from imp_core.engine.operators.registry import BuildContext
 
 
 class DistinctOp(Aggregation):

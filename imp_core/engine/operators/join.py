@@ -9,7 +9,7 @@ Bloom filter) follow each side's own deltas. See docs/ARCHITECTURE.md, "Operator
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -19,25 +19,14 @@ from imp_core.engine.bloom import CountingBloom
 from imp_core.engine.evaluate import compile_expr, polars_type
 from imp_core.engine.float_keys import nan_free, normalize_float
 from imp_core.engine.operators.base import BinaryOperator, InputSide, StatefulOperator
+from imp_core.engine.operators.context import BuildContext, JoinCaching
 from imp_core.engine.schema import COUNT, MULT, RIGHT_MULT, join_columns, nan_flag
 from imp_core.errors import StateError
 from imp_core.plan.expr import Binary, Col, Expr, conjoin
 from imp_core.plan.nodes import Join, Plan
 
-if TYPE_CHECKING:
-    from imp_core.engine.operators.registry import BuildContext
-
 N_KEY = COUNT  # rows of the other side per join key, in a partner index
 PARTNER_KEYS_PER_ROW = 4
-
-
-@dataclass(frozen=True)
-class JoinCaching:
-    """Which side caches a join may build (``imp_core.config.Optimizations``)."""
-
-    bloom: bool = True
-    small_rows: int = 0  # 0: never keep a side whole
-    partner_rows: int = 0  # 0: no partner index
 
 
 @dataclass

@@ -7,20 +7,16 @@ See docs/ARCHITECTURE.md, "Operators".
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import polars as pl
 
 from imp_core.engine.annotation import ann_cols
 from imp_core.engine.evaluate import compile_expr
 from imp_core.engine.operators.base import UnaryOperator
+from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.order_dependence import IntervalCompiler
 from imp_core.engine.schema import CERTAIN, MULT, hi_name, lo_name
 from imp_core.plan.expr import Expr
 from imp_core.plan.nodes import Plan, Project
-
-if TYPE_CHECKING:
-    from imp_core.engine.operators.registry import BuildContext
 
 
 class Projection(UnaryOperator):

@@ -6,19 +6,15 @@ A condition over an order-dependent float SUM/AVG is decided conservatively from
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import polars as pl
 
 from imp_core.engine.evaluate import compile_expr
 from imp_core.engine.operators.base import UnaryOperator
+from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.order_dependence import IntervalCompiler
 from imp_core.engine.schema import CERTAIN
 from imp_core.plan.expr import Expr
 from imp_core.plan.nodes import Plan, Select
-
-if TYPE_CHECKING:
-    from imp_core.engine.operators.registry import BuildContext
 
 
 class Selection(UnaryOperator):

@@ -7,18 +7,14 @@ Turns change rows of one table (plain column names, ``__mult``) into an annotate
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import polars as pl
 
 from imp_core.engine.annotation import FRAG_DTYPE, ScanAnnotation
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.operators.base import UnaryOperator
+from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.schema import MULT
 from imp_core.plan.nodes import Plan, Scan
-
-if TYPE_CHECKING:
-    from imp_core.engine.operators.registry import BuildContext
 
 
 class TableAccess(UnaryOperator):

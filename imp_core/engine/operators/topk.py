@@ -10,7 +10,7 @@ ORDER BY key makes the ranking conservative (``imp_core.engine.order_dependence`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -18,13 +18,11 @@ import polars as pl
 from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE, as_sets
 from imp_core.engine.evaluate import compile_expr, polars_type
 from imp_core.engine.operators.base import StatefulOperator, UnaryOperator
+from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.order_dependence import IntervalCompiler
 from imp_core.engine.schema import CERTAIN, COUNT, MULT, SET, hi_name, lo_name
 from imp_core.errors import BufferExhaustedError, StateError
 from imp_core.plan.nodes import Plan, SortKey, TopK
-
-if TYPE_CHECKING:
-    from imp_core.engine.operators.registry import BuildContext
 
 N = COUNT
 SKEY = "__skey"

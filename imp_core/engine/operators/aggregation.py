@@ -20,7 +20,18 @@ from imp_core.engine.float_keys import from_nan_free
 from imp_core.engine.operators.base import StatefulOperator, UnaryOperator
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.minmax import ValueMultiset
-from imp_core.engine.operators.partials import SPECIAL, PartialLayout, Partials, Term
+from imp_core.engine.operators.partials import (
+    SPECIAL,
+    PartialLayout,
+    Partials,
+    Term,
+    abs_compensation_col,
+    abs_sum_col,
+    compensation_col,
+    extreme_col,
+    non_null_col,
+    sum_col,
+)
 from imp_core.engine.order_dependence import is_order_dependent, sum_interval
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, NO_GROUP, ROW, SET, hi_name, lo_name
 from imp_core.errors import StateError
@@ -98,7 +109,7 @@ class Aggregation(UnaryOperator, StatefulOperator):
                 if c.compensation is not None:
                     schema[c.compensation] = pl.Float64
             if j in self.multisets:
-                schema[f"__m{j}"] = polars_type(a.arg.dtype)  # type: ignore[union-attr]
+                schema[extreme_col(j)] = polars_type(a.arg.dtype)  # type: ignore[union-attr]
         schema[SET] = SET_DTYPE
         return schema
 
@@ -112,8 +123,9 @@ class Aggregation(UnaryOperator, StatefulOperator):
             # start at 0, as for a new group in `apply_partials` (so that deleting every row brings the state back
             # to exactly this); MIN/MAX have no value.
             row: dict[str, Any] = {NO_GROUP: [0], SET: [[]]}
+            extremes = {extreme_col(j) for j in self.multisets}
             for name in self._groups_schema():
-                row.setdefault(name, [None] if name.startswith("__m") else [0])
+                row.setdefault(name, [None] if name in extremes else [0])
             self.groups = pl.DataFrame(row, schema=self._groups_schema())
 
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
@@ -170,9 +182,9 @@ class Aggregation(UnaryOperator, StatefulOperator):
             if a.arg is None:
                 out.append(c(GROUP_ROWS).alias(name))
             elif a.func == "count":
-                out.append(c(f"__n{j}").alias(name))
+                out.append(c(non_null_col(j)).alias(name))
             elif a.func in ("sum", "avg"):
-                n = c(f"__n{j}")
+                n = c(non_null_col(j))
                 value, exact = self._sum_value(j, a, c)
                 value = pl.when(n > 0).then(value).otherwise(None).cast(polars_type(a.dtype))
                 out.append(value.alias(name))
@@ -180,11 +192,11 @@ class Aggregation(UnaryOperator, StatefulOperator):
                     lo, hi = self._interval(j, value, n, self._abs_sum(j, c), exact)
                     bounds += [lo.alias(lo_name(name)), hi.alias(hi_name(name))]
             else:
-                out.append(c(f"__m{j}").alias(name))
+                out.append(c(extreme_col(j)).alias(name))
         return out + bounds
 
     def _abs_sum(self, j: int, c: Any) -> pl.Expr:
-        return c(f"__a{j}") + c(f"__ac{j}") if j in self.floats else c(f"__a{j}")
+        return c(abs_sum_col(j)) + c(abs_compensation_col(j)) if j in self.floats else c(abs_sum_col(j))
 
     def _interval(self, j: int, value: pl.Expr, n: pl.Expr, abs_sum: pl.Expr,
                   exact: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
@@ -194,10 +206,10 @@ class Aggregation(UnaryOperator, StatefulOperator):
     def _sum_value(self, j: int, a: AggCall, c: Any) -> tuple[pl.Expr, pl.Expr]:
         """A SUM/AVG's value (n > 0) and whether it is exact whatever the order of additions."""
         assert a.arg is not None
-        n = c(f"__n{j}")
-        total = c(f"__s{j}")
+        n = c(non_null_col(j))
+        total = c(sum_col(j))
         if j in self.floats:
-            finite = total + c(f"__c{j}")
+            finite = total + c(compensation_col(j))
             nan, pinf, ninf = (c(f"{SPECIAL[t]}{j}") for t in (Term.NAN, Term.POS_INF, Term.NEG_INF))
             if a.func == "avg":
                 finite = finite / n.cast(pl.Float64)
@@ -342,7 +354,7 @@ class Aggregation(UnaryOperator, StatefulOperator):
                     upd.append(add(c.name, pl.lit(0).cast(c.dtype) if c.term in (Term.EXACT, Term.EXACT_ABS,
                                                                                   Term.WRAPPED) else 0))
             if j in self.multisets:
-                upd.append(pl.col(f"__m{j}{OLD}").alias(f"__m{j}"))
+                upd.append(pl.col(extreme_col(j) + OLD).alias(extreme_col(j)))
         if not sets_change:  # every touched group keeps its sketch
             upd.append(pl.col(f"{SET}{OLD}").fill_null(pl.lit([], dtype=SET_DTYPE)).alias(SET))
         self._expr_cache[key] = upd
@@ -368,7 +380,7 @@ class Aggregation(UnaryOperator, StatefulOperator):
                     def c(col: str, suffix: str = suffix) -> pl.Expr:
                         return pl.col(f"{col}{suffix}")
                     _, exact = self._sum_value(j, a, c)
-                    first += [c(f"__n{j}").alias(f"__in{tag}{j}"), self._abs_sum(j, c).alias(f"__ia{tag}{j}"),
+                    first += [c(non_null_col(j)).alias(f"__in{tag}{j}"), self._abs_sum(j, c).alias(f"__ia{tag}{j}"),
                               exact.alias(f"__ie{tag}{j}")]
                     value = pl.col(name if not tag else f"__o{j}")
                     lo, hi = self._interval(j, value, pl.col(f"__in{tag}{j}"), pl.col(f"__ia{tag}{j}"),

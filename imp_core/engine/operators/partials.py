@@ -59,6 +59,34 @@ class Accumulator:
     compensation: str | None = None
 
 
+# The accumulator columns of aggregate j (its MIN/MAX value is ``extreme_col(j)``, kept next to them in state)
+def non_null_col(j: int) -> str:
+    return f"__n{j}"
+
+
+def sum_col(j: int) -> str:
+    return f"__s{j}"
+
+
+def compensation_col(j: int) -> str:
+    """The Neumaier compensation term of float sum ``sum_col(j)``."""
+    return f"__c{j}"
+
+
+def abs_sum_col(j: int) -> str:
+    """Σ|x| of aggregate j (the interval of an order-dependent sum needs it)."""
+    return f"__a{j}"
+
+
+def abs_compensation_col(j: int) -> str:
+    return f"__ac{j}"
+
+
+def extreme_col(j: int) -> str:
+    """The current MIN/MAX of aggregate j in an aggregation's groups frame."""
+    return f"__m{j}"
+
+
 def accumulator_type(a: AggCall) -> pl.DataType:
     """The accumulator of a SUM/AVG: Int64 (wrapping like Spark's bigint SUM), DECIMAL(38, 0) for an integer AVG
     (exact), DECIMAL(38, s), or Float64 (finite part, with a compensation term)."""
@@ -74,21 +102,21 @@ def accumulator_type(a: AggCall) -> pl.DataType:
 def _accumulators(j: int, a: AggCall, bounded: bool) -> list[Accumulator]:
     if a.arg is None:
         return []
-    out = [Accumulator(f"__n{j}", Term.NON_NULL, j, pl.Int64)]
+    out = [Accumulator(non_null_col(j), Term.NON_NULL, j, pl.Int64)]
     if a.func not in ("sum", "avg"):
         return out
     acc = accumulator_type(a)
     if acc == pl.Float64:
-        out.append(Accumulator(f"__s{j}", Term.FINITE, j, pl.Float64, f"__c{j}"))
+        out.append(Accumulator(sum_col(j), Term.FINITE, j, pl.Float64, compensation_col(j)))
         out += [Accumulator(f"{prefix}{j}", term, j, pl.Int64) for term, prefix in SPECIAL.items()]
         if bounded:
-            out.append(Accumulator(f"__a{j}", Term.FINITE_ABS, j, pl.Float64, f"__ac{j}"))
+            out.append(Accumulator(abs_sum_col(j), Term.FINITE_ABS, j, pl.Float64, abs_compensation_col(j)))
     elif acc == pl.Int64:
-        out.append(Accumulator(f"__s{j}", Term.WRAPPED, j, acc))
+        out.append(Accumulator(sum_col(j), Term.WRAPPED, j, acc))
     else:
-        out.append(Accumulator(f"__s{j}", Term.EXACT, j, acc))
+        out.append(Accumulator(sum_col(j), Term.EXACT, j, acc))
         if bounded:  # Σ|x| of an integer AVG (exact: |−2^63| does not fit a bigint)
-            out.append(Accumulator(f"__a{j}", Term.EXACT_ABS, j, acc))
+            out.append(Accumulator(abs_sum_col(j), Term.EXACT_ABS, j, acc))
     return out
 
 
@@ -278,4 +306,5 @@ class PartialLayout:
         return out.select([*keys, *sums]).hstack(folded)
 
 
-__all__ = ["Accumulator", "COUNTS", "PartialLayout", "Partials", "SPECIAL", "Term", "accumulator_type"]
+__all__ = ["COUNTS", "SPECIAL", "Accumulator", "PartialLayout", "Partials", "Term", "abs_compensation_col",
+           "abs_sum_col", "accumulator_type", "compensation_col", "extreme_col", "non_null_col", "sum_col"]

@@ -234,7 +234,7 @@ class _Analysis:
     def visit_Aggregate(self, node: Aggregate) -> Rel:
         child = self.rel(node.child)
         key_cols = {e.name for _, e in node.keys if isinstance(e, Col)}
-        signs = {}
+        signs: dict[str, tuple[str, frozenset[str]]] = {}
         for name, a in node.aggs:
             if a.func == "count":
                 signs[name] = ("+", frozenset())

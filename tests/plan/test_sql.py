@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,6 +155,9 @@ def test_fixture(case: Case) -> None:
         message = str(info.value)
         assert fragment in message, message
         assert "\n" not in message  # one line, for the CLI
+        place = re.search(r"at line (\d+), column (\d+)", message)
+        if place is not None:  # the position the message names is also in the error's fields
+            assert (info.value.line, info.value.column) == (int(place[1]), int(place[2])), message
         return
     query = parse_query(case.sql, TABLES, dialect=case.dialect)
     assert explain(query.plan) == case.expect
@@ -248,6 +252,21 @@ def test_parse_error_is_one_line_plan_error() -> None:
     assert type(info.value) is PlanError
     assert "cannot parse" in str(info.value) and "line 3" in str(info.value)
     assert "\n" not in str(info.value) and "\x1b" not in str(info.value)
+
+
+def test_errors_carry_line_column_and_snippet_as_fields() -> None:
+    with pytest.raises(PlanError) as info:
+        parse_query("SELECT brand\nFROM sales\nWHERE upper(brand) = 'X' AND price > 'abc' + 1", TABLES)
+    assert (info.value.line, info.value.column, info.value.snippet) == (3, 38, "'abc' + 1")
+    with pytest.raises(UnsupportedError) as unsupported:
+        parse_query("SELECT brand FROM sales s\n  LEFT JOIN tjoinhelp t ON s.id = t.ttid", TABLES)
+    assert (unsupported.value.line, unsupported.value.column) == (2, 3)
+    with pytest.raises(PlanError) as syntax:
+        parse_query("SELECT brand\nFROM sales\nWHERE (price > 3", TABLES)
+    assert (syntax.value.line, syntax.value.column) == (3, 16)
+    with pytest.raises(PlanError) as nowhere:
+        parse_query("SELECT brand FROM sales", TABLES, dialect="klingon")
+    assert (nowhere.value.line, nowhere.value.column, nowhere.value.snippet) == (None, None, None)
 
 
 def test_unknown_dialect() -> None:

@@ -1,10 +1,6 @@
-"""Query templates: the key under which a sketch is found again for a later query.
+"""Query templates: the key under which a sketch is found again for a later query with other constants.
 
-Queries that differ only in the constants of their conditions share a template (the IMP paper's reuse setting:
-a dashboard runs the same query with new parameters). The key is the normalized SQL with every constant in a WHERE
-or HAVING condition replaced by ``?``; the constants are returned alongside, in a fixed order, for the reuse check
-that decides whether a sketch captured for one set of constants is valid for another. Constants elsewhere (SELECT
-list, JOIN ... ON, LIMIT) stay in the key: changing them changes the query, not just its parameters.
+See docs/ARCHITECTURE.md, "Sketch use and reuse".
 """
 
 from __future__ import annotations
@@ -25,6 +21,10 @@ from imp_core.plan.sql import parse_statement
 
 def template_key(sql: str, dialect: str = "spark") -> tuple[str, tuple[Any, ...]]:
     """The template key of a query and the constants taken out of it.
+
+    Queries that differ only in the constants of their WHERE and HAVING conditions share a key (the IMP paper's reuse
+    setting: a dashboard runs the same query with new parameters); constants elsewhere (SELECT list, JOIN ... ON,
+    LIMIT) stay in the key, since changing them changes the query, not its parameters.
 
     Args:
         sql: One SELECT query.

@@ -22,8 +22,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pytest
+import sqlglot
 
 from imp_core import errors
 from imp_core.errors import PlanError, UnsupportedError
@@ -34,7 +36,7 @@ from imp_core.plan.template import template_key
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
-I, F, S, D, TS, B = pa.int64(), pa.float64(), pa.string(), pa.date32(), pa.timestamp("us"), pa.bool_()
+I, F, S, D, TS, B = pa.int64(), pa.float64(), pa.string(), pa.date32(), pa.timestamp("us"), pa.bool_()  # noqa: E741
 MONEY = pa.decimal128(15, 2)
 
 
@@ -369,9 +371,6 @@ NAME_QUERIES = [
 
 @pytest.mark.parametrize("sql", NAME_QUERIES)
 def test_output_names_match_duckdb(sql: str) -> None:
-    import duckdb
-    import sqlglot
-
     query = parse_query(sql, TABLES)
     con = duckdb.connect()
     try:

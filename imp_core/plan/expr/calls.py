@@ -252,3 +252,6 @@ class AggCall(Expr):
 
     def __str__(self) -> str:
         return f"{self.func}({'*' if self.arg is None else self.arg})"
+
+
+__all__ = ["EXTRACT_FIELDS", "FUNCTIONS", "AggCall", "Extract", "Func"]

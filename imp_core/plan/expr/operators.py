@@ -462,3 +462,9 @@ class Cast(Expr):
 def _require_bool(e: Expr, where: str) -> None:
     if e.dtype not in (BOOL, NULL):
         raise PlanError(f"{where} needs a boolean condition, got an expression of type {e.dtype}")
+
+
+__all__ = [
+    "Between", "Binary", "Case", "Cast", "Col", "Expr", "InList", "Interval", "IsNull", "Like", "Lit", "Unary",
+    "arithmetic_types", "comparison_type", "literal_decimal", "numeric_result",
+]

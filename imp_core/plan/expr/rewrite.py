@@ -49,3 +49,6 @@ def rename_columns(e: Expr, names: dict[str, str]) -> Expr:
     mapping: dict[Expr, Expr] = {c: Col(names[c.name], c.dtype) for c in e.walk()
                                  if isinstance(c, Col) and c.name in names}
     return substitute(e, mapping) if mapping else e
+
+
+__all__ = ["conjoin", "conjuncts", "rebuild", "rename_columns", "substitute"]

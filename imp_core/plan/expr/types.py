@@ -201,3 +201,12 @@ def cast_error(src: pa.DataType, to: pa.DataType) -> str | None:
         return (f"CAST between TIMESTAMP and numbers ({src} to {to}) is not supported; use EXTRACT, or compare "
                 f"with TIMESTAMP constants")
     return f"cannot CAST {src} to {to}"
+
+
+__all__ = [
+    "AGG_FUNCS", "ARITH_OPS", "BOOL", "BOOL_OPS", "CMP_OPS", "DATE", "FLOAT", "FLOAT32", "INT", "INT8", "INT16",
+    "INT32", "INTERVAL_UNITS", "MAX_PRECISION", "MIN_ADJUSTED_SCALE", "NULL", "SECOND_WITH_FRACTION", "STRING",
+    "TIMESTAMP", "as_decimal", "cast_error", "common_type", "decimal_literal_type", "decimal_result", "decimal_type",
+    "int_literal_type", "is_integral", "is_numeric", "is_string", "is_temporal", "kind_of_type", "wider_decimal",
+    "wider_integral",
+]

@@ -5,26 +5,16 @@ See docs/ARCHITECTURE.md, "The plan IR".
 
 from __future__ import annotations
 
-from imp_core.plan.expr.calls import EXTRACT_FIELDS, FUNCTIONS, AggCall, Extract, Func
-from imp_core.plan.expr.operators import (
-    Between,
-    Binary,
-    Case,
-    Cast,
-    Col,
-    Expr,
-    InList,
-    Interval,
-    IsNull,
-    Like,
-    Lit,
-    Unary,
-)
+from imp_core.plan.expr import calls
+from imp_core.plan.expr import operators as ops
+from imp_core.plan.expr.calls import EXTRACT_FIELDS, FUNCTIONS
 
 # Every expression node class. Each compiler (engine/evaluate.py, spark/compile.py) has one ``visit_<Node>`` per
 # class, checked when the compiler module is imported (``require_visitors``).
-EXPR_NODES: tuple[type[Expr], ...] = (Col, Lit, Interval, Unary, Binary, IsNull, InList, Between, Like, Case, Cast,
-                                      Func, Extract, AggCall)
+EXPR_NODES: tuple[type[ops.Expr], ...] = (
+    ops.Col, ops.Lit, ops.Interval, ops.Unary, ops.Binary, ops.IsNull, ops.InList, ops.Between, ops.Like, ops.Case,
+    ops.Cast, calls.Func, calls.Extract, calls.AggCall,
+)
 
 
 def _subclasses(cls: type) -> set[str]:
@@ -40,7 +30,7 @@ def require_visitors(compiler: type, backend: str) -> None:
     """Raise at import time unless ``compiler`` has a ``visit_<Node>`` for every expression node class, and a
     handler (``func_<name>`` / ``extract_<field>``) or an ``UNSUPPORTED_FUNCTIONS`` entry for every function and
     EXTRACT field, so a new node or function cannot reach a compiler that silently mishandles it."""
-    names = {c.__name__ for c in EXPR_NODES} | _subclasses(Expr)
+    names = {c.__name__ for c in EXPR_NODES} | _subclasses(ops.Expr)
     unsupported = getattr(compiler, "UNSUPPORTED_FUNCTIONS", {})
 
     def has(name: str) -> bool:
@@ -52,3 +42,6 @@ def require_visitors(compiler: type, backend: str) -> None:
     if missing:
         raise ImportError(f"the {backend} expression compiler {compiler.__name__} has no {', '.join(missing)}; "
                           f"add them (or an UNSUPPORTED_FUNCTIONS entry saying why not)")
+
+
+__all__ = ["EXPR_NODES", "require_visitors"]

@@ -31,7 +31,7 @@ from imp_core import errors
 from imp_core.errors import PlanError, UnsupportedError
 from imp_core.plan.expr import Binary, Col, Lit, conjuncts
 from imp_core.plan.nodes import Aggregate, Join, Project, Scan, Select, TopK, explain
-from imp_core.plan.sql import Query, parse_query
+from imp_core.plan.sql import Query, parse_query, parse_statement
 from imp_core.plan.template import template_key
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -354,6 +354,18 @@ def test_template_key_errors() -> None:
     with pytest.raises(UnsupportedError, match="only SELECT"):
         template_key("DELETE FROM sales WHERE price > 3")
 
+
+
+def test_a_parsed_statement_is_used_and_left_unchanged() -> None:
+    sql = "SELECT Brand, SUM(price) AS s FROM sales WHERE price > 3 AND \"brand\" = 'x' GROUP BY brand"
+    statement = parse_statement(sql)
+    before = statement.sql(dialect="spark")
+    assert parse_query(sql, TABLES, statement=statement) == parse_query(sql, TABLES)
+    assert template_key(sql, statement=statement) == template_key(sql)
+    assert statement.sql(dialect="spark") == before  # template_key normalized a copy
+    # the statement is what is translated: a different tree under the same text gives its plan
+    other = parse_statement("SELECT price FROM sales")
+    assert parse_query(sql, TABLES, statement=other).output_names == ("price",)
 
 # --- output names agree with a real engine --------------------------------------------------------------------
 

@@ -37,7 +37,8 @@ class Query:
     sql: str
 
 
-def parse_query(sql: str, tables: Mapping[str, pa.Schema], dialect: str = "spark") -> Query:
+def parse_query(sql: str, tables: Mapping[str, pa.Schema], dialect: str = "spark", *,
+                statement: exp.Expression | None = None) -> Query:
     """Translate one SELECT query into a plan over the registered tables.
 
     Identifiers are resolved case-insensitively (as Spark does); the plan keeps the spelling stored in ``tables``.
@@ -46,6 +47,8 @@ def parse_query(sql: str, tables: Mapping[str, pa.Schema], dialect: str = "spark
         sql: The query text (one statement).
         tables: Registered table name -> Arrow schema of the table.
         dialect: The sqlglot dialect the text is written in.
+        statement: ``sql`` already parsed by ``parse_statement``, so a caller that parsed it once does not pay for
+            parsing again; it is read, not changed. ``sql`` is still needed: errors point into it.
 
     Returns:
         The plan and the result column names.
@@ -56,7 +59,8 @@ def parse_query(sql: str, tables: Mapping[str, pa.Schema], dialect: str = "spark
         UnsupportedError: The query uses a construct the platform cannot maintain (outer joins, set operations,
             window functions, subqueries in expressions, LIMIT without ORDER BY, ...).
     """
-    statement = parse_statement(sql, dialect)
+    if statement is None:
+        statement = parse_statement(sql, dialect)
     plan, names = QueryTranslator(tables, sql, dialect).query(statement, {})
     return Query(plan, names, sql)
 

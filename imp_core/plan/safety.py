@@ -21,13 +21,12 @@ from imp_core.plan.expr import (
     Unary,
     conjuncts,
     is_numeric,
-    kind_of_type,
 )
 from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK
+from imp_core.sketch.bounds import partition_kind
 
 SignOracle = Callable[[str, str], str | None]  # (table, column) -> "+" (>= 0), "-" (<= 0) or None
 
-_PARTITIONABLE = ("int", "float", "decimal", "date", "timestamp", "string")
 _UNKNOWN: tuple[str | None, frozenset[str]] = (None, frozenset())
 
 
@@ -405,7 +404,7 @@ def safe_columns(plan: Plan, oracle: SignOracle | None = None,
         if wanted is not None and scan.table not in wanted:
             continue
         for c in scan.columns:
-            if (scan.table, c.name) in seen or kind_of_type(c.dtype) not in _PARTITIONABLE:
+            if (scan.table, c.name) in seen or partition_kind(c.dtype) is None:
                 continue
             seen.add((scan.table, c.name))
             if check(plan, {scan.table: c.name}, oracle).safe:

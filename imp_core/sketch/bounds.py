@@ -32,8 +32,8 @@ _FRACTION = re.compile(r"^(?P<head>.*?\d{2}:\d{2}:\d{2})[.,](?P<frac>\d+)(?P<tai
 # -- column types ------------------------------------------------------------------------------------------------
 
 
-def kind_of(dtype: pa.DataType) -> str:
-    """The partition kind of an Arrow type; raises ``UsageError`` for types that cannot be partitioned."""
+def partition_kind(dtype: pa.DataType) -> str | None:
+    """The partition kind of an Arrow type (one of ``KINDS``), None for a type that cannot be partitioned."""
     if pa.types.is_integer(dtype):
         return "int"
     if pa.types.is_floating(dtype):
@@ -46,7 +46,15 @@ def kind_of(dtype: pa.DataType) -> str:
         return "timestamp"
     if pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or dtype == pa.string_view():
         return "string"
-    raise UsageError(f"cannot partition a column of type {dtype}; use a numeric, date, timestamp or string column")
+    return None
+
+
+def kind_of(dtype: pa.DataType) -> str:
+    """The partition kind of an Arrow type; raises ``UsageError`` for types that cannot be partitioned."""
+    kind = partition_kind(dtype)
+    if kind is None:
+        raise UsageError(f"cannot partition a column of type {dtype}; use a numeric, date, timestamp or string column")
+    return kind
 
 
 def default_type(kind: str, bounds: Sequence[Bound] = ()) -> pa.DataType:

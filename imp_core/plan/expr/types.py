@@ -10,6 +10,7 @@ import decimal
 import pyarrow as pa
 
 from imp_core.errors import PlanError
+from imp_core.sketch.bounds import partition_kind
 
 INT8 = pa.int8()  # TINYINT
 INT16 = pa.int16()  # SMALLINT
@@ -55,21 +56,8 @@ def is_string(t: pa.DataType) -> bool:
 
 
 def kind_of_type(t: pa.DataType) -> str:
-    """The partition kind of a column type (see ``imp_core.sketch.partition``)."""
-    if pa.types.is_integer(t):
-        return "int"
-    if pa.types.is_floating(t):
-        return "float"
-    if pa.types.is_decimal(t):
-        return "decimal"
-    if pa.types.is_date(t):
-        return "date"
-    if pa.types.is_timestamp(t):
-        return "timestamp"
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "string"
-    return str(t)
-
+    """The partition kind of a column type (``imp_core.sketch.bounds.partition_kind``), else the type's name."""
+    return partition_kind(t) or str(t)
 
 
 def decimal_type(precision: int, scale: int) -> pa.DataType:

@@ -1,8 +1,6 @@
-"""One error hierarchy for the whole platform.
+"""The platform's one error hierarchy, with the exit code of each kind of error.
 
-Every error a user can cause ends as one of these, with a message that says what happened, to what (table,
-version, sketch, column) and what to do. Third-party exceptions are wrapped at the boundary with ``raise ... from e``
-so the CLI can print a single line and exit non-zero without a traceback.
+See docs/ARCHITECTURE.md, "Settings and errors".
 """
 
 from __future__ import annotations

@@ -171,7 +171,7 @@ class CallRules:
     def _day_unit(self, node: exp.Expression) -> None:
         unit = node.args.get("unit")
         if unit is not None and unit.name.upper() not in ("DAY", "DAYS"):
-            raise self.loc.unsupported(f"{node.sql_name()} with unit {unit.name}", node,
+            raise self.loc.unsupported(f"{_sql_name(node)} with unit {unit.name}", node,
                                        "use date + INTERVAL 'n' MONTH/YEAR")
 
     def _TsOrDsAdd(self, node: exp.TsOrDsAdd) -> Expr:
@@ -206,7 +206,7 @@ class CallRules:
         for key, value in node.args.items():
             if value and key not in keys and not (key == "expressions" and "*" in keys) and \
                     key not in IGNORED_FUNC_ARGS:
-                raise self.loc.unsupported(f"{node.sql_name()} with {key.upper()}", node)
+                raise self.loc.unsupported(f"{_sql_name(node)} with {key.upper()}", node)
         args: list[Expr] = []
         for key in keys:
             if key == "*":
@@ -254,3 +254,8 @@ class CallRules:
 
     def _Window(self, node: exp.Window) -> Expr:
         raise self.loc.unsupported("window function (OVER ...)", node)
+
+
+def _sql_name(node: exp.Expression) -> str:
+    """The SQL name of a function node (``DATE_ADD``), else of its node type."""
+    return node.sql_name() if isinstance(node, exp.Func) else node.key.upper()

@@ -88,7 +88,7 @@ def parse_statement(sql: str, dialect: str = "spark") -> exp.Expression:
         raise UnsupportedError(f"multiple statements ({len(statements)}) are not supported; a sketch is made for "
                                "exactly one SELECT query")
     statement = statements[0]
-    if not isinstance(statement, exp.Query):
+    if not (isinstance(statement, exp.Query) and isinstance(statement, exp.Expression)):
         kind = statement.name.upper() if isinstance(statement, exp.Command) else statement.key.upper()
         raise UnsupportedError(f"only SELECT queries can have sketches; got {kind}")
     return statement

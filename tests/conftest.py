@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
     from imp_core.maintenance.service import SketchService
 
-os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)  # type: ignore[attr-defined]
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", os.sys.executable)  # type: ignore[attr-defined]
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,7 @@ class SketchDelta:
         return not self.added and not self.removed
 
 
-class Operator(ABC):
+class Operator:
     """Base of all incremental operators; ``op_id`` is ``<kind>@<node path>``, stable for a given plan."""
 
     kind: ClassVar[str] = "operator"
@@ -47,7 +47,7 @@ class Operator(ABC):
         return f"{type(self).__name__}({self.op_id})"
 
 
-class UnaryOperator(Operator):
+class UnaryOperator(Operator, ABC):
     """One input: a delta of the input in, a delta of the output out."""
 
     @abstractmethod
@@ -78,7 +78,7 @@ class InputSide(Protocol):
         ...
 
 
-class BinaryOperator(Operator):
+class BinaryOperator(Operator, ABC):
     """Two inputs: their deltas of this pass (None or empty where an input did not change) and access to both
     inputs' contents after the pass."""
 
@@ -88,7 +88,7 @@ class BinaryOperator(Operator):
         """The output delta."""
 
 
-class SinkOperator(Operator):
+class SinkOperator(Operator, ABC):
     """The root: a delta of the query result in, the change of the sketch out."""
 
     @abstractmethod
@@ -96,7 +96,7 @@ class SinkOperator(Operator):
         """The sketch's change for the result ``delta``."""
 
 
-class StatefulOperator(Operator):
+class StatefulOperator(Operator, ABC):
     """State exposed as named frames plus JSON metadata (frame names and ``op_id`` are part of the saved format,
     ``imp_core.engine.state``)."""
 

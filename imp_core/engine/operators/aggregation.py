@@ -20,18 +20,7 @@ from imp_core.engine.float_keys import from_nan_free
 from imp_core.engine.operators.base import StatefulOperator, UnaryOperator
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.minmax import ValueMultiset
-from imp_core.engine.operators.partials import (
-    SPECIAL,
-    PartialLayout,
-    Partials,
-    Term,
-    abs_compensation_col,
-    abs_sum_col,
-    compensation_col,
-    extreme_col,
-    non_null_col,
-    sum_col,
-)
+from imp_core.engine.operators.partials import PartialLayout, Partials, Term, agg_columns
 from imp_core.engine.order_dependence import is_order_dependent, sum_interval
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, NO_GROUP, ROW, SET, hi_name, lo_name
 from imp_core.errors import StateError
@@ -109,7 +98,7 @@ class Aggregation(UnaryOperator, StatefulOperator):
                 if c.compensation is not None:
                     schema[c.compensation] = pl.Float64
             if j in self.multisets:
-                schema[extreme_col(j)] = polars_type(a.arg.dtype)  # type: ignore[union-attr]
+                schema[agg_columns(j).extreme] = polars_type(a.arg.dtype)  # type: ignore[union-attr]
         schema[SET] = SET_DTYPE
         return schema
 
@@ -123,7 +112,7 @@ class Aggregation(UnaryOperator, StatefulOperator):
             # start at 0, as for a new group in `apply_partials` (so that deleting every row brings the state back
             # to exactly this); MIN/MAX have no value.
             row: dict[str, Any] = {NO_GROUP: [0], SET: [[]]}
-            extremes = {extreme_col(j) for j in self.multisets}
+            extremes = {agg_columns(j).extreme for j in self.multisets}
             for name in self._groups_schema():
                 row.setdefault(name, [None] if name in extremes else [0])
             self.groups = pl.DataFrame(row, schema=self._groups_schema())
@@ -182,9 +171,9 @@ class Aggregation(UnaryOperator, StatefulOperator):
             if a.arg is None:
                 out.append(c(GROUP_ROWS).alias(name))
             elif a.func == "count":
-                out.append(c(non_null_col(j)).alias(name))
+                out.append(c(agg_columns(j).non_null).alias(name))
             elif a.func in ("sum", "avg"):
-                n = c(non_null_col(j))
+                n = c(agg_columns(j).non_null)
                 value, exact = self._sum_value(j, a, c)
                 value = pl.when(n > 0).then(value).otherwise(None).cast(polars_type(a.dtype))
                 out.append(value.alias(name))
@@ -192,11 +181,12 @@ class Aggregation(UnaryOperator, StatefulOperator):
                     lo, hi = self._interval(j, value, n, self._abs_sum(j, c), exact)
                     bounds += [lo.alias(lo_name(name)), hi.alias(hi_name(name))]
             else:
-                out.append(c(extreme_col(j)).alias(name))
+                out.append(c(agg_columns(j).extreme).alias(name))
         return out + bounds
 
     def _abs_sum(self, j: int, c: Any) -> pl.Expr:
-        return c(abs_sum_col(j)) + c(abs_compensation_col(j)) if j in self.floats else c(abs_sum_col(j))
+        cols = agg_columns(j)
+        return c(cols.abs_sum) + c(cols.abs_compensation) if j in self.floats else c(cols.abs_sum)
 
     def _interval(self, j: int, value: pl.Expr, n: pl.Expr, abs_sum: pl.Expr,
                   exact: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
@@ -206,11 +196,12 @@ class Aggregation(UnaryOperator, StatefulOperator):
     def _sum_value(self, j: int, a: AggCall, c: Any) -> tuple[pl.Expr, pl.Expr]:
         """A SUM/AVG's value (n > 0) and whether it is exact whatever the order of additions."""
         assert a.arg is not None
-        n = c(non_null_col(j))
-        total = c(sum_col(j))
+        cols = agg_columns(j)
+        n = c(cols.non_null)
+        total = c(cols.sum)
         if j in self.floats:
-            finite = total + c(compensation_col(j))
-            nan, pinf, ninf = (c(f"{SPECIAL[t]}{j}") for t in (Term.NAN, Term.POS_INF, Term.NEG_INF))
+            finite = total + c(cols.compensation)
+            nan, pinf, ninf = c(cols.nan), c(cols.pos_inf), c(cols.neg_inf)
             if a.func == "avg":
                 finite = finite / n.cast(pl.Float64)
             value = (pl.when((nan > 0) | ((pinf > 0) & (ninf > 0))).then(NAN)
@@ -354,7 +345,8 @@ class Aggregation(UnaryOperator, StatefulOperator):
                     upd.append(add(c.name, pl.lit(0).cast(c.dtype) if c.term in (Term.EXACT, Term.EXACT_ABS,
                                                                                   Term.WRAPPED) else 0))
             if j in self.multisets:
-                upd.append(pl.col(extreme_col(j) + OLD).alias(extreme_col(j)))
+                extreme = agg_columns(j).extreme
+                upd.append(pl.col(extreme + OLD).alias(extreme))
         if not sets_change:  # every touched group keeps its sketch
             upd.append(pl.col(f"{SET}{OLD}").fill_null(pl.lit([], dtype=SET_DTYPE)).alias(SET))
         self._expr_cache[key] = upd
@@ -380,8 +372,8 @@ class Aggregation(UnaryOperator, StatefulOperator):
                     def c(col: str, suffix: str = suffix) -> pl.Expr:
                         return pl.col(f"{col}{suffix}")
                     _, exact = self._sum_value(j, a, c)
-                    first += [c(non_null_col(j)).alias(f"__in{tag}{j}"), self._abs_sum(j, c).alias(f"__ia{tag}{j}"),
-                              exact.alias(f"__ie{tag}{j}")]
+                    first += [c(agg_columns(j).non_null).alias(f"__in{tag}{j}"),
+                              self._abs_sum(j, c).alias(f"__ia{tag}{j}"), exact.alias(f"__ie{tag}{j}")]
                     value = pl.col(name if not tag else f"__o{j}")
                     lo, hi = self._interval(j, value, pl.col(f"__in{tag}{j}"), pl.col(f"__ia{tag}{j}"),
                                             pl.col(f"__ie{tag}{j}"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from imp_core.engine.float_keys import float_from_order_key
-from imp_core.engine.operators.partials import extreme_col, non_null_col
+from imp_core.engine.operators.partials import agg_columns
 from imp_core.engine.schema import COUNT, VALUE
 from imp_core.errors import BufferExhaustedError, StateError
 
@@ -59,14 +59,14 @@ class ValueMultiset:
             self.values = values
         if self.buffer:
             values = self._trim(touched, groups)
-        new = extreme_col(j) + "_new"
+        new = agg_columns(j).extreme + "_new"
         ext = (values.join(touched, on=keys, how="semi", nulls_equal=True).group_by(keys)
                .agg((pl.col(VALUE).min() if self.func == "min" else pl.col(VALUE).max()).alias(new)))
         if self.float_values:  # back from the order key to the double
             ext = ext.with_columns(pl.Series(new, float_from_order_key(ext.get_column(new).to_numpy()),
                                              dtype=pl.Float64))
         return (groups.join(ext, on=keys, how="left", nulls_equal=True)
-                .with_columns(pl.col(new).alias(extreme_col(j))).drop(new))
+                .with_columns(pl.col(new).alias(agg_columns(j).extreme)).drop(new))
 
     def _within_bounds(self, changes: pl.DataFrame) -> pl.DataFrame:
         """The value changes that can reach a group's MIN/MAX: beyond a cut group's bound an insert is worse than a
@@ -93,7 +93,7 @@ class ValueMultiset:
         self.values = pl.concat([rest, kept.drop("__r")])
         # a cut group whose kept values were all deleted while it still has values: its MIN/MAX is unknown
         held = self.values.join(touched, on=keys, how="semi", nulls_equal=True).select(keys).unique()
-        live = groups.filter(pl.col(non_null_col(self.j)) > 0).select(keys)
+        live = groups.filter(pl.col(agg_columns(self.j).non_null) > 0).select(keys)
         lost = (self.bounds.join(touched, on=keys, how="semi", nulls_equal=True)
                 .join(held, on=keys, how="anti", nulls_equal=True))
         if lost.join(live, on=keys, how="semi", nulls_equal=True).height:

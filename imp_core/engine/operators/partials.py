@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
 import polars as pl
 import pyarrow as pa
@@ -43,7 +44,6 @@ class Term(enum.Enum):
 
 
 COUNTS = (Term.ROWS, Term.NON_NULL, Term.NAN, Term.POS_INF, Term.NEG_INF)
-SPECIAL = {Term.NAN: "__nan", Term.POS_INF: "__inf", Term.NEG_INF: "__ninf"}  # column prefix of each special count
 
 
 @dataclass(frozen=True)
@@ -59,33 +59,25 @@ class Accumulator:
     compensation: str | None = None
 
 
-# The accumulator columns of aggregate j (its MIN/MAX value is ``extreme_col(j)``, kept next to them in state)
-def non_null_col(j: int) -> str:
-    return f"__n{j}"
+
+class AggColumns(NamedTuple):
+    """The state columns of aggregate j: its non-NULL count, its sum with the sum's compensation term, Σ|x| with
+    its compensation (for the interval of an order-dependent sum), the current MIN/MAX, and the float argument's
+    NaN, +inf and -inf counts."""
+
+    non_null: str
+    sum: str
+    compensation: str
+    abs_sum: str
+    abs_compensation: str
+    extreme: str
+    nan: str
+    pos_inf: str
+    neg_inf: str
 
 
-def sum_col(j: int) -> str:
-    return f"__s{j}"
-
-
-def compensation_col(j: int) -> str:
-    """The Neumaier compensation term of float sum ``sum_col(j)``."""
-    return f"__c{j}"
-
-
-def abs_sum_col(j: int) -> str:
-    """Σ|x| of aggregate j (the interval of an order-dependent sum needs it)."""
-    return f"__a{j}"
-
-
-def abs_compensation_col(j: int) -> str:
-    return f"__ac{j}"
-
-
-def extreme_col(j: int) -> str:
-    """The current MIN/MAX of aggregate j in an aggregation's groups frame."""
-    return f"__m{j}"
-
+def agg_columns(j: int) -> AggColumns:
+    return AggColumns(*(f"__{prefix}{j}" for prefix in ("n", "s", "c", "a", "ac", "m", "nan", "inf", "ninf")))
 
 def accumulator_type(a: AggCall) -> pl.DataType:
     """The accumulator of a SUM/AVG: Int64 (wrapping like Spark's bigint SUM), DECIMAL(38, 0) for an integer AVG
@@ -102,21 +94,23 @@ def accumulator_type(a: AggCall) -> pl.DataType:
 def _accumulators(j: int, a: AggCall, bounded: bool) -> list[Accumulator]:
     if a.arg is None:
         return []
-    out = [Accumulator(non_null_col(j), Term.NON_NULL, j, pl.Int64)]
+    cols = agg_columns(j)
+    out = [Accumulator(cols.non_null, Term.NON_NULL, j, pl.Int64)]
     if a.func not in ("sum", "avg"):
         return out
     acc = accumulator_type(a)
     if acc == pl.Float64:
-        out.append(Accumulator(sum_col(j), Term.FINITE, j, pl.Float64, compensation_col(j)))
-        out += [Accumulator(f"{prefix}{j}", term, j, pl.Int64) for term, prefix in SPECIAL.items()]
+        out.append(Accumulator(cols.sum, Term.FINITE, j, pl.Float64, cols.compensation))
+        out += [Accumulator(cols.nan, Term.NAN, j, pl.Int64), Accumulator(cols.pos_inf, Term.POS_INF, j, pl.Int64),
+                Accumulator(cols.neg_inf, Term.NEG_INF, j, pl.Int64)]
         if bounded:
-            out.append(Accumulator(abs_sum_col(j), Term.FINITE_ABS, j, pl.Float64, abs_compensation_col(j)))
+            out.append(Accumulator(cols.abs_sum, Term.FINITE_ABS, j, pl.Float64, cols.abs_compensation))
     elif acc == pl.Int64:
-        out.append(Accumulator(sum_col(j), Term.WRAPPED, j, acc))
+        out.append(Accumulator(cols.sum, Term.WRAPPED, j, acc))
     else:
-        out.append(Accumulator(sum_col(j), Term.EXACT, j, acc))
+        out.append(Accumulator(cols.sum, Term.EXACT, j, acc))
         if bounded:  # Σ|x| of an integer AVG (exact: |−2^63| does not fit a bigint)
-            out.append(Accumulator(abs_sum_col(j), Term.EXACT_ABS, j, acc))
+            out.append(Accumulator(cols.abs_sum, Term.EXACT_ABS, j, acc))
     return out
 
 
@@ -306,5 +300,5 @@ class PartialLayout:
         return out.select([*keys, *sums]).hstack(folded)
 
 
-__all__ = ["COUNTS", "SPECIAL", "Accumulator", "PartialLayout", "Partials", "Term", "abs_compensation_col",
-           "abs_sum_col", "accumulator_type", "compensation_col", "extreme_col", "non_null_col", "sum_col"]
+__all__ = ["COUNTS", "Accumulator", "AggColumns", "PartialLayout", "Partials", "Term", "accumulator_type",
+           "agg_columns"]

@@ -21,6 +21,7 @@ from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.operators.base import (
     BinaryOperator,
     Operator,
+    OutputStateOperator,
     SketchDelta,
     StatefulOperator,
     UnaryOperator,
@@ -32,10 +33,8 @@ from imp_core.engine.operators.registry import build_operator
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.order_dependence import OrderDependence
 from imp_core.errors import StateError
-from imp_core.plan.nodes import Aggregate, Distinct, Plan, Scan, TopK, explain
+from imp_core.plan.nodes import Plan, Scan, explain
 from imp_core.sketch.partition import PartitionSet
-
-HOLDS_OUTPUT = (Aggregate, Distinct, TopK)  # nodes whose operator keeps its whole output in its state
 
 
 @dataclass(eq=False)
@@ -103,7 +102,7 @@ class Pipeline:
         inputs = tuple(self._build(child, f"{path}.{i}") for i, child in enumerate(node.children))
         op = build_operator(node, BuildContext(path, self.annotations, self.order_dependence, self.fingerprint,
                                                **self._options))
-        from_state = isinstance(node, HOLDS_OUTPUT) or (not isinstance(node, Scan)
+        from_state = isinstance(op, OutputStateOperator) or (not isinstance(node, Scan)
                                                         and all(s.from_state for s in inputs))
         return Stage(path, node, op, inputs, frozenset(node.tables()), node.is_stateless(), from_state)
 
@@ -214,7 +213,7 @@ class _Pass:
             assert isinstance(op, UnaryOperator) and self.changes is not None
             out = op.process(self.changes)
             return consolidate(out) if self.netting else out
-        if self.capture and isinstance(stage.node, HOLDS_OUTPUT) and stage.inputs[0].stateless:
+        if self.capture and isinstance(op, OutputStateOperator) and stage.inputs[0].stateless:
             return self._bootstrap(stage)
         if isinstance(op, BinaryOperator):
             left, right = stage.inputs
@@ -227,7 +226,7 @@ class _Pass:
         if child is None:
             return None
         out = op.process(child)
-        if self.capture and isinstance(op, (Aggregation, TopKOp)):
+        if self.capture and isinstance(op, OutputStateOperator):
             # A capture hands Q(D) upward as an all-insert delta. From reset state that is what `process` returns,
             # except for an aggregation without GROUP BY: its one row exists even over an empty input.
             return op.output_relation()
@@ -256,7 +255,7 @@ class _Pass:
         assert stage.from_state
         if stage.path not in self._contents:
             op = stage.op
-            if isinstance(op, (Aggregation, TopKOp)):
+            if isinstance(op, OutputStateOperator):
                 out = op.output_relation()
             elif isinstance(op, JoinOp):
                 left, right = stage.inputs

@@ -17,7 +17,7 @@ from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.exact_sum import neumaier
 from imp_core.engine.float_keys import from_nan_free
-from imp_core.engine.operators.base import StatefulOperator, UnaryOperator
+from imp_core.engine.operators.base import OutputStateOperator
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.minmax import ValueMultiset
 from imp_core.engine.operators.partials import PartialLayout, Partials, Term, agg_columns
@@ -41,7 +41,7 @@ def _untouched(height: int, rows: pl.Series) -> pl.Series:
     return pl.Series(mask)
 
 
-class Aggregation(UnaryOperator, StatefulOperator):
+class Aggregation(OutputStateOperator):
     """γ over annotated deltas. State per group ``g`` (the paper's ``S[g] = (SUM, CNT, P, F_g)``), as frames:
 
     * ``groups``: the state keys, the accumulators of ``layout`` (``PartialLayout``), per MIN/MAX the current

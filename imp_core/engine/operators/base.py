@@ -147,5 +147,14 @@ class StatefulOperator(Operator, ABC):
         return sum(int(df.estimated_size()) for df in frames.values())
 
 
-__all__ = ["BinaryOperator", "InputSide", "Operator", "SinkOperator", "SketchDelta", "StatefulOperator",
-           "UnaryOperator"]
+
+class OutputStateOperator(UnaryOperator, StatefulOperator):
+    """A unary operator whose state holds its whole output (aggregation, distinct, top-k): its current contents never
+    need the tables, and a capture starts it from its whole input."""
+
+    @abstractmethod
+    def output_relation(self) -> pl.DataFrame:
+        """The operator's current output as a whole relation (all-insert, annotated)."""
+
+__all__ = ["BinaryOperator", "InputSide", "Operator", "OutputStateOperator", "SinkOperator", "SketchDelta",
+           "StatefulOperator", "UnaryOperator"]

@@ -17,7 +17,7 @@ import polars as pl
 
 from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE, as_sets
 from imp_core.engine.evaluate import compile_expr, polars_type
-from imp_core.engine.operators.base import StatefulOperator, UnaryOperator
+from imp_core.engine.operators.base import OutputStateOperator
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.order_dependence import IntervalCompiler
 from imp_core.engine.schema import CERTAIN, COUNT, MULT, SET, hi_name, lo_name
@@ -28,7 +28,7 @@ N = COUNT
 SKEY = "__skey"
 
 
-class TopKOp(UnaryOperator, StatefulOperator):
+class TopKOp(OutputStateOperator):
     """The state frame ``rows`` holds every input row (or the buffer's) with its annotation ``__sk``, the
     annotation as text ``__skey`` (a grouping key) and its multiplicity ``__n``. With a cut buffer, ``boundary`` is
     the worst order key kept: changes ranked after it are dropped; deletions that leave fewer than ``k`` rows raise

@@ -56,7 +56,7 @@ def _fresh_sketch(service: SketchService, name: str, sql: str, on: str, fragment
 def _clone_at_start(service: SketchService, source: str, name: str, version: int = 1) -> None:
     """A new sketch whose version 1 is ``source``'s version ``version`` (same table versions, sketch and operator
     state), so every run maintains the same backlog from the same start."""
-    from imp_core.catalog.store import NewVersion, StateBlob
+    from imp_core.catalog import NewVersion, StateBlob
 
     _drop_sketch(service, name)
     record = service.catalog.get_sketch(source)

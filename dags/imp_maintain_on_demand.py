@@ -10,10 +10,11 @@ from datetime import datetime
 
 from airflow.sdk import Param, dag, task
 
-from imp_core import jobs
 from imp_core.airflow import CHECK_TIMEOUT, tasks
 from imp_core.airflow.operators import ImpSparkSubmitOperator
 from imp_core.inputs import SKETCH_NAME
+from imp_core.jobs import AIRFLOW_TRIGGER, MaintainJob
+from imp_core.maintenance.strategy import Strategy
 
 
 @dag(
@@ -25,7 +26,7 @@ from imp_core.inputs import SKETCH_NAME
         "sketch": Param("", type="string", minLength=1, maxLength=128, pattern=f"^{SKETCH_NAME.pattern[:-2]}$",
                         title="Sketch",
                         description="Name of the sketch to maintain (see Browse > Sketch catalog)."),
-        "strategy": Param("lazy", type="string", enum=["lazy", "eager", "recapture"], title="Strategy",
+        "strategy": Param(Strategy.LAZY.value, type="string", enum=Strategy.choices(), title="Strategy",
                           description="lazy: one step to the current table versions; eager: one version per batch "
                                       "of change rows; recapture: full recomputation on Spark."),
         "batch_size": Param(1000, type="integer", minimum=1, title="Batch size",
@@ -41,8 +42,8 @@ def imp_maintain_on_demand():
 
     maintain = ImpSparkSubmitOperator(
         task_id="maintain_sketch",
-        application_args=jobs.maintain_argv("{{ params.sketch }}", "{{ params.strategy }}", "{{ params.batch_size }}",
-                                            "airflow:{{ dag.dag_id }}/{{ run_id }}"),
+        application_args=MaintainJob("{{ params.sketch }}", "{{ params.strategy }}", "{{ params.batch_size }}",
+                                     AIRFLOW_TRIGGER).argv(),
     )
     validate_request() >> maintain
 

@@ -17,11 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
 from rich.console import Console
 from rich.table import Table
 
 from imp_core.config import Settings
 from imp_core.errors import NotFoundError
+from imp_core.maintenance.service import SketchService
 
 Q_TOP = ("SELECT brand, SUM(price * numSold) AS rev FROM sales GROUP BY brand "
          "HAVING SUM(price * numSold) > 5000")
@@ -58,10 +60,6 @@ def rho(fragments: list[int]) -> str:
 
 
 def run_demo(settings: Settings, rows: int = 3_000_000, small_only: bool = False) -> int:
-    from deltalake import write_deltalake
-
-    from imp_core.maintenance.service import SketchService
-
     console = Console()
     t_start = time.perf_counter()
     root = settings.warehouse_path / "demo"
@@ -114,9 +112,9 @@ def run_demo(settings: Settings, rows: int = 3_000_000, small_only: bool = False
     return 0 if ok else 1
 
 
-def _drop(service, name: str) -> None:  # noqa: ANN001
+def _drop(service: SketchService, name: str) -> None:
     try:
-        service.catalog.drop_sketch(name)
+        service.drop_sketch(name)
     except NotFoundError:
         pass
 
@@ -131,9 +129,7 @@ def generate(rows: int, groups: int, seed: int = 7) -> pa.Table:
     return pa.table(cols)
 
 
-def _scale(service, console: Console, root: Path, rows: int) -> bool:  # noqa: ANN001
-    from deltalake import DeltaTable, write_deltalake
-
+def _scale(service: SketchService, console: Console, root: Path, rows: int) -> bool:
     groups = 5000
     path = root / f"groups_{rows}"
     if not (path / "_delta_log").exists():

@@ -91,7 +91,8 @@ class Query:
     sql: str
 
 
-def parse_query(sql: str, tables: Mapping[str, pa.Schema], dialect: str = "spark") -> Query:
+def parse_query(sql: str, tables: Mapping[str, pa.Schema], dialect: str = "spark", *,
+                statement: exp.Expression | None = None) -> Query:
     """Translate one SELECT query into a plan over the registered tables.
 
     Identifiers are resolved case-insensitively (as Spark does); the plan keeps the spelling stored in ``tables``.
@@ -100,6 +101,7 @@ def parse_query(sql: str, tables: Mapping[str, pa.Schema], dialect: str = "spark
         sql: The query text (one statement).
         tables: Registered table name -> Arrow schema of the table.
         dialect: The sqlglot dialect the text is written in.
+        statement: ``sql`` already parsed by :func:`parse_statement` (it is not parsed again; not modified).
 
     Returns:
         The plan and the result column names.
@@ -110,7 +112,8 @@ def parse_query(sql: str, tables: Mapping[str, pa.Schema], dialect: str = "spark
         UnsupportedError: The query uses a construct the platform cannot maintain (outer joins, set operations,
             window functions, subqueries in expressions, LIMIT without ORDER BY, ...).
     """
-    statement = parse_statement(sql, dialect)
+    if statement is None:
+        statement = parse_statement(sql, dialect)
     plan, names = _Builder(tables, sql, dialect).query(statement, {})
     return Query(plan, names, sql)
 

@@ -23,12 +23,15 @@ from imp_core.errors import PlanError
 from imp_core.plan.sql import parse_statement
 
 
-def template_key(sql: str, dialect: str = "spark") -> tuple[str, tuple[Any, ...]]:
+def template_key(sql: str, dialect: str = "spark", *,
+                 statement: exp.Expression | None = None) -> tuple[str, tuple[Any, ...]]:
     """The template key of a query and the constants taken out of it.
 
     Args:
         sql: One SELECT query.
         dialect: The sqlglot dialect the text is written in; the key is generated in the same dialect.
+        statement: ``sql`` already parsed by :func:`~imp_core.plan.sql.parse_statement` (used instead of parsing
+            it again; not modified).
 
     Returns:
         ``(key, constants)``: the normalized SQL (identifiers case-folded as the dialect does: all of them in
@@ -42,7 +45,7 @@ def template_key(sql: str, dialect: str = "spark") -> tuple[str, tuple[Any, ...]
         PlanError: The SQL does not parse.
         UnsupportedError: The text is not a single SELECT query.
     """
-    tree = parse_statement(sql, dialect)
+    tree = parse_statement(sql, dialect) if statement is None else statement.copy()
     try:
         tree = normalize_identifiers(tree, dialect=dialect)
     except SqlglotError as e:  # pragma: no cover - normalization does not fail on parsed trees

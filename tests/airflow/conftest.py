@@ -2,8 +2,8 @@
 running Airflow (api-server + scheduler + dag-processor on 127.0.0.1) and small Delta tables with sketches.
 
 Everything is session-scoped and shared: starting Airflow or Postgres costs seconds, so tests use their own table
-and sketch names in one catalog instead of their own catalogs. Tests leave no sketch stale, so the nightly DAG (which
-maintains every stale sketch) sees only the ones its test made stale.
+and sketch names in one catalog instead of their own catalogs. Each test's sketches are dropped when it ends
+(``_own_sketches``), so the nightly DAG (which maintains every stale sketch) sees only the ones its test made stale.
 """
 
 from __future__ import annotations
@@ -141,6 +141,21 @@ def imp(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Imp]:
         service.catalog.close()
         stop_embedded(settings)
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _own_sketches(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test's sketches are dropped when it ends, passed or failed: a test that fails half-way cannot leave a
+    stale sketch that a later test's nightly run (which maintains every stale sketch) picks up."""
+    if "imp" not in request.fixturenames:
+        yield
+        return
+    imp: Imp = request.getfixturevalue("imp")
+    before = {record.name for record in imp.catalog.list_sketches()}
+    yield
+    for record in imp.catalog.list_sketches():
+        if record.name not in before:
+            imp.service.drop_sketch(record.name)
 
 
 # -------------------------------------------------------------------------------------------------- Airflow homes

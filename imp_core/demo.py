@@ -24,6 +24,7 @@ from rich.table import Table
 from imp_core.config import Settings
 from imp_core.errors import NotFoundError
 from imp_core.maintenance.service import SketchService
+from imp_core.maintenance.strategy import Strategy
 
 Q_TOP = ("SELECT brand, SUM(price * numSold) AS rev FROM sales GROUP BY brand "
          "HAVING SUM(price * numSold) > 5000")
@@ -82,7 +83,7 @@ def run_demo(settings: Settings, rows: int = 3_000_000, small_only: bool = False
 
     console.print("insert s8 = (8, HP, HP ProBook 650 G10, 1299, 1)  (Example 1.2)")
     write_deltalake(str(sales), S8, mode="append")
-    result = service.maintain("demo_top", strategy="lazy")
+    result = service.maintain("demo_top", strategy=Strategy.LAZY)
     second = service.describe("demo_top")
     frags2 = second["partitions"][0]["fragments"]
     console.print(f"[bold green]sketch v{second['version']} ({second['method']}, {result.delta_rows} change row): "
@@ -163,10 +164,10 @@ def _scale(service: SketchService, console: Console, root: Path, rows: int) -> b
     write_deltalake(str(path), new, mode="append")
 
     t0 = time.perf_counter()
-    result = service.maintain("demo_groups", strategy="lazy")
+    result = service.maintain("demo_groups", strategy=Strategy.LAZY)
     maintain_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    service.maintain("demo_groups", strategy="recapture")
+    service.maintain("demo_groups", strategy=Strategy.RECAPTURE)
     recapture_s = time.perf_counter() - t0
 
     with_sketch = service.query(sql)

@@ -22,6 +22,7 @@ from imp_core.config import Settings, redact_url
 from imp_core.demo import run_demo
 from imp_core.errors import UsageError
 from imp_core.maintenance.service import SketchService
+from imp_core.maintenance.strategy import Strategy
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -138,7 +139,7 @@ def sketch_maintain(args: argparse.Namespace, service: SketchService) -> int:
     if args.all and args.name:
         raise UsageError("give a sketch name or --all, not both")
     if args.all:
-        results = service.maintain_all(args.strategy or "eager", args.batch_size)
+        results = service.maintain_all(args.strategy or Strategy.EAGER, args.batch_size)
     elif args.name:
         results = [service.maintain(args.name, args.strategy, args.batch_size, allow_recapture=not args.no_recapture)]
     else:

@@ -110,7 +110,8 @@ def eager_vs_lazy(service: SketchService, quick: bool, runs: int) -> Experiment:
             if size == "lazy":
                 result = service.maintain("edb_run", strategy=Strategy.LAZY)
             else:
-                result = service.maintain("edb_run", strategy=Strategy.EAGER, batch_size=int(size) * 2)  # update = 2 rows
+                # an update is 2 change rows
+                result = service.maintain("edb_run", strategy=Strategy.EAGER, batch_size=int(size) * 2)
             elapsed = time.perf_counter() - t
             label = "lazy" if size == "lazy" else f"eager {size}"
             exp.add(label, "total", run, elapsed, x=updates if size == "lazy" else float(size),

@@ -7,6 +7,7 @@ fails here, before any Spark job); ``maintain_sketch`` runs ``imp_core/jobs/subm
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from airflow.sdk import Param, dag, task
 
@@ -35,9 +36,9 @@ from imp_core.maintenance.strategy import Strategy
     tags=["imp"],
     doc_md=__doc__,
 )
-def imp_maintain_on_demand():
+def imp_maintain_on_demand() -> None:
     @task(retries=0, execution_timeout=CHECK_TIMEOUT)
-    def validate_request(**context) -> dict:
+    def validate_request(**context: Any) -> dict:
         return tasks.validate_maintenance(context["params"])
 
     maintain = ImpSparkSubmitOperator(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timedelta
+from typing import Any
 
 from airflow.sdk import Param, dag, task
 
@@ -38,9 +39,9 @@ from imp_core.maintenance.strategy import Strategy
     doc_md=__doc__,
     user_defined_macros={"sketch_of": sketch_of},
 )
-def imp_nightly_maintenance():
+def imp_nightly_maintenance() -> None:
     @task(execution_timeout=CHECK_TIMEOUT)
-    def list_stale_sketches(**context) -> list[list[str]]:
+    def list_stale_sketches(**context: Any) -> list[list[str]]:
         return tasks.stale_maintenance_args(context, Strategy.EAGER, context["params"]["batch_size"])
 
     submitted = list_stale_sketches()
@@ -52,7 +53,7 @@ def imp_nightly_maintenance():
     ).expand(application_args=submitted)
 
     @task(trigger_rule="all_done", retries=0, execution_timeout=CHECK_TIMEOUT)
-    def summarize(submitted: list[list[str]] | None, **context) -> dict:
+    def summarize(submitted: list[list[str]] | None, **context: Any) -> dict:
         return tasks.report_runs(context, submitted)
 
     maintained >> summarize(submitted)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
+from typing import Any
 
 from airflow.sdk import Param, dag, task
 
@@ -42,9 +43,9 @@ from imp_core.maintenance.strategy import Strategy
     tags=["imp"],
     doc_md=__doc__,
 )
-def imp_register_sketch():
+def imp_register_sketch() -> None:
     @task(retries=0, execution_timeout=CHECK_TIMEOUT)
-    def check_safety(**context) -> dict:
+    def check_safety(**context: Any) -> dict:
         return tasks.validate_registration(context["params"])
 
     capture = ImpSparkSubmitOperator(

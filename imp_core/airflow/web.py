@@ -175,7 +175,8 @@ code { font-size: .8rem; color: #2d3748; }
 .stale { background: #fefcbf; color: #744210; } .fresh { background: #c6f6d5; color: #22543d; }
 .succeeded { background: #c6f6d5; color: #22543d; } .failed { background: #fed7d7; color: #822727; }
 .running { background: #bee3f8; color: #2a4365; } .none { background: #edf2f7; color: #4a5568; }
-.err { color: #822727; font-size: .8rem; } .bar { background: #edf2f7; width: 6rem; height: .5rem; border-radius: .25rem; }
+.err { color: #822727; font-size: .8rem; }
+.bar { background: #edf2f7; width: 6rem; height: .5rem; border-radius: .25rem; }
 .bar > span { display: block; height: 100%; background: #3182ce; border-radius: .25rem; }
 .sql { max-width: 28rem; white-space: pre-wrap; } .hidden { color: #718096; font-style: italic; }
 form.refresh { display: inline; } form.refresh button { font-size: .8rem; }

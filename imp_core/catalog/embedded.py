@@ -137,7 +137,8 @@ def embedded_url(settings: Settings) -> str:
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
         raise CatalogError(
             f"could not start the embedded catalog Postgres in {pgdata} (as {user.describe()}): "
-            f"{scrub(first_line(e))}; see the server log {pgdata / 'log'}, or set IMP_CATALOG_URL (--catalog-url) to use another Postgres"
+            f"{scrub(first_line(e))}; see the server log {pgdata / 'log'}, or set IMP_CATALOG_URL (--catalog-url) to "
+            f"use another Postgres"
         ) from e
     host = _client_socket_dir(pgdata, running.pid)
     _ensure_database(_socket_url(host, home, "postgres"), EMBEDDED_DATABASE, pgdata)

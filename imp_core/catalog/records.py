@@ -153,7 +153,7 @@ def default_triggered_by() -> str:
     """``user@host`` of this process, for ``maintenance_run.triggered_by``."""
     try:
         user = getpass.getuser()
-    except Exception:  # no login name in some containers
+    except (OSError, KeyError):  # no login name in some containers
         user = "unknown"
     return f"{user}@{socket.gethostname()}"
 

@@ -132,6 +132,23 @@ def check(parts: Parts, name: str, sql: str | ParsedSql, on: list[str], fragment
         UsageError: Bad arguments, or a live sketch named ``name`` exists.
         PlanError: The SQL does not parse against the registered tables, or the column is not safe.
     """
+    _check_arguments(parts, name, on, fragments, bounds)
+    parsed = ParsedSql.of(sql, dialect)
+    query = analyze(parts, parsed)
+    require_engine_support(query.plan)  # refuse what the engine cannot compute as Spark does, before Spark runs
+    sources = parts.sources(query.plan.tables())
+    for s in sources.values():
+        s.require_cdf()
+        s.require_readable_by_spark()
+    versions = {t: s.current_version() for t, s in sources.items()}
+    schemas = {t: s.schema(versions[t]) for t, s in sources.items()}
+    targets = _targets(on, schemas, bounds)
+    report = require_safe(query.plan, targets, sign_oracle(sources, versions))
+    return Registration(name, parsed, query, sources, versions, schemas, targets, report)
+
+
+def _check_arguments(parts: Parts, name: str, on: list[str], fragments: int | None,
+                     bounds: list[str] | None) -> None:
     if (fragments is None) == (bounds is None):
         raise UsageError("give exactly one of --fragments N or --bounds b0,b1,...,bn")
     if bounds is not None and len(bounds) != len(on):
@@ -143,15 +160,11 @@ def check(parts: Parts, name: str, sql: str | ParsedSql, on: list[str], fragment
     inputs.check_sketch_name(name)
     if any(r.name == name for r in parts.catalog.list_sketches()):  # before any Spark work (the insert checks too)
         raise UsageError(f"sketch {name!r} already exists; pick another name or drop it (`imp sketch drop {name}`)")
-    parsed = ParsedSql.of(sql, dialect)
-    query = analyze(parts, parsed)
-    require_engine_support(query.plan)  # refuse what the engine cannot compute as Spark does, before Spark runs
-    sources = parts.sources(query.plan.tables())
-    for s in sources.values():
-        s.require_cdf()
-        s.require_readable_by_spark()
-    versions = {t: s.current_version() for t, s in sources.items()}
-    schemas = {t: s.schema(versions[t]) for t, s in sources.items()}
+
+
+def _targets(on: list[str], schemas: dict[str, pa.Schema], bounds: list[str] | None) -> dict[str, str]:
+    """Table -> partition column of each ``--on TABLE.COLUMN``, checked against the query's tables (and its
+    ``--bounds`` against the column's type)."""
     targets: dict[str, str] = {}
     for i, item in enumerate(on):
         table, _, column = item.partition(".")
@@ -171,8 +184,7 @@ def check(parts: Parts, name: str, sql: str | ParsedSql, on: list[str], fragment
             raise UsageError(f"cannot partition on {table}.{column} of type {dtype}")
         if bounds is not None:  # bad bounds are a usage error before any Spark work
             parse_bounds([b.strip() for b in bounds[i].split(",")], dtype, item)
-    report = require_safe(query.plan, targets, sign_oracle(sources, versions))
-    return Registration(name, parsed, query, sources, versions, schemas, targets, report)
+    return targets
 
 
 def create_sketch(parts: Parts, name: str, sql: str | ParsedSql, on: list[str], fragments: int | None = None,

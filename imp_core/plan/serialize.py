@@ -12,6 +12,7 @@ import dataclasses
 import datetime as dt
 import decimal
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -60,17 +61,21 @@ def plan_from_json(doc: Any) -> Plan:
     return plan
 
 
+_SCALARS: tuple[tuple[type, str, Callable[[Any], str]], ...] = (
+    (float, "float", repr),  # exact, and NaN, ±inf and -0.0 survive
+    (decimal.Decimal, "decimal", str),
+    (dt.datetime, "timestamp", dt.datetime.isoformat),  # before date: a datetime is a date
+    (dt.date, "date", dt.date.isoformat),
+)
+"""Values stored as ``{tag: text}``: their class, tag and how they are written."""
+
+
 def _encode(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, str)):
         return value
-    if isinstance(value, float):
-        return {"float": repr(value)}  # exact, and NaN, ±inf and -0.0 survive
-    if isinstance(value, decimal.Decimal):
-        return {"decimal": str(value)}
-    if isinstance(value, dt.datetime):
-        return {"timestamp": value.isoformat()}
-    if isinstance(value, dt.date):
-        return {"date": value.isoformat()}
+    for kind, tag, write in _SCALARS:
+        if isinstance(value, kind):
+            return {tag: write(value)}
     if isinstance(value, pa.DataType):
         return _type_to_json(value)
     if isinstance(value, tuple):
@@ -93,30 +98,25 @@ def _decode(value: Any) -> Any:
     if not isinstance(value, dict):
         raise PlanError(f"the stored plan holds an unexpected {type(value).__name__}")
     if "@" in value:
-        cls = _CLASSES.get(value["@"])
-        if cls is None:
-            raise PlanError(f"the stored plan has a node {value['@']!r} this imp does not know")
-        try:
-            return cls(**{k: _decode(v) for k, v in value.items() if k != "@"})
-        except TypeError as e:
-            raise PlanError(f"the stored plan's {value['@']} does not fit this imp: {e}") from e
-    if len(value) != 1:
+        return _decode_node(value)
+    read = _READ.get(next(iter(value))) if len(value) == 1 else None
+    if read is None:
         raise PlanError(f"the stored plan holds an unknown value {value!r}")
     [(tag, text)] = value.items()
     try:
-        if tag == "float":
-            return float(text)
-        if tag == "decimal":
-            return decimal.Decimal(text)
-        if tag == "timestamp":
-            return dt.datetime.fromisoformat(text)
-        if tag == "date":
-            return dt.date.fromisoformat(text)
-        if tag in ("type", "arrow_type"):
-            return _type_from_json(value)
-    except (ValueError, TypeError, decimal.InvalidOperation, pa.ArrowInvalid) as e:
+        return read(text)
+    except (ValueError, TypeError, KeyError, decimal.InvalidOperation, pa.ArrowInvalid) as e:
         raise PlanError(f"the stored plan holds an unreadable {tag} {text!r}") from e
-    raise PlanError(f"the stored plan holds an unknown value {value!r}")
+
+
+def _decode_node(value: dict[str, Any]) -> Any:
+    cls = _CLASSES.get(value["@"])
+    if cls is None:
+        raise PlanError(f"the stored plan has a node {value['@']!r} this imp does not know")
+    try:
+        return cls(**{k: _decode(v) for k, v in value.items() if k != "@"})
+    except TypeError as e:
+        raise PlanError(f"the stored plan's {value['@']} does not fit this imp: {e}") from e
 
 
 def _type_to_json(t: pa.DataType) -> dict[str, str]:
@@ -127,10 +127,11 @@ def _type_to_json(t: pa.DataType) -> dict[str, str]:
     return {"arrow_type": base64.b64encode(schema.serialize().to_pybytes()).decode()}
 
 
-def _type_from_json(value: dict[str, str]) -> pa.DataType:
-    if "arrow_type" in value:
-        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(value["arrow_type"]))).field("t").type
-    text = value["type"]
+def _arrow_type(encoded: str) -> pa.DataType:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(encoded))).field("t").type
+
+
+def _named_type(text: str) -> pa.DataType:
     if text in _SIMPLE_TYPES:
         return _SIMPLE_TYPES[text]
     if m := _DECIMAL.fullmatch(text):
@@ -139,6 +140,13 @@ def _type_from_json(value: dict[str, str]) -> pa.DataType:
     if m := _TIMESTAMP.fullmatch(text):
         return pa.timestamp(m[1], tz=m[2])
     raise ValueError(text)
+
+
+_READ: dict[str, Callable[[str], Any]] = {
+    "float": float, "decimal": decimal.Decimal, "timestamp": dt.datetime.fromisoformat,
+    "date": dt.date.fromisoformat, "type": _named_type, "arrow_type": _arrow_type,
+}
+"""How each tag of a ``{tag: text}`` value is read back."""
 
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "PLAN_NODES", "plan_from_json", "plan_to_json"]

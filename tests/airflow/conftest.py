@@ -291,7 +291,8 @@ class AirflowServer:
     def check_alive(self) -> None:
         for name, proc in self.procs.items():
             if proc.poll() is not None:
-                raise AssertionError(f"airflow {name} exited with {proc.returncode}:\n{tail(self.home / f'{name}.out')}")
+                raise AssertionError(f"airflow {name} exited with {proc.returncode}:\n"
+                                     f"{tail(self.home / f'{name}.out')}")
 
     def stop(self) -> None:
         for proc in self.procs.values():

@@ -5,10 +5,11 @@ The rules, with examples, are in docs/SAFETY.md; see docs/ARCHITECTURE.md, "Safe
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from imp_core.errors import UnsafeSketchError
+from imp_core.errors import PlanError, UnsafeSketchError
 from imp_core.plan.expr import (
     AggCall,
     Binary,
@@ -49,14 +50,53 @@ class Rel:
     why: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class SignAssumption:
+    """A column sign a safety verdict relies on: ``table.column >= 0`` (sign ``+``) or ``<= 0`` (sign ``-``).
+
+    Its text (``str``) is its JSON form in the catalog; :meth:`parse` reads it back.
+    """
+
+    table: str
+    column: str
+    sign: str
+
+    def __post_init__(self) -> None:
+        if self.sign not in ("+", "-"):
+            raise PlanError(f"a sign assumption's sign is + or -, not {self.sign!r}")
+
+    @property
+    def op(self) -> str:
+        """The comparison with 0 that must hold: ``>=`` or ``<=``."""
+        return ">=" if self.sign == "+" else "<="
+
+    def __str__(self) -> str:
+        return f"{self.table}.{self.column} {self.op} 0"
+
+    @classmethod
+    def parse(cls, text: str) -> SignAssumption:
+        """The assumption written as ``TABLE.COLUMN >= 0`` or ``TABLE.COLUMN <= 0`` (a column name may hold spaces).
+
+        Raises:
+            PlanError: ``text`` is not of that form.
+        """
+        m = _ASSUMPTION.fullmatch(text) if isinstance(text, str) else None
+        if m is None:
+            raise PlanError(f"stored sign assumption {text!r} is not TABLE.COLUMN >= 0 or TABLE.COLUMN <= 0")
+        return cls(m["table"], m["column"], "+" if m["op"] == ">=" else "-")
+
+
+_ASSUMPTION = re.compile(r"(?P<table>[^.]+)\.(?P<column>.+) (?P<op>>=|<=) 0")
+
+
 @dataclass(frozen=True)
 class SafetyReport:
     safe: bool
     reason: str
-    assumptions: tuple[str, ...]
+    assumptions: tuple[SignAssumption, ...]
 
     def to_json(self) -> dict[str, object]:
-        return {"safe": self.safe, "reason": self.reason, "assumptions": list(self.assumptions)}
+        return {"safe": self.safe, "reason": self.reason, "assumptions": [str(a) for a in self.assumptions]}
 
 
 class _Analysis:
@@ -390,7 +430,7 @@ def check(plan: Plan, partitions: dict[str, str], oracle: SignOracle | None = No
     for base in sorted(analysis.assumptions) if safe else []:
         table, _, column = base.partition(".")
         sign = oracle(table, column) if oracle is not None else None
-        assumptions.append(f"{table}.{column} {'>=' if sign == '+' else '<='} 0")
+        assumptions.append(SignAssumption(table, column, "+" if sign == "+" else "-"))
     return SafetyReport(safe, reason, tuple(assumptions))
 
 
@@ -422,4 +462,4 @@ def require_safe(plan: Plan, partitions: dict[str, str], oracle: SignOracle | No
     return report
 
 
-__all__ = ["SafetyReport", "SignOracle", "check", "require_safe", "safe_columns"]
+__all__ = ["SafetyReport", "SignAssumption", "SignOracle", "check", "require_safe", "safe_columns"]

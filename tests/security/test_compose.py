@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 
-import pytest
 import yaml
 
 from tests.security.conftest import REPO

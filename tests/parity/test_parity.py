@@ -14,6 +14,7 @@ import random
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import SparkSession
 
 from imp_core.plan.expr import (
     ARITH_OPS,
@@ -40,7 +41,7 @@ NOT_SCALAR = {AggCall}
 
 
 @pytest.mark.parametrize("batch", sorted(BATCHES))
-def test_parity(spark, batch: str) -> None:
+def test_parity(spark: SparkSession, batch: str) -> None:
     problems = [f"{o.case.expr} on {o.case.row}: " + "; ".join(o.problems)
                 for o in run_batch(spark, BATCHES[batch]) if o.problems]
     assert not problems, "\n".join(problems)
@@ -156,7 +157,7 @@ def _random_rows(n: int, seed: int = 14) -> pa.Table:
     return pa.table(rows, schema=SCHEMA)
 
 
-def test_random_values_agree_with_spark(spark) -> None:
+def test_random_values_agree_with_spark(spark: SparkSession) -> None:
     from pyspark.sql import functions as F
 
     from imp_core.engine.evaluate import compile_expr

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
-from pyspark.sql import SparkSession
 
 from imp_core.plan.expr import (
     ARITH_OPS,
@@ -35,6 +35,9 @@ from imp_core.plan.expr import (
 )
 from tests.parity.cases import ALL, BATCHES
 from tests.parity.harness import COLUMNS, SCHEMA, C, D, engine_frame, run_batch, same
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # Expression classes the table does not need: aggregates are evaluated by the aggregation operator (tests/engine).
 NOT_SCALAR = {AggCall}

@@ -167,7 +167,8 @@ def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
             service.register_table(name, str(path), replace=True)
             _drop_sketch(service, "mixed")
         spent, queries, updates = _mixed_case(services, sql, name, path, (q, u, size, n_ops), case, groups)
-        update_s.setdefault(size, []).extend(updates)
+        if updates:
+            update_s.setdefault(size, []).extend(updates)
         for method in _METHODS:
             exp.add(case, method, 0, spent[method], queries=queries, updates=n_ops - queries)
         print(f"   mixed workload {case}: " + ", ".join(f"{m} {spent[m]:.1f} s" for m in _METHODS), flush=True)

@@ -11,7 +11,11 @@ included).
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -20,13 +24,18 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from deltalake import DeltaTable
 
 from benchmarks import data
 from benchmarks.harness import Experiment, scaled
 from benchmarks.maintenance import spark_session
+from imp_core.catalog import NewVersion, StateBlob
 from imp_core.config import Settings
 from imp_core.errors import NotFoundError
+from imp_core.jobs import SUBMIT_PATH, MaintainJob, RecaptureJob
 from imp_core.maintenance.service import SketchService
+from imp_core.maintenance.strategy import Strategy
+from imp_core.spark import connector
 
 
 def service_for(home: Path, spark) -> SketchService:  # noqa: ANN001
@@ -48,7 +57,7 @@ def _answer(result: Any) -> list[list[Any]]:
 
 
 def _fresh_sketch(service: SketchService, name: str, sql: str, on: str, fragments: int,
-                  strategy: str = "eager") -> None:
+                  strategy: Strategy = Strategy.EAGER) -> None:
     _drop_sketch(service, name)
     service.create_sketch(name, sql, [on], fragments=fragments, strategy=strategy)
 
@@ -56,15 +65,13 @@ def _fresh_sketch(service: SketchService, name: str, sql: str, on: str, fragment
 def _clone_at_start(service: SketchService, source: str, name: str, version: int = 1) -> None:
     """A new sketch whose version 1 is ``source``'s version ``version`` (same table versions, sketch and operator
     state), so every run maintains the same backlog from the same start."""
-    from imp_core.catalog.store import NewVersion, StateBlob
-
     _drop_sketch(service, name)
     record = service.catalog.get_sketch(source)
     first = service.catalog.get_version(record.id, version)
     states = [StateBlob(b.operator_id, b.format, b.format_version, b.payload)
               for b in service.catalog.load_states(record.id, version).values()]
     service.catalog.create_sketch(name, record.sql, record.dialect, record.template_key, record.plan_json,
-                                  record.partitions, record.safety, "eager",
+                                  record.partitions, record.safety, Strategy.EAGER,
                                   NewVersion(first.table_versions, first.bits, first.fragments, "capture",
                                              table_identities=first.table_identities,
                                              state_options=first.state_options), states)
@@ -85,8 +92,6 @@ def eager_vs_lazy(service: SketchService, quick: bool, runs: int) -> Experiment:
     _fresh_sketch(service, "edb", sql, f"{name}.a", 1000)
     start = service.catalog.latest_version(service.catalog.get_sketch("edb").id).table_versions
     # the updates: each commit changes one row (an update = delete of the old row + insert of the new one)
-    from deltalake import DeltaTable
-
     rng = np.random.default_rng(5)
     dt = DeltaTable(str(path))
     ids = rng.choice(rows, updates, replace=False)
@@ -103,9 +108,10 @@ def eager_vs_lazy(service: SketchService, quick: bool, runs: int) -> Experiment:
             assert service.catalog.latest_version(record.id).table_versions == start
             t = time.perf_counter()
             if size == "lazy":
-                result = service.maintain("edb_run", strategy="lazy")
+                result = service.maintain("edb_run", strategy=Strategy.LAZY)
             else:
-                result = service.maintain("edb_run", strategy="eager", batch_size=int(size) * 2)  # update = 2 rows
+                # an update is 2 change rows
+                result = service.maintain("edb_run", strategy=Strategy.EAGER, batch_size=int(size) * 2)
             elapsed = time.perf_counter() - t
             label = "lazy" if size == "lazy" else f"eager {size}"
             exp.add(label, "total", run, elapsed, x=updates if size == "lazy" else float(size),
@@ -150,7 +156,7 @@ def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
     for service in services.values():
         service.register_table(name, str(path), replace=True)
         service.query(sql, use_sketch=False)
-        _fresh_sketch(service, "mixed", sql, f"{name}.a", 1000, strategy="lazy")
+        _fresh_sketch(service, "mixed", sql, f"{name}.a", 1000, strategy=Strategy.LAZY)
         service.query(sql)
     for q, u, size, n_ops in cases:
         case = f"{q}Q:{u}U, size {size}" + (f", {n_ops:,} ops" if n_ops >= 100 else "")
@@ -205,15 +211,13 @@ def compaction(service: SketchService, quick: bool, runs: int, path: Path | None
     maintenance must be incremental with no change rows (checked). The query with the sketch (IMP) and without (NS)
     are timed side by side before and after; their answers must agree. The rewrite keeps the table's generated
     file count (target size = table size / 100)."""
-    from deltalake import DeltaTable
-
     rows = scaled(200_000 if quick else 10_000_000)
     name = f"mixed_{rows}"
     path = path or data.base_table(name, rows, 5000, files=100)
     sql = f"SELECT a, AVG(c) AS ac FROM {name} GROUP BY a HAVING AVG(c) < 300"
     service.register_table(name, str(path), replace=True)
     _drop_sketch(service, "mixed")  # the workload's own sketch would answer the query too
-    _fresh_sketch(service, "compact", sql, f"{name}.a", 1000, strategy="lazy")
+    _fresh_sketch(service, "compact", sql, f"{name}.a", 1000, strategy=Strategy.LAZY)
     exp = Experiment("compaction", f"Q_mixed on the mixed workload's table ({rows:,} rows) after its updates, before "
                      f"and after OPTIMIZE ZORDER BY a; IMP = with the sketch (maintained through the rewrite), NS = "
                      f"without", ratios=[("NS", "IMP")], log_y=False, y_label="seconds")
@@ -265,14 +269,6 @@ def whole_job(service: SketchService, quick: bool, runs: int) -> Experiment:
     ``spark-submit imp_core/jobs/submit.py maintain --strategy lazy``, ``FM job`` the same with ``recapture``, and
     ``IMP CLI`` is ``imp sketch maintain`` (no JVM: single-table maintenance never starts Spark).
     """
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from imp_core.jobs import SUBMIT_PATH
-    from imp_core.spark import connector
-
     rows = scaled(200_000 if quick else 10_000_000)
     groups = 5000
     name = f"t1gb{groups}g_{rows}"
@@ -291,9 +287,9 @@ def whole_job(service: SketchService, quick: bool, runs: int) -> Experiment:
     submit = [str(bin_dir / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
               "--conf", "spark.sql.shuffle.partitions=8", *connector.submit_args(), SUBMIT_PATH]
     commands = {
-        "IMP job": [*submit, "maintain", "--sketch", "wj_run", "--strategy", "lazy", "--home", home],
-        "FM job": [*submit, "recapture", "--sketch", "wj_run", "--home", home],
-        "IMP CLI": [str(bin_dir / "imp"), "--home", home, "sketch", "maintain", "wj_run", "--strategy", "lazy"],
+        "IMP job": [*submit, *MaintainJob("wj_run", Strategy.LAZY).argv(), "--home", home],
+        "FM job": [*submit, *RecaptureJob("wj_run").argv(), "--home", home],
+        "IMP CLI": [str(bin_dir / "imp"), "--home", home, "sketch", "maintain", "wj_run", "--strategy", Strategy.LAZY],
     }
     next_id = data.max_id(path) + 1
     record = service.catalog.get_sketch("wj")

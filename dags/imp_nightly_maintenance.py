@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timedelta
+from typing import Any
 
 from airflow.sdk import Param, dag, task
 
 from imp_core.airflow import CHECK_TIMEOUT, JOB_TIMEOUT, tasks
 from imp_core.airflow.operators import ImpSparkSubmitOperator
+from imp_core.jobs import sketch_of
+from imp_core.maintenance.strategy import Strategy
 
 
 @dag(
@@ -34,22 +37,23 @@ from imp_core.airflow.operators import ImpSparkSubmitOperator
     },
     tags=["imp"],
     doc_md=__doc__,
+    user_defined_macros={"sketch_of": sketch_of},
 )
-def imp_nightly_maintenance():
+def imp_nightly_maintenance() -> None:
     @task(execution_timeout=CHECK_TIMEOUT)
-    def list_stale_sketches(**context) -> list[list[str]]:
-        return tasks.stale_maintenance_args(context, "eager", context["params"]["batch_size"])
+    def list_stale_sketches(**context: Any) -> list[list[str]]:
+        return tasks.stale_maintenance_args(context, Strategy.EAGER, context["params"]["batch_size"])
 
     submitted = list_stale_sketches()
     maintained = ImpSparkSubmitOperator.partial(
         task_id="maintain_sketch",
         max_active_tis_per_dag=int(os.environ.get("IMP_MAINTENANCE_CONCURRENCY", "2")),
-        map_index_template="{{ task.application_args[1][9:] }}",  # the sketch of --sketch=NAME
+        map_index_template="{{ sketch_of(task.application_args) }}",
         execution_timeout=JOB_TIMEOUT,
     ).expand(application_args=submitted)
 
     @task(trigger_rule="all_done", retries=0, execution_timeout=CHECK_TIMEOUT)
-    def summarize(submitted: list[list[str]] | None, **context) -> dict:
+    def summarize(submitted: list[list[str]] | None, **context: Any) -> dict:
         return tasks.report_runs(context, submitted)
 
     maintained >> summarize(submitted)

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
+from typing import Any
 
 from airflow.sdk import Param, dag, task
 
-from imp_core import jobs
 from imp_core.airflow import CHECK_TIMEOUT, tasks
 from imp_core.airflow.operators import ImpSparkSubmitOperator
 from imp_core.inputs import SKETCH_NAME
+from imp_core.jobs import AIRFLOW_TRIGGER, RegisterJob
+from imp_core.maintenance.strategy import Strategy
 
 
 @dag(
@@ -34,22 +36,23 @@ from imp_core.inputs import SKETCH_NAME
         "fragments": Param(100, type="integer", minimum=1, maximum=int(os.environ.get("IMP_MAX_FRAGMENTS") or 10_000),
                            title="Fragments",
                            description="Number of equi-depth fragments of the partition column."),
-        "strategy": Param("lazy", type="string", enum=["lazy", "eager"], title="Default strategy",
+        "strategy": Param(Strategy.LAZY.value, type="string", enum=Strategy.choices(default_only=True),
+                          title="Default strategy",
                           description="How the sketch is maintained by default."),
     },
     tags=["imp"],
     doc_md=__doc__,
 )
-def imp_register_sketch():
+def imp_register_sketch() -> None:
     @task(retries=0, execution_timeout=CHECK_TIMEOUT)
-    def check_safety(**context) -> dict:
+    def check_safety(**context: Any) -> dict:
         return tasks.validate_registration(context["params"])
 
     capture = ImpSparkSubmitOperator(
         task_id="capture_sketch",
-        application_args=jobs.register_argv("{{ params.name }}", "{{ params.sql }}", "{{ params.on }}",
-                                            "{{ params.fragments }}", "{{ params.strategy }}",
-                                            "airflow:{{ dag.dag_id }}/{{ run_id }}"),
+        application_args=RegisterJob("{{ params.name }}", "{{ params.sql }}", ("{{ params.on }}",),
+                                     fragments="{{ params.fragments }}", strategy="{{ params.strategy }}",
+                                     trigger=AIRFLOW_TRIGGER).argv(),
     )
     check_safety() >> capture
 

@@ -1,8 +1,6 @@
-"""The one place where settings are read.
+"""The one place where settings are read: each ``IMP_`` environment variable, its CLI flag and its default.
 
-Every setting comes from an ``IMP_`` environment variable and can be overridden by a CLI flag of the same name
-(``--home``, ``--catalog-url``, ``--warehouse``, ``--spark-master``). Nothing host-specific is hard-coded: the
-defaults are derived from ``IMP_HOME``.
+See docs/ARCHITECTURE.md, "Settings and errors".
 """
 
 from __future__ import annotations
@@ -12,7 +10,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from imp_core.errors import ConfigError
-from imp_core.security.redact import redact_url
+from imp_core.security.redact import redact_url, register_url
+from imp_core.security.secrets import read_setting_file
 
 ENV_HOME = "IMP_HOME"
 ENV_CATALOG_URL = "IMP_CATALOG_URL"
@@ -137,8 +136,6 @@ class Settings:
             raise ConfigError(f"{ENV_MAX_FRAGMENTS} must be at least 1, got {settings.max_fragments}")
         if settings.query_wait < 0:
             raise ConfigError(f"{ENV_QUERY_WAIT} must be 0 or more seconds, got {settings.query_wait}")
-        from imp_core.security.redact import register_url
-
         register_url(settings.catalog_url)
         return settings
 
@@ -168,8 +165,6 @@ def _catalog_url_file(env: dict[str, str]) -> str | None:
     path = env.get(ENV_CATALOG_URL_FILE)
     if not path:
         return None
-    from imp_core.security.secrets import read_setting_file
-
     return read_setting_file(path, ENV_CATALOG_URL_FILE)
 
 

@@ -17,11 +17,14 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
 from rich.console import Console
 from rich.table import Table
 
 from imp_core.config import Settings
 from imp_core.errors import NotFoundError
+from imp_core.maintenance.service import SketchService
+from imp_core.maintenance.strategy import Strategy
 
 Q_TOP = ("SELECT brand, SUM(price * numSold) AS rev FROM sales GROUP BY brand "
          "HAVING SUM(price * numSold) > 5000")
@@ -58,10 +61,6 @@ def rho(fragments: list[int]) -> str:
 
 
 def run_demo(settings: Settings, rows: int = 3_000_000, small_only: bool = False) -> int:
-    from deltalake import write_deltalake
-
-    from imp_core.maintenance.service import SketchService
-
     console = Console()
     t_start = time.perf_counter()
     root = settings.warehouse_path / "demo"
@@ -84,7 +83,7 @@ def run_demo(settings: Settings, rows: int = 3_000_000, small_only: bool = False
 
     console.print("insert s8 = (8, HP, HP ProBook 650 G10, 1299, 1)  (Example 1.2)")
     write_deltalake(str(sales), S8, mode="append")
-    result = service.maintain("demo_top", strategy="lazy")
+    result = service.maintain("demo_top", strategy=Strategy.LAZY)
     second = service.describe("demo_top")
     frags2 = second["partitions"][0]["fragments"]
     console.print(f"[bold green]sketch v{second['version']} ({second['method']}, {result.delta_rows} change row): "
@@ -114,9 +113,9 @@ def run_demo(settings: Settings, rows: int = 3_000_000, small_only: bool = False
     return 0 if ok else 1
 
 
-def _drop(service, name: str) -> None:  # noqa: ANN001
+def _drop(service: SketchService, name: str) -> None:
     try:
-        service.catalog.drop_sketch(name)
+        service.drop_sketch(name)
     except NotFoundError:
         pass
 
@@ -131,9 +130,7 @@ def generate(rows: int, groups: int, seed: int = 7) -> pa.Table:
     return pa.table(cols)
 
 
-def _scale(service, console: Console, root: Path, rows: int) -> bool:  # noqa: ANN001
-    from deltalake import DeltaTable, write_deltalake
-
+def _scale(service: SketchService, console: Console, root: Path, rows: int) -> bool:
     groups = 5000
     path = root / f"groups_{rows}"
     if not (path / "_delta_log").exists():
@@ -167,10 +164,10 @@ def _scale(service, console: Console, root: Path, rows: int) -> bool:  # noqa: A
     write_deltalake(str(path), new, mode="append")
 
     t0 = time.perf_counter()
-    result = service.maintain("demo_groups", strategy="lazy")
+    result = service.maintain("demo_groups", strategy=Strategy.LAZY)
     maintain_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    service.maintain("demo_groups", strategy="recapture")
+    service.maintain("demo_groups", strategy=Strategy.RECAPTURE)
     recapture_s = time.perf_counter() - t0
 
     with_sketch = service.query(sql)

@@ -1,8 +1,6 @@
-"""One error hierarchy for the whole platform.
+"""The platform's one error hierarchy, with the exit code of each kind of error.
 
-Every error a user can cause ends as one of these, with a message that says what happened, to what (table,
-version, sketch, column) and what to do. Third-party exceptions are wrapped at the boundary with ``raise ... from e``
-so the CLI can print a single line and exit non-zero without a traceback.
+See docs/ARCHITECTURE.md, "Settings and errors".
 """
 
 from __future__ import annotations
@@ -27,9 +25,26 @@ class UsageError(ImpError):
 
 
 class PlanError(ImpError):
-    """A query or plan is malformed: unknown table/column, ambiguous name, type mismatch."""
+    """A query or plan is malformed: unknown table/column, ambiguous name, type mismatch.
+
+    An error the SQL front-end raises about a place in the query text says where in its message (one line, for
+    users) and in fields, for programs (as sqlglot's ``ParseError.errors``).
+
+    Attributes:
+        line: 1-based line of the query text the error is about; None when it is not about one place.
+        column: 1-based column on that line: of the place's first character (for a parse error, sqlglot's
+            position: the last character of the token where parsing stopped); None as ``line``.
+        snippet: The SQL written at that place (shortened to 60 characters); None when not about SQL text.
+    """
 
     exit_code = 3
+
+    def __init__(self, message: str, *, line: int | None = None, column: int | None = None,
+                 snippet: str | None = None) -> None:
+        super().__init__(message)
+        self.line = line
+        self.column = column
+        self.snippet = snippet
 
 
 class UnsupportedError(PlanError):

@@ -35,10 +35,8 @@ def check_sketch_name(name: Any) -> str:
     Raises:
         UsageError: Not a string of ASCII letters, digits, ``_`` and ``-`` starting with a letter, digit or ``_``.
     """
-    if not isinstance(name, str) or not SKETCH_NAME.match(name) or len(name) > MAX_NAME_LENGTH:
-        raise UsageError(f"sketch name {name!r} is not valid: use ASCII letters, digits, '_' and '-', starting with a "
-                         f"letter, digit or '_' (at most {MAX_NAME_LENGTH} characters)")
-    return name
+    return _check_name(name, SKETCH_NAME, "sketch name {name!r} is not valid: use ASCII letters, digits, '_' and "
+                                          "'-', starting with a letter, digit or '_'")
 
 
 def check_table_name(name: Any) -> str:
@@ -47,9 +45,13 @@ def check_table_name(name: Any) -> str:
     Raises:
         UsageError: Not an identifier of ASCII letters, digits and ``_`` starting with a letter or ``_``.
     """
-    if not isinstance(name, str) or not TABLE_NAME.match(name) or len(name) > MAX_NAME_LENGTH:
-        raise UsageError(f"table name {name!r} must be an identifier: ASCII letters, digits and underscores, starting "
-                         f"with a letter or underscore (at most {MAX_NAME_LENGTH} characters)")
+    return _check_name(name, TABLE_NAME, "table name {name!r} must be an identifier: ASCII letters, digits and "
+                                         "underscores, starting with a letter or underscore")
+
+
+def _check_name(name: Any, pattern: re.Pattern[str], message: str) -> str:
+    if not isinstance(name, str) or not pattern.match(name) or len(name) > MAX_NAME_LENGTH:
+        raise UsageError(message.format(name=name) + f" (at most {MAX_NAME_LENGTH} characters)")
     return name
 
 
@@ -98,5 +100,23 @@ def check_bounds_count(text: str, most: int) -> None:
                          f"bounds, or raise IMP_MAX_FRAGMENTS if this many are really needed")
 
 
-__all__ = ["MAX_NAME_LENGTH", "SKETCH_NAME", "TABLE_NAME", "check_bounds_count", "check_fragments",
+def check_batch_size(value: Any, flag: str | None = None) -> int:
+    """``value`` if it is a batch size of eager maintenance: an integer of at least 1 (change rows per version).
+
+    ``flag`` names the command-line option it came from; without one it came from elsewhere (an Airflow parameter).
+
+    Raises:
+        UsageError: Not an integer, or below 1.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{flag or 'batch size'} must be an integer of at least 1 (change rows per committed "
+                         f"version), got {value!r}")
+    if value < 1:
+        raise UsageError(f"{flag} must be at least 1, got {value}" if flag else
+                         f"batch size must be an integer of at least 1 (change rows per committed version), got "
+                         f"{value!r}")
+    return value
+
+
+__all__ = ["MAX_NAME_LENGTH", "SKETCH_NAME", "TABLE_NAME", "check_batch_size", "check_bounds_count", "check_fragments",
            "check_sketch_name", "check_table_name", "table_uri"]

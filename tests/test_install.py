@@ -8,6 +8,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+import pytest
+
 
 def test_pyspark_and_pyspark_client_are_the_same_version() -> None:
     # both ship the `pyspark` import package; only identical versions have byte-identical shared files
@@ -23,6 +25,7 @@ def test_import_pyspark_gives_full_pyspark() -> None:
     assert (Path(pyspark.__file__).parent / "jars").is_dir()
 
 
+@pytest.mark.spark  # spark-submit --version starts a JVM
 def test_spark_submit_version_runs() -> None:
     bindir = Path(sys.executable).parent
     spark_submit = bindir / "spark-submit"

@@ -1,19 +1,10 @@
 """The catalog hook: which catalog an Airflow task (or the plugin page) talks to, from an Airflow connection.
 
-Resolution order:
-
-1. the Airflow connection ``imp_catalog`` (any Postgres connection: ``postgresql://USER:PASSWORD@HOST:PORT/DB``, or
-   a full SQLAlchemy URL in the extra field ``{"url": "postgresql+psycopg2://..."}``);
-2. the ``IMP_CATALOG_URL`` environment variable;
-3. the embedded Postgres under ``IMP_HOME`` (one host only: tasks and jobs must share that directory).
-
-The hook also builds the environment of the ``spark-submit`` jobs, so the job reads the same catalog as the task
-that submitted it, and carries the tables' object-storage credentials from the Airflow connection ``imp_storage``
-(when defined) to this process and, as environment variables (never arguments), to the jobs. That environment
-holds no catalog secret: the catalog URL goes to the job in a private file (``IMP_CATALOG_URL_FILE``, see
-:class:`imp_core.airflow.operators.ImpSparkSubmitOperator`), because the Spark provider turns the environment of YARN
-and Kubernetes jobs into ``--conf`` arguments that it logs. The URL and its password are registered with Airflow's
-secrets masker, so no task log shows them.
+Resolution order: the Airflow connection ``imp_catalog`` (a Postgres connection, or a full SQLAlchemy URL in its extra
+field ``{"url": ...}``), then ``IMP_CATALOG_URL``, then the embedded Postgres under ``IMP_HOME`` (one host only). The
+hook also builds the environment of the ``spark-submit`` jobs (no catalog secret in it: the operator hands the URL over
+in a private file) and carries the tables' object-storage credentials from the connection ``imp_storage``. URLs and
+passwords are registered with Airflow's secrets masker. See docs/AIRFLOW.md and docs/SECURITY.md.
 """
 
 from __future__ import annotations
@@ -21,15 +12,22 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+import sqlalchemy as sa
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
+from airflow.sdk.log import mask_secret
 
-from imp_core.airflow import CATALOG_CONN_ID
+from imp_core.airflow import CATALOG_CONN_ID, STORAGE_CONN_ID
+from imp_core.catalog import Catalog
 from imp_core.config import ENV_HOME, ENV_WAREHOUSE, Settings
 from imp_core.errors import ConfigError
+from imp_core.security.redact import register_url, url_secrets
+from imp_core.sources import storage
+from imp_core.sources.storage import S3Config
 
 if TYPE_CHECKING:
     from imp_core.maintenance.service import SketchService
@@ -65,17 +63,12 @@ class ImpCatalogHook(BaseHook):
                               f"sketch catalog needs a Postgres connection (postgresql://USER:PASSWORD@HOST:PORT/DB)")
         if not conn.host:
             raise ConfigError(f"Airflow connection {self.imp_catalog_conn_id!r} names no host")
-        import sqlalchemy as sa
-
         url = sa.URL.create("postgresql+psycopg2", username=conn.login or None, password=conn.password or None,
                             host=conn.host, port=conn.port or None, database=conn.schema or None)
         return _masked(url.render_as_string(hide_password=False))
 
-    def storage_config(self) -> Any:
+    def storage_config(self) -> S3Config | None:
         """The S3 settings of the connection ``imp_storage`` over the environment (None when it is not defined)."""
-        from imp_core.airflow import STORAGE_CONN_ID
-        from imp_core.sources.storage import S3Config
-
         try:
             conn = self.get_connection(STORAGE_CONN_ID)
         except AirflowNotFoundException:
@@ -91,13 +84,27 @@ class ImpCatalogHook(BaseHook):
         """Settings from the environment, with the catalog URL of the connection when there is one."""
         return Settings.from_env(catalog_url=self.catalog_url())
 
-    def get_conn(self) -> SketchService:
-        """A :class:`SketchService` on this catalog (Spark starts only if a step needs it)."""
+    _shared: ClassVar[dict[str, Catalog]] = {}
+    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def get_conn(self, *, shared: bool = False) -> SketchService:
+        """A :class:`SketchService` on this catalog (Spark starts only if a step needs it).
+
+        ``shared``: on a catalog connected once per process and URL (the plugin page: connecting checks the schema).
+        """
+        # the lazy start of the catalog: DAG files and the plugin import this module, the service loads on first use
         from imp_core.maintenance.service import SketchService
-        from imp_core.sources import storage
 
         storage.configure(self.storage_config())
-        return SketchService(self.settings(), progress=self.log.info)
+        settings = self.settings()
+        catalog = None
+        if shared:
+            key = f"{settings.catalog_url or ''}|{settings.home}"
+            with self._shared_lock:
+                catalog = self._shared.get(key)
+                if catalog is None:
+                    catalog = self._shared[key] = Catalog.connect(settings)
+        return SketchService(settings, catalog=catalog, progress=self.log.info)
 
     def job_env(self) -> dict[str, str]:
         """Environment for a ``spark-submit`` job reading the same catalog as this hook, without secrets.
@@ -134,13 +141,7 @@ _PASSED_SETTINGS = ("IMP_STATE_KEY_FILE", "IMP_SHUFFLE_PARTITIONS", "IMP_STATE_R
 
 def _masked(url: str) -> str:
     """``url``, with it and its secrets registered with Airflow's masker and imp's redaction first."""
-    from imp_core.security.redact import register_url, url_secrets
-
     register_url(url)
-    try:
-        from airflow.sdk.log import mask_secret
-    except ImportError:  # pragma: no cover - the hook needs the task SDK anyway
-        return url
     for secret in url_secrets(url):
         mask_secret(secret)
     if url_secrets(url):
@@ -148,7 +149,7 @@ def _masked(url: str) -> str:
     return url
 
 
-def _storage_env(config: Any) -> dict[str, str]:
+def _storage_env(config: S3Config | None) -> dict[str, str]:
     """``IMP_S3_*`` variables for a job from the connection's S3 settings (empty without the connection)."""
     if config is None:
         return {}

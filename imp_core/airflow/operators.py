@@ -23,9 +23,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowFailException
 
 from imp_core.airflow import CATALOG_CONN_ID, JOB_TIMEOUT, SPARK_CONN_ID
+from imp_core.airflow.hooks import ImpCatalogHook
+from imp_core.config import ENV_CATALOG_URL, ENV_CATALOG_URL_FILE
 from imp_core.jobs import SUBMIT_PATH
+from imp_core.security.secrets import private_file
+from imp_core.spark import connector
 from imp_core.spark.session import LOG4J_CONF
 
 SPARK_AUTH_SECRET_ENV = "_SPARK_AUTH_SECRET"
@@ -64,11 +69,6 @@ class ImpSparkSubmitOperator(SparkSubmitOperator):
         self.imp_catalog_conn_id = imp_catalog_conn_id
 
     def execute(self, context: Any) -> Any:
-        from imp_core.airflow.hooks import ImpCatalogHook
-        from imp_core.config import ENV_CATALOG_URL, ENV_CATALOG_URL_FILE
-        from imp_core.security.secrets import private_file
-        from imp_core.spark import connector
-
         jvm = connector.session_conf()
         self.jars = ",".join(j for j in (jvm.pop("spark.jars"), self.jars) if j)
         self.conf = {**jvm, **(self.conf or {})}
@@ -91,8 +91,6 @@ class ImpSparkSubmitOperator(SparkSubmitOperator):
         The imp driver needs Python with ``imp_core`` and the catalog's network; in client mode that is this Airflow
         worker. (Executors need neither Python nor imp: they run only JVM code.)
         """
-        from airflow.sdk.exceptions import AirflowFailException
-
         hook = super()._get_hook()
         if "cluster" in (self._deploy_mode, hook._connection.get("deploy_mode")):
             raise AirflowFailException(CLUSTER_MODE_REFUSED)

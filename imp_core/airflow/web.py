@@ -24,16 +24,20 @@ are relative, so the page works under any ``[api] base_url`` path.
 from __future__ import annotations
 
 import html
-import threading
 from typing import Any
 from urllib.parse import urlsplit
 
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+from airflow.api_fastapi.core_api.security import GetUserDep
+from airflow.models.dag import DagModel
 from fastapi import Depends, FastAPI, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from airflow.api_fastapi.core_api.security import GetUserDep
-
 from imp_core.airflow import CATALOG_CONN_ID
+from imp_core.airflow.hooks import ImpCatalogHook
+from imp_core.errors import first_line
+from imp_core.security.redact import scrub
 
 URL_PREFIX = "/imp"
 PAGE_PATH = "/catalog"
@@ -45,18 +49,11 @@ RESOURCE_NAME = "Sketch catalog"
 MAINTENANCE_DAGS = ("imp_nightly_maintenance", "imp_maintain_on_demand")
 TRIGGER_DAG = "imp_maintain_on_demand"
 
-_lock = threading.Lock()
-_catalogs: dict[str, Any] = {}
-
 
 # -- authorization ---------------------------------------------------------------------------------------------------
 
 
 def _dag_allowed(user: Any, method: str, dag_id: str, entity: Any = None) -> bool:
-    from airflow.api_fastapi.app import get_auth_manager
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
-    from airflow.models.dag import DagModel
-
     try:
         team = DagModel.get_team_name(dag_id)
     except Exception:  # noqa: BLE001 - no team lookup possible: ask without one
@@ -66,8 +63,6 @@ def _dag_allowed(user: Any, method: str, dag_id: str, entity: Any = None) -> boo
 
 
 def _view_allowed(user: Any, method: str) -> bool:
-    from airflow.api_fastapi.app import get_auth_manager
-
     return bool(get_auth_manager().is_authorized_custom_view(method=method, resource_name=RESOURCE_NAME, user=user))
 
 
@@ -78,15 +73,11 @@ def may_read(user: Any) -> bool:
 
 def may_refresh(user: Any) -> bool:
     """Whether ``user`` may observe table versions (a catalog write): ``POST`` on the view and triggering a run."""
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-
     return _view_allowed(user, "POST") and _dag_allowed(user, "POST", TRIGGER_DAG, DagAccessEntity.RUN)
 
 
 def detail_rights(user: Any) -> dict[str, bool]:
     """What of each row ``user`` may see: the SQL (DAG code) and run errors (task logs)."""
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-
     return {
         "sql": all(_dag_allowed(user, "GET", d, DagAccessEntity.CODE) for d in MAINTENANCE_DAGS),
         "errors": all(_dag_allowed(user, "GET", d, DagAccessEntity.TASK_LOGS) for d in MAINTENANCE_DAGS),
@@ -118,28 +109,13 @@ RefresherDep = Depends(_requires_refresh)
 # -- data --------------------------------------------------------------------------------------------------------
 
 
-def _service(conn_id: str):  # noqa: ANN202
-    """A service on the (cached) catalog: connecting checks the schema, so do it once per api-server process."""
-    from imp_core.airflow.hooks import ImpCatalogHook
-    from imp_core.catalog.store import Catalog
-    from imp_core.maintenance.service import SketchService
-
-    hook = ImpCatalogHook(conn_id)
-    settings = hook.settings()
-    key = f"{settings.catalog_url or ''}|{settings.home}"
-    with _lock:
-        catalog = _catalogs.get(key)
-        if catalog is None:
-            catalog = _catalogs[key] = Catalog.connect(settings)
-    return SketchService(settings, catalog=catalog)
-
-
 def catalog_rows(conn_id: str = CATALOG_CONN_ID, rights: dict[str, bool] | None = None) -> list[dict[str, Any]]:
     """The page's rows, read from the catalog only (no observation is written, no Delta log opened).
 
     ``rights`` (from :func:`detail_rights`) hides the SQL and run errors of users who may not see them.
     """
-    rows = _service(conn_id).overview(refresh=False)
+    # one catalog connection per api-server process: connecting checks the schema
+    rows = ImpCatalogHook(conn_id).get_conn(shared=True).overview(refresh=False)
     rights = rights or {"sql": True, "errors": True}
     for row in rows:
         if not rights.get("sql"):
@@ -152,14 +128,7 @@ def catalog_rows(conn_id: str = CATALOG_CONN_ID, rights: dict[str, bool] | None 
 
 def refresh(conn_id: str = CATALOG_CONN_ID) -> dict[str, int | str]:
     """Observe every registered table's current Delta version (what ``POST /refresh`` does)."""
-    return _service(conn_id).refresh_observations(strict=False)
-
-
-def _one_line(e: BaseException) -> str:
-    from imp_core.security.redact import scrub
-
-    text = str(e).strip()
-    return scrub(text.splitlines()[0]) if text else type(e).__name__
+    return ImpCatalogHook(conn_id).get_conn(shared=True).refresh_observations(strict=False)
 
 
 def create_app(conn_id: str = CATALOG_CONN_ID) -> FastAPI:
@@ -180,7 +149,7 @@ def create_app(conn_id: str = CATALOG_CONN_ID) -> FastAPI:
         try:
             rows, error = catalog_rows(conn_id, rights), None
         except Exception as e:  # noqa: BLE001 - show the catalog problem on the page instead of a bare 500
-            rows, error = [], _one_line(e)
+            rows, error = [], scrub(first_line(e))
         return HTMLResponse(render_page(rows, error, getattr(user, "get_name", lambda: "")(), rights["refresh"]))
 
     @app.post(REFRESH_PATH)
@@ -206,7 +175,8 @@ code { font-size: .8rem; color: #2d3748; }
 .stale { background: #fefcbf; color: #744210; } .fresh { background: #c6f6d5; color: #22543d; }
 .succeeded { background: #c6f6d5; color: #22543d; } .failed { background: #fed7d7; color: #822727; }
 .running { background: #bee3f8; color: #2a4365; } .none { background: #edf2f7; color: #4a5568; }
-.err { color: #822727; font-size: .8rem; } .bar { background: #edf2f7; width: 6rem; height: .5rem; border-radius: .25rem; }
+.err { color: #822727; font-size: .8rem; }
+.bar { background: #edf2f7; width: 6rem; height: .5rem; border-radius: .25rem; }
 .bar > span { display: block; height: 100%; background: #3182ce; border-radius: .25rem; }
 .sql { max-width: 28rem; white-space: pre-wrap; } .hidden { color: #718096; font-style: italic; }
 form.refresh { display: inline; } form.refresh button { font-size: .8rem; }

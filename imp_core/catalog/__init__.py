@@ -1,15 +1,20 @@
-"""The sketch catalog (Postgres): registered tables, sketches, immutable versions, operator state, runs."""
+"""The sketch catalog (Postgres): registered tables, sketches, immutable versions, operator state, runs.
+
+See docs/ARCHITECTURE.md, "State and versions".
+"""
 
 from __future__ import annotations
 
-from imp_core.catalog.store import (
-    Catalog,
+from imp_core.catalog.records import (
     NewVersion,
     RunRecord,
     SketchRecord,
     StateBlob,
     TableRecord,
     VersionRecord,
+    unusable_message,
 )
+from imp_core.catalog.store import Catalog
 
-__all__ = ["Catalog", "NewVersion", "RunRecord", "SketchRecord", "StateBlob", "TableRecord", "VersionRecord"]
+__all__ = ["Catalog", "NewVersion", "RunRecord", "SketchRecord", "StateBlob", "TableRecord", "VersionRecord",
+           "unusable_message"]

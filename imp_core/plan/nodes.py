@@ -1,9 +1,6 @@
 """Relational-algebra plan nodes (paper Fig. 4): scan, select, project, join, aggregate, distinct, top-k.
 
-Nodes are frozen, slotted values with tuple children. Each validates its expressions against its child's schema in
-the constructor (a ``PlanError`` names the unknown column) and derives its output schema once. Rewrites build new
-nodes. Column names inside a plan are unique: scans expose ``alias.column``, projections and aggregations expose the
-names they are given.
+See docs/ARCHITECTURE.md, "The plan IR".
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from imp_core.errors import PlanError
-from imp_core.plan.expr import BOOL, NULL, AggCall, Col, Expr, conjuncts
+from imp_core.plan.expr import BOOL, NULL, AggCall, Binary, Col, Expr, conjuncts
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +83,17 @@ class Plan:
                 raise PlanError(f"{where}: column {c} does not exist; available: {', '.join(child.names)}")
 
 
+class _OneChild(Plan):
+    """A node over one input, ``child``."""
+
+    __slots__ = ()
+    child: Plan
+
+    @property
+    def children(self) -> tuple[Plan, ...]:
+        return (self.child,)
+
+
 @dataclass(frozen=True, slots=True)
 class Scan(Plan):
     """Access to a registered table under an alias; outputs ``alias.column`` for each column."""
@@ -103,7 +111,7 @@ class Scan(Plan):
 
 
 @dataclass(frozen=True, slots=True)
-class Select(Plan):
+class Select(_OneChild):
     child: Plan
     predicate: Expr
     schema: tuple[Field, ...] = field(default=(), compare=False, repr=False)
@@ -116,13 +124,9 @@ class Select(Plan):
             raise PlanError("aggregate functions are not allowed in WHERE; use HAVING")
         self._set_schema(self.child.schema)
 
-    @property
-    def children(self) -> tuple[Plan, ...]:
-        return (self.child,)
-
 
 @dataclass(frozen=True, slots=True)
-class Project(Plan):
+class Project(_OneChild):
     child: Plan
     items: tuple[tuple[str, Expr], ...]
     schema: tuple[Field, ...] = field(default=(), compare=False, repr=False)
@@ -133,10 +137,6 @@ class Project(Plan):
             if e.has_aggregate():
                 raise PlanError(f"SELECT item {name}: aggregate outside an aggregation")
         self._set_schema(tuple(Field(n, e.dtype) for n, e in self.items))
-
-    @property
-    def children(self) -> tuple[Plan, ...]:
-        return (self.child,)
 
     def is_rename_only(self) -> bool:
         return all(isinstance(e, Col) for _, e in self.items)
@@ -172,8 +172,6 @@ class Join(Plan):
         lk: list[str] = []
         rk: list[str] = []
         rest: list[Expr] = []
-        from imp_core.plan.expr import Binary
-
         for c in conjuncts(self.condition):
             if isinstance(c, Binary) and c.op == "=" and isinstance(c.left, Col) and isinstance(c.right, Col):
                 a, b = c.left.name, c.right.name
@@ -190,7 +188,7 @@ class Join(Plan):
 
 
 @dataclass(frozen=True, slots=True)
-class Aggregate(Plan):
+class Aggregate(_OneChild):
     """Group by ``keys`` and compute ``aggs``; output = key names then aggregate names."""
 
     child: Plan
@@ -211,26 +209,18 @@ class Aggregate(Plan):
         self._set_schema(tuple(Field(n, e.dtype) for n, e in self.keys) +
                          tuple(Field(n, a.dtype) for n, a in self.aggs))
 
-    @property
-    def children(self) -> tuple[Plan, ...]:
-        return (self.child,)
-
 
 @dataclass(frozen=True, slots=True)
-class Distinct(Plan):
+class Distinct(_OneChild):
     child: Plan
     schema: tuple[Field, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self._set_schema(self.child.schema)
 
-    @property
-    def children(self) -> tuple[Plan, ...]:
-        return (self.child,)
-
 
 @dataclass(frozen=True, slots=True)
-class TopK(Plan):
+class TopK(_OneChild):
     """The first ``k`` rows in ``order`` (bag semantics with ties as in the paper's Fig. 4)."""
 
     child: Plan
@@ -247,9 +237,9 @@ class TopK(Plan):
             self._check(key.expr, self.child, "ORDER BY")
         self._set_schema(self.child.schema)
 
-    @property
-    def children(self) -> tuple[Plan, ...]:
-        return (self.child,)
+
+# Every plan node class (``_OneChild`` is only a base): what a compiler or an operator registry must cover.
+PLAN_NODES: tuple[type[Plan], ...] = (Scan, Select, Project, Join, Aggregate, Distinct, TopK)
 
 
 def explain(plan: Plan, indent: int = 0) -> str:

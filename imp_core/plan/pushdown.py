@@ -1,19 +1,22 @@
 """Selection push-down into the change-feed read (IMP paper 7.2, "Filtering deltas based on selections").
 
-When every operator between a selection and a table is stateless, change rows failing the selection can never reach
-a stateful operator or the result, so they need not be fetched, annotated or processed. The front-end puts every
-single-table condition directly above its scan, so the pushable condition of a table is the OR, over the table's
-scans, of the selection right above each scan (a scan without one makes the whole table unfilterable).
+See docs/ARCHITECTURE.md, "Optimizations".
 """
 
 from __future__ import annotations
 
-from imp_core.plan.expr import Binary, Expr, InList, IsNull, Lit, Unary, rename_columns
-from imp_core.plan.nodes import Plan, Scan, Select
+from imp_core.plan.expr import Binary, Col, Expr, InList, IsNull, Lit, Unary, rename_columns
+from imp_core.plan.nodes import Plan, Select
 
 
 def change_filter(plan: Plan, table: str) -> Expr | None:
-    """The condition every useful change row of ``table`` satisfies, over the table's own column names."""
+    """The condition every useful change row of ``table`` satisfies, over the table's own column names.
+
+    Change rows failing a selection that only stateless operators separate from the table can never reach a stateful
+    operator or the result. The front-end puts every single-table condition directly above its scan, so this is the
+    OR, over the table's scans, of the selection right above each scan; a scan without one makes the table
+    unfilterable (None).
+    """
     parents: dict[int, Plan] = {}
     for node in plan.walk():
         for child in node.children:
@@ -39,8 +42,6 @@ def to_datafusion(e: Expr) -> str | None:
     """A DataFusion SQL predicate for delta-rs' ``load_cdf(predicate=...)``, for a conservative subset of
     expressions whose semantics are the same in DataFusion and Spark (comparisons of columns with numeric or
     string literals, AND/OR/NOT, IS NULL, IN); None otherwise (the filter is then applied after reading)."""
-    from imp_core.plan.expr import Col
-
     if isinstance(e, Binary) and e.op in ("and", "or"):
         left, right = to_datafusion(e.left), to_datafusion(e.right)
         if left is None or right is None:
@@ -52,22 +53,27 @@ def to_datafusion(e: Expr) -> str | None:
     if isinstance(e, IsNull) and isinstance(e.arg, Col):
         return f'("{e.arg.name}" IS {"NOT " if e.negated else ""}NULL)'
     if isinstance(e, Binary) and e.op in ("=", "<>", "<", "<=", ">", ">="):
-        sides = []
-        for side in (e.left, e.right):
-            if isinstance(side, Col):
-                sides.append(f'"{side.name}"')
-            elif isinstance(side, Lit) and _plain_literal(side):
-                sides.append(_literal(side))
-            else:
-                return None
-        if not any(isinstance(s, Col) for s in (e.left, e.right)):
-            return None
-        return f"({sides[0]} {'!=' if e.op == '<>' else e.op} {sides[1]})"
+        return _comparison(e)
     if isinstance(e, InList) and isinstance(e.arg, Col) and all(isinstance(i, Lit) and _plain_literal(i)
                                                                  for i in e.items):
         items = ", ".join(_literal(i) for i in e.items)  # type: ignore[arg-type]
         return f'("{e.arg.name}" {"NOT " if e.negated else ""}IN ({items}))'
     return None
+
+
+def _comparison(e: Binary) -> str | None:
+    """``column op constant`` (either way round) or ``column op column``."""
+    sides = []
+    for side in (e.left, e.right):
+        if isinstance(side, Col):
+            sides.append(f'"{side.name}"')
+        elif isinstance(side, Lit) and _plain_literal(side):
+            sides.append(_literal(side))
+        else:
+            return None
+    if not any(isinstance(s, Col) for s in (e.left, e.right)):
+        return None
+    return f"({sides[0]} {'!=' if e.op == '<>' else e.op} {sides[1]})"
 
 
 def _plain_literal(lit: Lit) -> bool:
@@ -82,4 +88,4 @@ def _literal(lit: Lit) -> str:
     return repr(v)
 
 
-__all__ = ["change_filter", "to_datafusion", "Scan"]
+__all__ = ["change_filter", "to_datafusion"]

@@ -1,19 +1,6 @@
 """The reuse check: may a sketch captured for one query answer another query of the same template?
 
-Two queries of one template differ only in constants of their conditions. A sketch of the captured query ``Q1`` is
-sufficient for ``Q2`` when ``Q2``'s provenance is contained in ``Q1``'s, which holds when every differing constant
-only makes a condition *tighter* where tightening shrinks the result to a subset:
-
-* the condition is a selection with nothing but projections, selections and DISTINCT between it and the result
-  (a top-level ``HAVING``, or a ``WHERE`` of a query without aggregation / top-k above it): fewer rows there means a
-  subset of the result rows, and each remaining row has the same provenance;
-* the constant sits in a comparison reached through AND/OR only (an even number of NOTs flips it back):
-  ``e > c`` / ``e >= c`` may grow ``c``, ``e < c`` / ``e <= c`` may shrink it; ``=``, ``<>``, IN, BETWEEN, LIKE
-  must keep their constants.
-
-Example: a sketch for ``... HAVING AVG(c) > 10`` serves ``HAVING AVG(c) > 20`` but not ``> 5``; a sketch for a
-``WHERE b < 1000`` below the aggregation serves no other constant (the groups' aggregates would change). The safety
-of the partition column does not depend on constant values, so it carries over.
+See docs/ARCHITECTURE.md, "Sketch use and reuse".
 """
 
 from __future__ import annotations
@@ -27,7 +14,23 @@ _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
 def can_reuse(captured: Plan, query: Plan) -> tuple[bool, str]:
-    """Whether a sketch captured for ``captured`` is sufficient for ``query`` (same template), and why not."""
+    """Whether a sketch captured for ``captured`` is sufficient for ``query`` (same template), and why not.
+
+    Two queries of one template differ only in constants of their conditions. The sketch is sufficient when
+    ``query``'s provenance is contained in ``captured``'s, which holds when every differing constant only makes a
+    condition *tighter* where tightening shrinks the result to a subset:
+
+    * the condition is a selection with nothing but projections, selections and DISTINCT between it and the result
+      (a top-level ``HAVING``, or a ``WHERE`` of a query without aggregation / top-k above it): fewer rows there
+      means a subset of the result rows, and each remaining row has the same provenance;
+    * the constant sits in a comparison reached through AND/OR only (an even number of NOTs flips it back):
+      ``e > c`` / ``e >= c`` may grow ``c``, ``e < c`` / ``e <= c`` may shrink it; ``=``, ``<>``, IN, BETWEEN, LIKE
+      must keep their constants.
+
+    Example: a sketch for ``... HAVING AVG(c) > 10`` serves ``HAVING AVG(c) > 20`` but not ``> 5``; a sketch for a
+    ``WHERE b < 1000`` below the aggregation serves no other constant (the groups' aggregates would change). The
+    safety of the partition column does not depend on constant values, so it carries over.
+    """
     return _nodes(captured, query, top=True)
 
 
@@ -73,25 +76,27 @@ def _tighter(old: Expr, new: Expr, positive: bool) -> tuple[bool, str]:
     if isinstance(old, Unary) and isinstance(new, Unary) and old.op == new.op == "not":
         return _tighter(old.arg, new.arg, not positive)
     if isinstance(old, Binary) and isinstance(new, Binary) and old.op == new.op and old.op in _FLIP:
-        op = old.op
-        if old.left == new.left and isinstance(old.right, Lit) and isinstance(new.right, Lit):
-            c_old, c_new = old.right.value, new.right.value
-        elif old.right == new.right and isinstance(old.left, Lit) and isinstance(new.left, Lit):
-            c_old, c_new, op = old.left.value, new.left.value, _FLIP[op]
-        else:
-            return False, f"{old} and {new} differ in more than one constant"
-        if not positive:
-            op = _FLIP[op]
-        return _ordered(op, c_old, c_new, old)
+        return _tighter_comparison(old, new, positive)
     return False, f"the constants of {old} must stay the same (only <, <=, >, >= may be tightened)"
+
+
+def _tighter_comparison(old: Binary, new: Binary, positive: bool) -> tuple[bool, str]:
+    """``e op c_old`` against ``e op c_new`` (or the constant on the left): does the new constant only tighten?"""
+    op = old.op
+    if old.left == new.left and isinstance(old.right, Lit) and isinstance(new.right, Lit):
+        c_old, c_new = old.right.value, new.right.value
+    elif old.right == new.right and isinstance(old.left, Lit) and isinstance(new.left, Lit):
+        c_old, c_new, op = old.left.value, new.left.value, _FLIP[op]
+    else:
+        return False, f"{old} and {new} differ in more than one constant"
+    if not positive:
+        op = _FLIP[op]
+    return _ordered(op, c_old, c_new, old)
 
 
 def _ordered(op: str, c_old: Any, c_new: Any, where: Expr) -> tuple[bool, str]:
     try:
-        if op in (">", ">="):
-            ok = c_new >= c_old
-        else:
-            ok = c_new <= c_old
+        ok = c_new >= c_old if op in (">", ">=") else c_new <= c_old
     except TypeError:
         return False, f"cannot compare the constants of {where}"
     if ok:

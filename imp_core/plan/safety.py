@@ -1,39 +1,15 @@
 """Safety check: is every sketch on a range partition of these columns sufficient for the query?
 
-A sketch is *safe* when running the query over only the sketch's fragments (``D_P``) returns the same answer as over
-the whole database (PBDS, Niu et al.; IMP paper Section 4.4). Restricting a table to some fragments is harmless for
-monotone operators, but an aggregation may then see only *part* of a group that is not in the provenance, and a later
-``HAVING`` or top-k might accept that partial group. The check tracks, bottom-up, what evaluating each subplan over
-``D_P`` can produce:
-
-``EXACT``  the same rows as over ``D``;
-``SUB``    a sub-bag of them that still holds every row the parents need (a partitioned scan; monotone operators);
-``PART``   every needed row exactly, plus *extra* rows (partial groups) whose aggregate columns are off in a known
-           direction (``<=``: never above the true value, e.g. COUNT or SUM of non-negative values; ``>=``; ``?``).
-           ``anchored`` means each extra row has a counterpart in the full result (true right after an aggregation).
-
-Rules (documented with examples in docs/SAFETY.md):
-
-* an aggregation over ``SUB`` is ``SUB`` when its group keys determine the partition column (each group lies in one
-  fragment, so it is present entirely or not at all); otherwise ``PART``;
-* a selection over ``PART`` keeps it anchored only if it can never accept a partial row whose full version it rejects
-  (``HAVING SUM(x) > c`` with ``x >= 0``: a partial sum is smaller, so it fails too); otherwise anchoring is lost;
-* a top-k over ``PART`` is exact when partial rows can only rank worse (``ORDER BY SUM(x) DESC`` with ``x >= 0``);
-* joins keep anchoring when their condition only uses exact columns;
-* the final result is safe when it is ``EXACT``, ``SUB`` or anchored ``PART`` (the whole result is needed then, so
-  no partial row can remain).
-
-Sign knowledge (``x >= 0``) comes from an oracle (Delta statistics at registration); every sign the verdict relied on
-is returned as an *assumption* that maintenance re-checks on each batch of changes; every recapture runs this check
-again at the versions it captures (docs/SEMANTICS.md, "Lifecycle").
+The rules, with examples, are in docs/SAFETY.md; see docs/ARCHITECTURE.md, "Safety".
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from imp_core.errors import UnsafeSketchError
+from imp_core.errors import PlanError, UnsafeSketchError
 from imp_core.plan.expr import (
     AggCall,
     Binary,
@@ -46,17 +22,26 @@ from imp_core.plan.expr import (
     Unary,
     conjuncts,
     is_numeric,
-    kind_of_type,
 )
 from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK
+from imp_core.sketch.bounds import partition_kind
 
 SignOracle = Callable[[str, str], str | None]  # (table, column) -> "+" (>= 0), "-" (<= 0) or None
 
-_PARTITIONABLE = ("int", "float", "decimal", "date", "timestamp", "string")
+_UNKNOWN: tuple[str | None, frozenset[str]] = (None, frozenset())
 
 
 @dataclass(frozen=True)
 class Rel:
+    """What evaluating a subplan over the sketch's data (``D_P``) can produce, next to evaluating it over ``D``.
+
+    ``exact``: the same rows; ``sub``: a sub-bag that still holds every row the parents need (a partitioned scan,
+    then monotone operators); ``part``: every needed row exactly, plus extra rows (partial groups) whose aggregate
+    columns are off in a known direction (``dirs``: ``<=`` never above the true value, ``>=``, ``?``). ``anchored``
+    means each extra row has a counterpart in the full result (true right after an aggregation); the final result
+    is safe when it is ``exact``, ``sub`` or anchored ``part``, since the whole result is needed then.
+    """
+
     tag: str  # exact | sub | part
     dirs: dict[str, str] = field(default_factory=dict)  # part: column -> "<=" | ">=" | "?"
     anchored: bool = True
@@ -65,14 +50,53 @@ class Rel:
     why: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class SignAssumption:
+    """A column sign a safety verdict relies on: ``table.column >= 0`` (sign ``+``) or ``<= 0`` (sign ``-``).
+
+    Its text (``str``) is its JSON form in the catalog; :meth:`parse` reads it back.
+    """
+
+    table: str
+    column: str
+    sign: str
+
+    def __post_init__(self) -> None:
+        if self.sign not in ("+", "-"):
+            raise PlanError(f"a sign assumption's sign is + or -, not {self.sign!r}")
+
+    @property
+    def op(self) -> str:
+        """The comparison with 0 that must hold: ``>=`` or ``<=``."""
+        return ">=" if self.sign == "+" else "<="
+
+    def __str__(self) -> str:
+        return f"{self.table}.{self.column} {self.op} 0"
+
+    @classmethod
+    def parse(cls, text: str) -> SignAssumption:
+        """The assumption written as ``TABLE.COLUMN >= 0`` or ``TABLE.COLUMN <= 0`` (a column name may hold spaces).
+
+        Raises:
+            PlanError: ``text`` is not of that form.
+        """
+        m = _ASSUMPTION.fullmatch(text) if isinstance(text, str) else None
+        if m is None:
+            raise PlanError(f"stored sign assumption {text!r} is not TABLE.COLUMN >= 0 or TABLE.COLUMN <= 0")
+        return cls(m["table"], m["column"], "+" if m["op"] == ">=" else "-")
+
+
+_ASSUMPTION = re.compile(r"(?P<table>[^.]+)\.(?P<column>.+) (?P<op>>=|<=) 0")
+
+
 @dataclass(frozen=True)
 class SafetyReport:
     safe: bool
     reason: str
-    assumptions: tuple[str, ...]
+    assumptions: tuple[SignAssumption, ...]
 
     def to_json(self) -> dict[str, object]:
-        return {"safe": self.safe, "reason": self.reason, "assumptions": list(self.assumptions)}
+        return {"safe": self.safe, "reason": self.reason, "assumptions": [str(a) for a in self.assumptions]}
 
 
 class _Analysis:
@@ -90,45 +114,47 @@ class _Analysis:
 
     def signed(self, e: Expr, rel: Rel) -> tuple[str | None, frozenset[str]]:
         """The sign of ``e`` and the base columns (``table.column``) whose sign it relies on."""
-        none: tuple[str | None, frozenset[str]] = (None, frozenset())
         if isinstance(e, Lit):
-            try:
-                if e.value is None or isinstance(e.value, (bool, str)):
-                    return none
-                return ("+" if e.value >= 0 else "-"), frozenset()
-            except TypeError:
-                return none
+            return _literal_sign(e), frozenset()
         if isinstance(e, Col):
-            return rel.signs.get(e.name, none)
+            return rel.signs.get(e.name, _UNKNOWN)
         if isinstance(e, Unary) and e.op == "neg":
             s, deps = self.signed(e.arg, rel)
             return ({"+": "-", "-": "+"}.get(s) if s else None), deps
         if isinstance(e, Binary) and e.op in ("+", "*", "/", "-"):
-            (a, da), (b, db) = self.signed(e.left, rel), self.signed(e.right, rel)
-            deps = da | db
-            if e.op == "+":
-                return (a if a is not None and a == b else None), deps
-            if e.op == "-":
-                return ("+" if (a == "+" and b == "-") else ("-" if (a == "-" and b == "+") else None)), deps
-            if a is None or b is None:
-                return none
-            return ("+" if a == b else "-"), deps
+            return self._binary_sign(e, rel)
         if isinstance(e, Func) and e.name == "abs":
             return "+", frozenset()
-        if isinstance(e, (Func, Case)) or (isinstance(e, Cast) and is_numeric(e.to)):
-            if isinstance(e, Func) and e.name not in ("coalesce", "greatest", "least"):
-                return none
-            parts = ([e.arg] if isinstance(e, Cast) else list(e.args) if isinstance(e, Func) else
-                     [v for _, v in e.whens] + ([e.default] if e.default is not None else []))
-            results = [self.signed(p, rel) for p in parts]
-            signs = {r[0] for r in results}
-            if len(signs) == 1 and None not in signs:
-                return signs.pop(), frozenset().union(*(r[1] for r in results))
-        return none
+        if isinstance(e, Func) and e.name in ("coalesce", "greatest", "least"):
+            return self._common_sign(list(e.args), rel)
+        if isinstance(e, Case):
+            return self._common_sign([v for _, v in e.whens] + ([e.default] if e.default is not None else []), rel)
+        if isinstance(e, Cast) and is_numeric(e.to):
+            return self._common_sign([e.arg], rel)
+        return _UNKNOWN
+
+    def _binary_sign(self, e: Binary, rel: Rel) -> tuple[str | None, frozenset[str]]:
+        (a, da), (b, db) = self.signed(e.left, rel), self.signed(e.right, rel)
+        deps = da | db
+        if e.op == "+":
+            return (a if a is not None and a == b else None), deps
+        if e.op == "-":
+            return ("+" if (a == "+" and b == "-") else ("-" if (a == "-" and b == "+") else None)), deps
+        if a is None or b is None:
+            return _UNKNOWN
+        return ("+" if a == b else "-"), deps
+
+    def _common_sign(self, parts: list[Expr], rel: Rel) -> tuple[str | None, frozenset[str]]:
+        """The sign all of ``parts`` share (a value is one of them), else unknown."""
+        results = [self.signed(p, rel) for p in parts]
+        signs = {r[0] for r in results}
+        if len(signs) == 1 and None not in signs:
+            return signs.pop(), frozenset().union(*(r[1] for r in results))
+        return _UNKNOWN
 
     # -- directions of partial values -------------------------------------------------------------------------------
 
-    def direction(self, e: Expr, rel: Rel) -> str:  # noqa: C901
+    def direction(self, e: Expr, rel: Rel) -> str:
         """How ``e`` over a partial row relates to its full version: '=', '<=', '>=' or '?'."""
         if not (e.columns() & set(rel.dirs)):
             return "="
@@ -165,10 +191,8 @@ class _Analysis:
             return self.accepts_only_if_full(p.arg, rel, not positive)
         if isinstance(p, Binary) and p.op in (">", ">=", "<", "<="):
             left, right = self.direction(p.left, rel), self.direction(p.right, rel)
-            if p.op in (">", ">="):  # needs left - right to only grow from partial to full
-                grow = _combine(left, _flip(right))
-            else:
-                grow = _flip(_combine(left, _flip(right)))
+            # needs left - right to only grow from partial to full (for > and >=; shrink for < and <=)
+            grow = _combine(left, _flip(right)) if p.op in (">", ">=") else _flip(_combine(left, _flip(right)))
             if not positive:
                 grow = _flip(grow)
             return grow in ("=", "<=")
@@ -234,18 +258,7 @@ class _Analysis:
     def visit_Aggregate(self, node: Aggregate) -> Rel:
         child = self.rel(node.child)
         key_cols = {e.name for _, e in node.keys if isinstance(e, Col)}
-        signs = {}
-        for name, a in node.aggs:
-            if a.func == "count":
-                signs[name] = ("+", frozenset())
-            elif a.arg is not None:
-                s, deps = self.signed(a.arg, child)
-                if s:
-                    signs[name] = (s, deps)
-        for name, e in node.keys:
-            s, deps = self.signed(e, child)
-            if s:
-                signs[name] = (s, deps)
+        signs = self._aggregate_signs(node, child)
         if child.tag == "exact":
             return Rel("exact", signs=signs)
         if child.tag == "sub":
@@ -263,6 +276,23 @@ class _Analysis:
                        child.why or "grouping on a partial aggregate")
         dirs = {name: self._agg_direction(a, child) for name, a in node.aggs}
         return Rel("part", {k: v for k, v in dirs.items() if v != "="}, True, {}, signs, child.why)
+
+    def _aggregate_signs(self, node: Aggregate, child: Rel) -> dict[str, tuple[str, frozenset[str]]]:
+        """The signs of an aggregation's outputs: COUNT is never negative, other aggregates and the keys keep the
+        sign of their argument."""
+        signs: dict[str, tuple[str, frozenset[str]]] = {}
+        for name, a in node.aggs:
+            if a.func == "count":
+                signs[name] = ("+", frozenset())
+            elif a.arg is not None:
+                s, deps = self.signed(a.arg, child)
+                if s:
+                    signs[name] = (s, deps)
+        for name, e in node.keys:
+            s, deps = self.signed(e, child)
+            if s:
+                signs[name] = (s, deps)
+        return signs
 
     def _agg_direction(self, a: AggCall, child: Rel) -> str:
         if a.func == "count":
@@ -316,6 +346,15 @@ class _Analysis:
                            f"ORDER BY {key.expr} {'DESC' if key.descending else 'ASC'} can rank a partial group "
                            f"higher than its full version")
         return Rel("exact", signs=child.signs)
+
+
+def _literal_sign(lit: Lit) -> str | None:
+    if lit.value is None or isinstance(lit.value, (bool, str)):
+        return None
+    try:
+        return "+" if lit.value >= 0 else "-"
+    except TypeError:
+        return None
 
 
 def _flip(d: str) -> str:
@@ -376,7 +415,11 @@ def _aggregated_ties(plan: Plan) -> str:
 
 
 def check(plan: Plan, partitions: dict[str, str], oracle: SignOracle | None = None) -> SafetyReport:
-    """Is a sketch on ``partitions`` (table -> column) safe for ``plan``?"""
+    """Is a sketch on ``partitions`` (table -> column) safe for ``plan``?
+
+    Signs (``x >= 0``) come from ``oracle``; every sign the verdict relied on is returned as an assumption, which
+    maintenance re-checks on each batch of changes (docs/SAFETY.md, "Sign assumptions").
+    """
     analysis = _Analysis(partitions, oracle)
     analysis.fully_needed = _fully_needed_topks(plan)
     ties = _aggregated_ties(plan)
@@ -387,7 +430,7 @@ def check(plan: Plan, partitions: dict[str, str], oracle: SignOracle | None = No
     for base in sorted(analysis.assumptions) if safe else []:
         table, _, column = base.partition(".")
         sign = oracle(table, column) if oracle is not None else None
-        assumptions.append(f"{table}.{column} {'>=' if sign == '+' else '<='} 0")
+        assumptions.append(SignAssumption(table, column, "+" if sign == "+" else "-"))
     return SafetyReport(safe, reason, tuple(assumptions))
 
 
@@ -401,7 +444,7 @@ def safe_columns(plan: Plan, oracle: SignOracle | None = None,
         if wanted is not None and scan.table not in wanted:
             continue
         for c in scan.columns:
-            if (scan.table, c.name) in seen or kind_of_type(c.dtype) not in _PARTITIONABLE:
+            if (scan.table, c.name) in seen or partition_kind(c.dtype) is None:
                 continue
             seen.add((scan.table, c.name))
             if check(plan, {scan.table: c.name}, oracle).safe:
@@ -419,4 +462,4 @@ def require_safe(plan: Plan, partitions: dict[str, str], oracle: SignOracle | No
     return report
 
 
-__all__ = ["SafetyReport", "SignOracle", "check", "require_safe", "safe_columns"]
+__all__ = ["SafetyReport", "SignAssumption", "SignOracle", "check", "require_safe", "safe_columns"]

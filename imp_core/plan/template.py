@@ -1,10 +1,6 @@
-"""Query templates: the key under which a sketch is found again for a later query.
+"""Query templates: the key under which a sketch is found again for a later query with other constants.
 
-Queries that differ only in the constants of their conditions share a template (the IMP paper's reuse setting:
-a dashboard runs the same query with new parameters). The key is the normalized SQL with every constant in a WHERE
-or HAVING condition replaced by ``?``; the constants are returned alongside, in a fixed order, for the reuse check
-that decides whether a sketch captured for one set of constants is valid for another. Constants elsewhere (SELECT
-list, JOIN ... ON, LIMIT) stay in the key: changing them changes the query, not just its parameters.
+See docs/ARCHITECTURE.md, "Sketch use and reuse".
 """
 
 from __future__ import annotations
@@ -23,12 +19,19 @@ from imp_core.errors import PlanError
 from imp_core.plan.sql import parse_statement
 
 
-def template_key(sql: str, dialect: str = "spark") -> tuple[str, tuple[Any, ...]]:
+def template_key(sql: str, dialect: str = "spark", *,
+                 statement: exp.Expression | None = None) -> tuple[str, tuple[Any, ...]]:
     """The template key of a query and the constants taken out of it.
+
+    Queries that differ only in the constants of their WHERE and HAVING conditions share a key (the IMP paper's reuse
+    setting: a dashboard runs the same query with new parameters); constants elsewhere (SELECT list, JOIN ... ON,
+    LIMIT) stay in the key, since changing them changes the query, not its parameters.
 
     Args:
         sql: One SELECT query.
         dialect: The sqlglot dialect the text is written in; the key is generated in the same dialect.
+        statement: ``sql`` already parsed by ``parse_statement`` (not parsed again); a copy is normalized, the
+            caller's tree is left as it was.
 
     Returns:
         ``(key, constants)``: the normalized SQL (identifiers case-folded as the dialect does: all of them in
@@ -42,7 +45,7 @@ def template_key(sql: str, dialect: str = "spark") -> tuple[str, tuple[Any, ...]
         PlanError: The SQL does not parse.
         UnsupportedError: The text is not a single SELECT query.
     """
-    tree = parse_statement(sql, dialect)
+    tree = parse_statement(sql, dialect) if statement is None else statement.copy()
     try:
         tree = normalize_identifiers(tree, dialect=dialect)
     except SqlglotError as e:  # pragma: no cover - normalization does not fail on parsed trees

@@ -1,9 +1,7 @@
-"""Spark's rules for reading strings as values (CAST from STRING), shared by the front-end and the engine.
+"""Spark's rules for reading strings as values (CAST from STRING): the one definition the front-end (constants,
+with ``re``) and the engine (columns, with polars) share, so both accept exactly the texts Spark accepts.
 
-The front-end folds string constants into DATE/TIMESTAMP constants and the engine casts string columns; both must
-accept exactly the texts Spark accepts, no more (a text Spark reads as NULL must not become a value) and no fewer
-where they claim support. The patterns here are the single definition; ``imp_core.engine.evaluate`` applies them
-to columns with polars, ``imp_core.plan.sql`` to constants with ``re``. Determined on Spark 4 (non-ANSI).
+Determined on Spark 4 (non-ANSI); docs/SEMANTICS.md, "Values and types".
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""Keyed checksums for operator state: HMAC-SHA256 with a key kept outside the catalog.
+"""Keyed checksums (HMAC-SHA256) that seal operator state in the catalog, and their key.
 
-A plain SHA-256 stored next to the state catches corruption but not forgery: anyone who can write the catalog can
-write new state and its digest. The seal is an HMAC over the sketch name, the version, the operator id and the
-payload, so state cannot be forged without the key, nor moved to another sketch, version or operator. A state that
-does not verify is a ``StateError``, which makes maintenance recapture the sketch (recorded with the reason).
-
-The key: the file named by ``IMP_STATE_KEY_FILE`` (one key shared by every host that maintains sketches in one
-catalog: Airflow workers, spark-submit drivers, CLI users), else ``IMP_HOME/secrets/state.key``, generated on first
-use. Hosts with different keys do not corrupt anything, they recapture each other's state; docs/SECURITY.md says
-to share one key.
+See docs/SECURITY.md, "Operator state integrity".
 """
 
 from __future__ import annotations
@@ -20,6 +12,8 @@ import secrets as _random
 from pathlib import Path
 
 from imp_core.errors import ConfigError
+from imp_core.security.redact import register_secret
+from imp_core.security.secrets import STATE_KEY_FILE, read_or_create, read_setting_file, secrets_dir
 
 ENV_STATE_KEY_FILE = "IMP_STATE_KEY_FILE"
 _DOMAIN = b"imp-operator-state-v1"
@@ -31,9 +25,6 @@ def load_state_key(home: Path, env: dict[str, str] | None = None) -> bytes:
     Raises:
         ConfigError: The key file is unreadable, readable by others, or shorter than 16 bytes of entropy.
     """
-    from imp_core.security.redact import register_secret
-    from imp_core.security.secrets import STATE_KEY_FILE, read_or_create, read_setting_file, secrets_dir
-
     env = dict(os.environ if env is None else env)
     if env.get(ENV_STATE_KEY_FILE):
         text = read_setting_file(env[ENV_STATE_KEY_FILE], ENV_STATE_KEY_FILE)

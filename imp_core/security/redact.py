@@ -1,11 +1,6 @@
 """The one redaction: URLs by parsing them, and every secret this process knows of, wherever it appears.
 
-A URL is parsed with SQLAlchemy's URL parser (the same one that connects), so a password containing ``/``, ``#``,
-``?`` or ``@`` is found whole, and secret query parameters (``?password=``, ``sslpassword``) are hidden too. Text that
-may quote a secret (driver errors echo connection strings, a traceback line, a log record) goes through
-:func:`scrub`, which also replaces every secret registered with :func:`register_secret` (in plain and URL-encoded
-form). :class:`SecretFilter` applies :func:`scrub` to log records; the CLI and the spark-submit job install it on
-their log handlers, and Airflow's own masker gets the same secrets from the catalog hook.
+See docs/SECURITY.md, "Secrets in output, logs, pages and command lines".
 """
 
 from __future__ import annotations
@@ -14,6 +9,8 @@ import logging
 import threading
 from collections.abc import Iterable
 from urllib.parse import quote, quote_plus
+
+import sqlalchemy as sa
 
 MASK = "***"
 UNPARSEABLE = "<unparseable URL, not shown>"
@@ -121,9 +118,7 @@ def install_log_filter(logger: logging.Logger | None = None) -> None:
             handler.addFilter(SecretFilter())
 
 
-def _parse(url: str):  # noqa: ANN202 - sqlalchemy.URL | None, imported lazily
-    import sqlalchemy as sa
-
+def _parse(url: str) -> sa.URL | None:
     try:
         return sa.make_url(url)
     except Exception:  # noqa: BLE001 - ArgumentError, ValueError: anything unparseable is hidden

@@ -1,16 +1,6 @@
 """Secret files: generated under ``IMP_HOME/secrets`` (a 0700 directory, files 0600), or named by ``*_FILE`` settings.
 
-What lives here:
-
-* ``catalog.pgpass``: the embedded catalog's password, in libpq's password-file format (``*:*:*:postgres:SECRET``),
-  so connection URLs name the file (``passfile=``) instead of carrying the password;
-* ``state.key``: the key of the keyed checksums that seal operator state in the catalog
-  (:mod:`imp_core.security.integrity`), unless ``IMP_STATE_KEY_FILE`` names a shared one;
-* ``job-*``: short-lived files handing the catalog URL to a ``spark-submit`` job (removed when the job ends).
-
-Files are created with ``O_EXCL`` and mode 0600, so no other user ever sees them, even for an instant. A secrets
-directory or file that another user can read or that is not owned by this process's user is refused with an error
-that says how to fix it, never used silently.
+See docs/SECURITY.md, "Secret files".
 """
 
 from __future__ import annotations
@@ -19,10 +9,12 @@ import contextlib
 import os
 import secrets as _random
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from imp_core.errors import ConfigError
+from imp_core.security.redact import register_secret
 
 SECRETS_DIR = "secrets"
 PGPASS_FILE = "catalog.pgpass"
@@ -64,8 +56,6 @@ def read_or_create(path: Path, make: str) -> str:
     Raises:
         ConfigError: The file is not a regular file owned by this user, or others can read it.
     """
-    import tempfile
-
     if os.path.lexists(path):
         return read_private(path)
     fd, tmp = tempfile.mkstemp(prefix=".new-", dir=path.parent)  # 0600, O_EXCL
@@ -133,8 +123,6 @@ def read_setting_file(path: str | Path, what: str) -> str:
 @contextlib.contextmanager
 def private_file(home: Path, prefix: str, content: str) -> Iterator[Path]:
     """A 0600 file under ``home/secrets`` holding ``content`` for the ``with`` block, removed afterwards."""
-    import tempfile
-
     fd, name = tempfile.mkstemp(prefix=prefix, dir=secrets_dir(home))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -162,8 +150,6 @@ def embedded_password(home: Path, create: bool = True) -> str | None:
     if len(parts) != 5 or not parts[4]:
         raise ConfigError(f"{path} is not a password file of the form *:*:*:{EMBEDDED_ROLE}:PASSWORD; remove it "
                           f"only together with the embedded catalog ({Path(home) / 'pgdata'})")
-    from imp_core.security.redact import register_secret
-
     register_secret(parts[4])
     return parts[4]
 

@@ -1,20 +1,8 @@
-"""Partition bounds as values of the partition column's own type.
+"""Partition bounds as values of the partition column's own type: parsing ``--bounds`` text, and checking every bound
+(given or computed) against the column's Arrow type, rounded up where the type cannot hold it exactly.
 
-Capture (Spark), maintenance (polars) and use (Spark's range filter and Delta file pruning) all compare the value of
-the partition column, in its own type, with bounds of that same type. This module makes that possible: it parses
-``--bounds`` text and checks every bound (given or computed) against the column's Arrow type, so that the stored
-bounds are exactly representable there. A bound the type cannot hold is either
-
-- rounded up to the smallest value of the type at or above it (a FLOAT column with ``0.7``, a DECIMAL(10,2) column
-  with ``1.005``, an integer column with ``2.5``, a timestamp with nanoseconds, a date with a time of day): every
-  column value ``v`` satisfies ``v >= b`` exactly when ``v >= ceil(b)``, so each fragment keeps exactly the values the
-  given bound meant, and a note says so; or
-- refused with a ``UsageError`` when no such value exists or the meaning is ambiguous (outside the type's range,
-  NaN, mixed naive and zoned timestamps, a zoned timestamp for a TIMESTAMP_NTZ column, two bounds that collapse into
-  one after rounding).
-
-``-0.0`` is stored as ``0.0``: Spark compares them equal. Naive timestamps for a TIMESTAMP (zoned) column are read
-in UTC, the platform's Spark session time zone.
+The rules (what is rounded, what is refused) are in docs/SEMANTICS.md, "Partitions, bounds and file statistics";
+see docs/ARCHITECTURE.md, "Fragments on Spark".
 """
 
 from __future__ import annotations
@@ -44,8 +32,8 @@ _FRACTION = re.compile(r"^(?P<head>.*?\d{2}:\d{2}:\d{2})[.,](?P<frac>\d+)(?P<tai
 # -- column types ------------------------------------------------------------------------------------------------
 
 
-def kind_of(dtype: pa.DataType) -> str:
-    """The partition kind of an Arrow type; raises ``UsageError`` for types that cannot be partitioned."""
+def partition_kind(dtype: pa.DataType) -> str | None:
+    """The partition kind of an Arrow type (one of ``KINDS``), None for a type that cannot be partitioned."""
     if pa.types.is_integer(dtype):
         return "int"
     if pa.types.is_floating(dtype):
@@ -58,7 +46,15 @@ def kind_of(dtype: pa.DataType) -> str:
         return "timestamp"
     if pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or dtype == pa.string_view():
         return "string"
-    raise UsageError(f"cannot partition a column of type {dtype}; use a numeric, date, timestamp or string column")
+    return None
+
+
+def kind_of(dtype: pa.DataType) -> str:
+    """The partition kind of an Arrow type; raises ``UsageError`` for types that cannot be partitioned."""
+    kind = partition_kind(dtype)
+    if kind is None:
+        raise UsageError(f"cannot partition a column of type {dtype}; use a numeric, date, timestamp or string column")
+    return kind
 
 
 def default_type(kind: str, bounds: Sequence[Bound] = ()) -> pa.DataType:
@@ -82,37 +78,31 @@ def default_type(kind: str, bounds: Sequence[Bound] = ()) -> pa.DataType:
 
 def sql_type_name(dtype: pa.DataType) -> str:
     """Spark SQL's name of the type (for messages)."""
-    if pa.types.is_integer(dtype):
-        return {8: "TINYINT", 16: "SMALLINT", 32: "INT"}.get(dtype.bit_width, "BIGINT")
-    if pa.types.is_float32(dtype) or pa.types.is_float16(dtype):
-        return "FLOAT"
-    if pa.types.is_floating(dtype):
-        return "DOUBLE"
-    if pa.types.is_decimal(dtype):
-        return f"DECIMAL({dtype.precision},{dtype.scale})"
-    if pa.types.is_date(dtype):
-        return "DATE"
-    if pa.types.is_timestamp(dtype):
-        return "TIMESTAMP" if dtype.tz else "TIMESTAMP_NTZ"
-    return "STRING" if kind_of(dtype) == "string" else str(dtype)
+    return _type_names(dtype)[0]
 
 
 def type_to_json(dtype: pa.DataType) -> str:
     """A stable text form of a partitionable Arrow type (stored with the partition)."""
+    return _type_names(dtype)[1]
+
+
+def _type_names(dtype: pa.DataType) -> tuple[str, str]:
+    """Spark SQL's name of a partitionable type and its stable text form; ``UsageError`` for any other type."""
     if pa.types.is_integer(dtype):
-        return f"{'int' if pa.types.is_signed_integer(dtype) else 'uint'}{dtype.bit_width}"
+        return ({8: "TINYINT", 16: "SMALLINT", 32: "INT"}.get(dtype.bit_width, "BIGINT"),
+                f"{'int' if pa.types.is_signed_integer(dtype) else 'uint'}{dtype.bit_width}")
     if pa.types.is_float32(dtype) or pa.types.is_float16(dtype):
-        return "float32"
+        return "FLOAT", "float32"
     if pa.types.is_floating(dtype):
-        return "float64"
+        return "DOUBLE", "float64"
     if pa.types.is_decimal(dtype):
-        return f"decimal({dtype.precision},{dtype.scale})"
+        return f"DECIMAL({dtype.precision},{dtype.scale})", f"decimal({dtype.precision},{dtype.scale})"
     if pa.types.is_date(dtype):
-        return "date"
+        return "DATE", "date"
     if pa.types.is_timestamp(dtype):
-        return f"timestamp[{dtype.tz}]" if dtype.tz else "timestamp"
-    kind_of(dtype)
-    return "string"
+        return ("TIMESTAMP", f"timestamp[{dtype.tz}]") if dtype.tz else ("TIMESTAMP_NTZ", "timestamp")
+    kind = kind_of(dtype)  # raises for a type that cannot be partitioned
+    return ("STRING" if kind == "string" else str(dtype)), "string"
 
 
 def type_from_json(text: str) -> pa.DataType:

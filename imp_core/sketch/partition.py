@@ -1,13 +1,8 @@
-"""Range partitions (paper Definition 4.1) and the fragment a value belongs to.
+"""Range partitions (paper Definition 4.1) and the fragment a value belongs to, with global fragment ids over the
+partitions of one sketch.
 
-A partition of one table is a column and sorted bounds ``b0 < b1 < ... < bn``; fragment ``i`` is ``[b_i, b_{i+1})``.
-The first and last fragments are open-ended so that the whole domain is covered: values below ``b0`` fall in
-fragment 0 and values at or above ``bn`` in fragment ``n-1``. SQL NULLs in the partition column also belong to
-fragment 0, and the use rewrite adds ``col IS NULL`` to fragment 0's range, so no row is ever outside every fragment.
-
-With several partitioned tables in one query, fragments get *global* ids: table ``k``'s fragment ``i`` is
-``offset_k + i``. Annotations inside the engine always carry global ids, so a union of annotations from different
-tables is a plain set union.
+The comparison rule is in docs/SEMANTICS.md, "Partitions, bounds and file statistics"; global ids in
+docs/ARCHITECTURE.md, "Annotated deltas".
 """
 
 from __future__ import annotations

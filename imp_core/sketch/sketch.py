@@ -1,6 +1,7 @@
 """A provenance sketch: for each partitioned table, the set of fragments whose rows the query depends on.
 
-Stored as one bitset per partition (paper Section 8.6.2: a sketch is a bitvector); shown as sorted fragment ids.
+Stored as one bitset per partition (paper Section 8.6.2), shown as sorted fragment ids; see docs/ARCHITECTURE.md,
+"State and versions".
 """
 
 from __future__ import annotations

@@ -40,18 +40,18 @@ from __future__ import annotations
 
 import logging
 import warnings
-from typing import TYPE_CHECKING
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from imp_core.config import Settings
-from imp_core.errors import SketchUnusableError, UsageError
-from imp_core.sketch.partition import PartitionSet
-from imp_core.sketch.sketch import Sketch
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
-
-    from imp_core.catalog.store import VersionRecord
-    from imp_core.maintenance.service import SketchService
+from imp_core.errors import SketchUnusableError
+from imp_core.maintenance.service import SketchService
+from imp_core.maintenance.sketch_use import SketchInUse
+from imp_core.sketch.partition import Partition
+from imp_core.spark.session import apply_semantics
+from imp_core.use.query import execute, range_filter
+from imp_core.use.rewrite import prune_files
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +67,6 @@ def _unusable(error: SketchUnusableError) -> None:
 
 
 def _service(spark: SparkSession, settings: Settings | None) -> SketchService:
-    from imp_core.maintenance.service import SketchService
-    from imp_core.spark.session import apply_semantics
-
     apply_semantics(spark)
     return SketchService(settings or Settings.from_env(), spark=spark)
 
@@ -77,96 +74,58 @@ def _service(spark: SparkSession, settings: Settings | None) -> SketchService:
 def sketched_sql(spark: SparkSession, sql: str, *, dialect: str = "spark", maintain: bool = True,
                  settings: Settings | None = None) -> DataFrame:
     """``sql`` as a DataFrame over the registered tables, restricted by a fresh sketch when one can answer it."""
-    from imp_core.use.query import execute
-
-    service = _service(spark, settings)
-    query = service.analyze(sql, dialect)
-    tables = sorted(query.plan.tables())
-    sources = {t: service.source(t) for t in tables}
-    name = service.find_sketch(sql, dialect)
-    versions = {t: s.current_version() for t, s in sources.items()}
-    try:
-        latest = _version(service, name, versions, maintain) if name is not None else None
-    except SketchUnusableError as e:
-        _unusable(e)
-        latest = None
-    if name is None or latest is None:
-        return execute(spark, query.plan, sources, versions)[0]
-    record = service.catalog.get_sketch(name)
-    partitions = PartitionSet.from_json(record.partitions)
-    sketch = Sketch({t: tuple(f) for t, f in latest.fragments.items()})
-    versions = {t: latest.table_versions[t] for t in tables}
-    return execute(spark, query.plan, sources, versions, partitions, sketch)[0]
+    prepared = _service(spark, settings).prepare_query(sql, dialect, maintain_first=maintain)
+    for note in prepared.notes:
+        log.warning("%s", note)
+    if prepared.unusable is not None:
+        _unusable(prepared.unusable)
+    applied = prepared.applied
+    return execute(spark, prepared.query.plan, prepared.sources, prepared.versions,
+                   applied.partitions if applied else None, applied.sketch if applied else None)[0]
 
 
-def _version(service: SketchService, sketch: str, current: dict[str, int], maintain: bool) -> VersionRecord | None:
-    """The version to use: with ``maintain``, one valid for ``current`` without a long wait (None when the wait ran
-    out: use no sketch); without, the latest as it is, checked for unusability.
+def _fresh(service: SketchService, sketch: str, table: str, maintain: bool) -> tuple[SketchInUse | None, Partition]:
+    """The sketch to apply to ``table`` (None: apply none; the notes on the way are logged) and its partition.
 
     Raises:
         SketchUnusableError: The sketch is (or has just been found) unusable.
     """
-    if not maintain:
-        service.check_usable(sketch)
-        return service.catalog.latest_version(service.catalog.get_sketch(sketch).id)
     notes: list[str] = []
-    latest = service.usable_version(sketch, current, "api", notes)
+    applied, part = service.sketch_for_table(sketch, table, maintain_first=maintain, notes=notes)
     for note in notes:
         log.warning("%s", note)
-    return latest
-
-
-def _fresh(service: SketchService, sketch: str, table: str, maintain: bool):  # noqa: ANN202
-    """The version of the sketch to use (None: use none) and its partition of ``table``.
-
-    Raises:
-        SketchUnusableError: The sketch is (or has just been found) unusable.
-    """
-    record = service.catalog.get_sketch(sketch)
-    partitions = PartitionSet.from_json(record.partitions)
-    tables = service.catalog.latest_version(record.id).table_versions  # every table the sketch depends on
-    current = {t: service.source(t).current_version() for t in tables}
-    latest = _version(service, sketch, current, maintain)
-    part = partitions.get(table)
-    if part is None:
-        raise UsageError(f"sketch {sketch} does not partition table {table} (it partitions "
-                         f"{', '.join(partitions.tables)})")
-    return latest, part
+    return applied, part
 
 
 def sketch_filter(spark: SparkSession, table: str, *, sketch: str, maintain: bool = True,
                   settings: Settings | None = None) -> Column:
     """The predicate keeping the rows of ``table`` that lie in the fragments of ``sketch`` (maintained first)."""
-    from pyspark.sql import functions as F
-
-    from imp_core.use.query import range_filter
-
     try:
-        latest, part = _fresh(_service(spark, settings), sketch, table, maintain)
+        applied, part = _fresh(_service(spark, settings), sketch, table, maintain)
     except SketchUnusableError as e:
         _unusable(e)
         return F.lit(True)
-    if latest is None:
+    if applied is None:
         return F.lit(True)
-    return range_filter(part, list(latest.fragments.get(table, [])))
+    return range_filter(part, applied.fragments(table))
 
 
 def sketched_table(spark: SparkSession, table: str, *, sketch: str, maintain: bool = True,
                    settings: Settings | None = None) -> DataFrame:
     """``table`` at the sketch's version with the range filter applied (files that cannot match are skipped)."""
-    from imp_core.use.query import range_filter
-    from imp_core.use.rewrite import prune_files
-
     service = _service(spark, settings)
     source = service.source(table)
     try:
-        latest, part = _fresh(service, sketch, table, maintain)
+        applied, part = _fresh(service, sketch, table, maintain)
     except SketchUnusableError as e:
         _unusable(e)
-        latest = None
-    if latest is None:
+        applied = None
+    if applied is None:
         return source.scan(spark, source.current_version())
-    version = latest.table_versions[table]
-    frags = list(latest.fragments.get(table, []))
+    version = applied.version.table_versions[table]
+    frags = applied.fragments(table)
     files = prune_files(source.files(version), part, frags) if source.reads_parquet_directly(version) else None
     return source.scan(spark, version, files).filter(range_filter(part, frags))
+
+
+__all__ = ["SketchUnusableWarning", "sketch_filter", "sketched_sql", "sketched_table"]

@@ -22,6 +22,8 @@ from imp_core.sketch.partition import Partition, PartitionSet
 from imp_core.sketch.sketch import Sketch
 from imp_core.sources.delta import DeltaSource
 from imp_core.spark.compile import PlanCompiler, col
+from imp_core.spark.fragment import bound_literal
+from imp_core.spark.metrics import scan_metrics
 from imp_core.use.rewrite import prune_files
 
 if TYPE_CHECKING:
@@ -43,8 +45,6 @@ class ScanReport:
 
     def measure(self, df: DataFrame) -> None:
         """Take ``files_read``/``rows_read`` from the scans of ``df``'s finished execution."""
-        from imp_core.spark.metrics import scan_metrics
-
         done = scan_metrics(df)
         self.files_read, self.rows_read = done.files, done.rows
 
@@ -83,8 +83,6 @@ def range_filter(partition: Partition, fragments: list[int], column_ref: Any = N
     engine do; NaN satisfies ``col >= lo`` and fails ``col < hi`` (Spark orders it above every number), so it is kept
     exactly when the last fragment is, and NULL is kept with fragment 0.
     """
-    from imp_core.spark.fragment import bound_literal
-
     c = column_ref if column_ref is not None else F.col(f"`{partition.column}`")
     out = None
     for lo, hi, nulls in partition.ranges(fragments):

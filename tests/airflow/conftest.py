@@ -2,8 +2,9 @@
 running Airflow (api-server + scheduler + dag-processor on 127.0.0.1) and small Delta tables with sketches.
 
 Everything is session-scoped and shared: starting Airflow or Postgres costs seconds, so tests use their own table
-and sketch names in one catalog instead of their own catalogs. Tests leave no sketch stale, so the nightly DAG (which
-maintains every stale sketch) sees only the ones its test made stale.
+and sketch names in one catalog instead of their own catalogs. A sketch a test leaves stale is dropped when the test
+ends (``_own_sketches``), so the nightly DAG (which maintains every stale sketch) sees only the ones its test made
+stale.
 """
 
 from __future__ import annotations
@@ -143,6 +144,23 @@ def imp(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Imp]:
         shutil.rmtree(home, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def _own_sketches(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A sketch a test made and left stale (it failed half-way, say) is dropped when the test ends, so a later test's
+    nightly run (which maintains every stale sketch) cannot pick it up. Sketches left fresh stay."""
+    if "imp" not in request.fixturenames:
+        yield
+        return
+    imp: Imp = request.getfixturevalue("imp")
+    before = {record.name for record in imp.catalog.list_sketches()}
+    yield
+    made = {record.name for record in imp.catalog.list_sketches()} - before
+    if made:
+        imp.service.refresh_observations(strict=False)  # what the nightly run observes first
+        for name in made & set(imp.catalog.stale_sketches()):
+            imp.service.drop_sketch(name)
+
+
 # -------------------------------------------------------------------------------------------------- Airflow homes
 
 
@@ -273,7 +291,8 @@ class AirflowServer:
     def check_alive(self) -> None:
         for name, proc in self.procs.items():
             if proc.poll() is not None:
-                raise AssertionError(f"airflow {name} exited with {proc.returncode}:\n{tail(self.home / f'{name}.out')}")
+                raise AssertionError(f"airflow {name} exited with {proc.returncode}:\n"
+                                     f"{tail(self.home / f'{name}.out')}")
 
     def stop(self) -> None:
         for proc in self.procs.values():

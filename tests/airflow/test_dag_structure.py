@@ -107,10 +107,9 @@ def test_register_sketch(dagbag) -> None:  # noqa: ANN001
 
 @pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
 def test_plugin_registers_page_and_protects_every_route() -> None:
+    from airflow.api_fastapi.core_api.security import get_user
     from fastapi.routing import APIRoute
     from fastapi.testclient import TestClient
-
-    from airflow.api_fastapi.core_api.security import get_user
 
     spec = importlib.util.spec_from_file_location("imp_plugin_under_test", PLUGINS / "imp_plugin.py")
     module = importlib.util.module_from_spec(spec)

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from imp_core.catalog import Catalog
-from imp_core.catalog.store import _SKETCH_LOCK_NAMESPACE
+from imp_core.catalog.locks import SKETCH_LOCK_NAMESPACE
 
 pytestmark = pytest.mark.postgres
 
@@ -24,7 +24,7 @@ def waiting_for_sketch_lock(catalog: Catalog, sketch_id: int) -> int:
         return int(conn.execute(
             sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
                     "AND classid = :ns AND objid = :s AND objsubid = 2"),
-            {"ns": _SKETCH_LOCK_NAMESPACE, "s": sketch_id}).scalar_one())
+            {"ns": SKETCH_LOCK_NAMESPACE, "s": sketch_id}).scalar_one())
 
 
 def wait_until(condition, timeout: float = 20.0) -> bool:  # noqa: ANN001

@@ -28,6 +28,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from imp_core.errors import SketchUnusableError, UnsafeSketchError
+from imp_core.maintenance.loading import load_state
 from tests.oracles import answers_with_and_without_sketch, canonical, duck, provenance_fragments, snapshot
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
@@ -226,7 +227,7 @@ def topk_table(service, tmp_path: Path, name: str, svc=None) -> Path:  # noqa: A
 def topk_state(service, name: str):  # noqa: ANN001, ANN201
     """The top-k operator of the sketch's latest state, loaded with the options stored with it."""
     loaded = service.load(name)
-    pipeline = service._load_state(loaded, service.catalog.latest_version(loaded.record.id))
+    pipeline = load_state(service.parts, loaded, service.catalog.latest_version(loaded.record.id))
     [op] = [op for op in pipeline.stateful() if op.kind == "topk"]
     return op
 

@@ -18,22 +18,25 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pytest
+import sqlglot
 
 from imp_core import errors
 from imp_core.errors import PlanError, UnsupportedError
 from imp_core.plan.expr import Binary, Col, Lit, conjuncts
 from imp_core.plan.nodes import Aggregate, Join, Project, Scan, Select, TopK, explain
-from imp_core.plan.sql import Query, parse_query
+from imp_core.plan.sql import Query, parse_query, parse_statement
 from imp_core.plan.template import template_key
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
-I, F, S, D, TS, B = pa.int64(), pa.float64(), pa.string(), pa.date32(), pa.timestamp("us"), pa.bool_()
+I, F, S, D, TS, B = pa.int64(), pa.float64(), pa.string(), pa.date32(), pa.timestamp("us"), pa.bool_()  # noqa: E741
 MONEY = pa.decimal128(15, 2)
 
 
@@ -154,6 +157,9 @@ def test_fixture(case: Case) -> None:
         message = str(info.value)
         assert fragment in message, message
         assert "\n" not in message  # one line, for the CLI
+        place = re.search(r"at line (\d+), column (\d+)", message)
+        if place is not None:  # the position the message names is also in the error's fields
+            assert (info.value.line, info.value.column) == (int(place[1]), int(place[2])), message
         return
     query = parse_query(case.sql, TABLES, dialect=case.dialect)
     assert explain(query.plan) == case.expect
@@ -250,6 +256,21 @@ def test_parse_error_is_one_line_plan_error() -> None:
     assert "\n" not in str(info.value) and "\x1b" not in str(info.value)
 
 
+def test_errors_carry_line_column_and_snippet_as_fields() -> None:
+    with pytest.raises(PlanError) as info:
+        parse_query("SELECT brand\nFROM sales\nWHERE upper(brand) = 'X' AND price > 'abc' + 1", TABLES)
+    assert (info.value.line, info.value.column, info.value.snippet) == (3, 38, "'abc' + 1")
+    with pytest.raises(UnsupportedError) as unsupported:
+        parse_query("SELECT brand FROM sales s\n  LEFT JOIN tjoinhelp t ON s.id = t.ttid", TABLES)
+    assert (unsupported.value.line, unsupported.value.column) == (2, 3)
+    with pytest.raises(PlanError) as syntax:
+        parse_query("SELECT brand\nFROM sales\nWHERE (price > 3", TABLES)
+    assert (syntax.value.line, syntax.value.column) == (3, 16)
+    with pytest.raises(PlanError) as nowhere:
+        parse_query("SELECT brand FROM sales", TABLES, dialect="klingon")
+    assert (nowhere.value.line, nowhere.value.column, nowhere.value.snippet) == (None, None, None)
+
+
 def test_unknown_dialect() -> None:
     with pytest.raises(PlanError, match="unknown SQL dialect"):
         parse_query("SELECT brand FROM sales", TABLES, dialect="klingon")
@@ -274,65 +295,16 @@ def test_aggregate_outputs_and_having_shape() -> None:
     assert having.predicate == Binary(">", Col("rev", agg.schema[1].dtype), Lit.of(5000))
 
 
-# --- template keys --------------------------------------------------------------------------------------------
-
-
-def test_template_key_replaces_where_and_having_constants() -> None:
-    a = ("SELECT a, avg(b) AS ab FROM (SELECT a AS a, b AS b, c AS c FROM t1gb50g WHERE b < 10) tt "
-         "JOIN tjoinhelp ON (a = ttid) GROUP BY a HAVING avg(c) < 10")
-    b = ("select A, AVG(b) as ab\nfrom (select a as a, b as b, c as c from T1GB50G where b < 1000) tt "
-         "join tjoinhelp on (a = ttid) group by a having avg(c) < -5.5")
-    key_a, consts_a = template_key(a)
-    key_b, consts_b = template_key(b)
-    assert key_a == key_b
-    assert key_a == ("SELECT a, AVG(b) AS ab FROM (SELECT a AS a, b AS b, c AS c FROM t1gb50g WHERE b < ?) AS tt "
-                     "JOIN tjoinhelp ON (a = ttid) GROUP BY a HAVING AVG(c) < ?")
-    assert consts_a == (10, 10)
-    assert consts_b == (1000, decimal.Decimal("-5.5"))
-
-
-def test_template_key_keeps_select_on_and_limit_constants() -> None:
-    key, consts = template_key("SELECT price * 2 AS p FROM sales s JOIN tjoinhelp t ON s.id = t.ttid + 1 "
-                               "WHERE brand = 'x' ORDER BY p LIMIT 10")
-    assert key == ("SELECT price * 2 AS p FROM sales AS s JOIN tjoinhelp AS t ON s.id = t.ttid + 1 "
-                   "WHERE brand = ? ORDER BY p LIMIT 10")
-    assert consts == ("x",)
-    other, _ = template_key("SELECT price * 3 AS p FROM sales s JOIN tjoinhelp t ON s.id = t.ttid + 1 "
-                            "WHERE brand = 'y' ORDER BY p LIMIT 10")
-    assert other != key
-    limit, _ = template_key("SELECT price * 2 AS p FROM sales s JOIN tjoinhelp t ON s.id = t.ttid + 1 "
-                            "WHERE brand = 'x' ORDER BY p LIMIT 20")
-    assert limit != key
-
-
-def test_template_key_typed_constants() -> None:
-    key, consts = template_key("SELECT o_orderkey FROM orders WHERE o_orderdate >= DATE '1994-01-01' "
-                               "AND o_orderdate < DATE '1994-01-01' + INTERVAL '3' MONTH "
-                               "AND o_totalprice BETWEEN 0.05 AND 1e3 AND o_orderstatus IN ('F', 'O') "
-                               "AND o_shippriority > -1")
-    assert key == ("SELECT o_orderkey FROM orders WHERE o_orderdate >= ? AND o_orderdate < ? + INTERVAL (?) MONTH "
-                   "AND o_totalprice BETWEEN ? AND ? AND o_orderstatus IN (?, ?) AND o_shippriority > ?")
-    assert consts == (dt.date(1994, 1, 1), dt.date(1994, 1, 1), 3, decimal.Decimal("0.05"), 1000.0, "F", "O", -1)
-
-
-def test_template_key_placeholder_is_a_question_mark_in_every_dialect() -> None:
-    key, consts = template_key('SELECT "brand" FROM Sales WHERE price > 3', dialect="postgres")
-    assert key == "SELECT brand FROM sales WHERE price > ?"
-    assert consts == (3,)
-
-
-def test_template_key_of_paper_queries_differ_by_shape() -> None:
-    one, _ = template_key("SELECT a, avg(b) AS ab FROM r500 GROUP BY a HAVING avg(c) < 1000")
-    two, _ = template_key("SELECT a, avg(b) AS ab FROM r500 GROUP BY a HAVING avg(c) < 1000 and avg(d) < 1200")
-    assert one != two
-
-
-def test_template_key_errors() -> None:
-    with pytest.raises(PlanError, match="cannot parse"):
-        template_key("SELECT FROM WHERE")
-    with pytest.raises(UnsupportedError, match="only SELECT"):
-        template_key("DELETE FROM sales WHERE price > 3")
-
+def test_a_parsed_statement_is_used_and_left_unchanged() -> None:
+    sql = "SELECT Brand, SUM(price) AS s FROM sales WHERE price > 3 AND \"brand\" = 'x' GROUP BY brand"
+    statement = parse_statement(sql)
+    before = statement.sql(dialect="spark")
+    assert parse_query(sql, TABLES, statement=statement) == parse_query(sql, TABLES)
+    assert template_key(sql, statement=statement) == template_key(sql)
+    assert statement.sql(dialect="spark") == before  # template_key normalized a copy
+    # the statement is what is translated: a different tree under the same text gives its plan
+    other = parse_statement("SELECT price FROM sales")
+    assert parse_query(sql, TABLES, statement=other).output_names == ("price",)
 
 # --- output names agree with a real engine --------------------------------------------------------------------
 
@@ -350,9 +322,6 @@ NAME_QUERIES = [
 
 @pytest.mark.parametrize("sql", NAME_QUERIES)
 def test_output_names_match_duckdb(sql: str) -> None:
-    import duckdb
-    import sqlglot
-
     query = parse_query(sql, TABLES)
     con = duckdb.connect()
     try:

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from imp_core.errors import StateError, UsageError
-from imp_core.sketch.bounds import parse_bounds, type_from_json, type_to_json
+from imp_core.sketch.bounds import kind_of, parse_bounds, type_from_json, type_to_json
 from imp_core.sketch.partition import Partition, PartitionSet
 
 UTC = dt.timezone.utc
@@ -34,7 +34,8 @@ ROUNDED = [
     (pa.decimal128(38, 8), ["0", "0.123456789", "1e20"], (D(0), D("0.12345679"), D("100000000000000000000")), 1),
     (pa.int32(), ["1", "2.5", "4"], (1, 3, 4), 1),
     (pa.int64(), ["-2.5", "0", "7"], (-2, 0, 7), 1),
-    (pa.timestamp("us", tz="UTC"), ["2024-01-01T00:00Z", "2024-01-01T00:00:00.0000001Z", "2024-01-02T00:00:00.1234560Z"],
+    (pa.timestamp("us", tz="UTC"),
+     ["2024-01-01T00:00Z", "2024-01-01T00:00:00.0000001Z", "2024-01-02T00:00:00.1234560Z"],
      (dt.datetime(2024, 1, 1, tzinfo=UTC), dt.datetime(2024, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
       dt.datetime(2024, 1, 2, 0, 0, 0, 123456, tzinfo=UTC)), 1),
     (pa.timestamp("us", tz="UTC"), ["2024-01-01T02:00:00+02:00", "2024-01-02T00:00:00+00:00"],
@@ -113,8 +114,6 @@ def test_partition_json_keeps_the_column_type(dtype) -> None:  # noqa: ANN001
                "date": ["2024-01-01", "2024-02-29", "2024-03-01"],
                "timestamp": ["2024-01-01 00:00:00.000001", "2024-02-29 00:00:00", "2024-03-01 12:00:00.5"],
                "string": ["", "a\tb", "é"]}
-    from imp_core.sketch.bounds import kind_of
-
     kind = kind_of(dtype)
     values, _ = parse_bounds(samples[kind], dtype, "t.x")
     part = Partition("t", "x", values, kind, dtype)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context
 
+from imp_core.catalog.embedded import embedded_url
 from imp_core.catalog.migrations import VERSION_TABLE
+from imp_core.config import Settings
 
 config = context.config
 
@@ -19,9 +21,6 @@ def _url() -> str:
     url = config.get_main_option("sqlalchemy.url")
     if url:
         return url
-    from imp_core.catalog.embedded import embedded_url
-    from imp_core.config import Settings
-
     settings = Settings.from_env()
     return settings.catalog_url or embedded_url(settings)
 

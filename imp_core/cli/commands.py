@@ -1,0 +1,275 @@
+"""One handler per ``imp`` subcommand: each makes one call into the service façade and prints its answer (JSON with
+``--json``, a table or a line otherwise).
+
+See docs/ARCHITECTURE.md, "Where each part lives".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from imp_core.catalog.embedded import embedded_url, stop_embedded
+from imp_core.cli.scaffold import settings_from
+from imp_core.config import Settings, redact_url
+from imp_core.demo import run_demo
+from imp_core.errors import UsageError
+from imp_core.maintenance.service import SketchService
+from imp_core.maintenance.strategy import Strategy
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class Progress:
+    """Progress on stderr: each step with its elapsed time, and a spinner on the running step (on a terminal), so
+    nothing that takes more than a few seconds looks hung; stdout stays clean for ``--json``."""
+
+    def __init__(self) -> None:
+        self.console = Console(stderr=True)
+        self.started = time.perf_counter()
+        self.status = self.console.status("working", spinner="dots") if self.console.is_terminal else None
+        if self.status is not None:
+            self.status.start()
+
+    def __call__(self, msg: str) -> None:
+        self.console.print(f"[dim]{time.perf_counter() - self.started:6.1f}s …[/dim] {msg}", highlight=False)
+        if self.status is not None:
+            self.status.update(msg)
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+
+def settings(args: argparse.Namespace) -> Settings:
+    return settings_from(args, lambda message: sys.stderr.write(f"imp: warning: {message}\n"))
+
+
+def with_service(run: Callable[[argparse.Namespace, SketchService], int]) -> Handler:
+    """A handler that gets a service on the settings of its flags, with progress shown while it works."""
+
+    def handler(args: argparse.Namespace) -> int:
+        progress = Progress()
+        try:
+            return run(args, SketchService(settings(args), progress=progress))
+        finally:
+            progress.stop()
+
+    handler.__doc__ = run.__doc__
+    return handler
+
+
+def needs_action(command: str, actions: str) -> Handler:
+    """The handler of ``imp COMMAND`` without its action."""
+
+    def handler(args: argparse.Namespace) -> int:
+        raise UsageError(f"imp {command}: give an action ({actions})")
+
+    return handler
+
+
+def no_command(args: argparse.Namespace) -> int:
+    raise UsageError("no command given; try `imp demo` or `imp --help`")
+
+
+# -- output ---------------------------------------------------------------------------------------------------------
+
+
+def emit(args: argparse.Namespace, obj: Any, text: Callable[[], None]) -> int:
+    """``obj`` as JSON with ``--json``, else ``text()``; exit code 0."""
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    else:
+        text()
+    return 0
+
+
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    t = Table(title=title, show_lines=False)
+    for c in columns:
+        t.add_column(str(c))
+    for r in rows:
+        t.add_row(*["" if v is None else str(v) for v in r])
+    Console().print(t)
+
+
+def fragments_line(parts: list[dict[str, Any]]) -> str:
+    return "; ".join(f"{p['table']}.{p['column']}: {p['fragments']}" for p in parts)
+
+
+# -- handlers -------------------------------------------------------------------------------------------------------
+
+
+@with_service
+def table_register(args: argparse.Namespace, service: SketchService) -> int:
+    """imp table register NAME (PATH | --table CATALOG.DB.TABLE)"""
+    rec = service.register_table(args.name, args.path, replace=args.replace, table=args.table)
+    info = {"name": rec.name, "path": rec.path, "version": rec.observed_version}
+    return emit(args, info, lambda: print(f"registered table {rec.name} ({rec.path}, version {rec.observed_version})"))
+
+
+@with_service
+def table_list(args: argparse.Namespace, service: SketchService) -> int:
+    """imp table list"""
+    rows = service.list_tables()
+    return emit(args, rows, lambda: table("tables", ["name", "path", "observed version"],
+                                          [[r["name"], r["path"], r["observed_version"]] for r in rows]))
+
+
+@with_service
+def sketch_create(args: argparse.Namespace, service: SketchService) -> int:
+    """imp sketch create NAME --sql SQL --on TABLE.COLUMN (--fragments N | --bounds ...)"""
+    record, version = service.create_sketch(args.name, args.sql, args.on, fragments=args.fragments,
+                                            bounds=args.bounds, dialect=args.dialect, strategy=args.strategy)
+    info = service.describe(record.name)
+    return emit(args, info, lambda: print(f"sketch {record.name} version {version.version} captured at "
+                                          f"{dict(version.table_versions)}: {fragments_line(info['partitions'])}"))
+
+
+@with_service
+def sketch_maintain(args: argparse.Namespace, service: SketchService) -> int:
+    """imp sketch maintain (NAME | --all) [--strategy S] [--batch-size ROWS]"""
+    if args.all and args.name:
+        raise UsageError("give a sketch name or --all, not both")
+    if args.all:
+        results = service.maintain_all(args.strategy or Strategy.EAGER, args.batch_size)
+    elif args.name:
+        results = [service.maintain(args.name, args.strategy, args.batch_size, allow_recapture=not args.no_recapture)]
+    else:
+        raise UsageError("imp sketch maintain: give a sketch name or --all")
+    out = [{"name": r.sketch, "versions": [v.version for v in r.versions], "delta_rows": r.delta_rows,
+            "recaptured": r.recaptured, "up_to_date": r.up_to_date} for r in results]
+
+    def text() -> None:
+        if not out:
+            print("no stale sketches")
+        for r in out:
+            if r["up_to_date"]:
+                print(f"sketch {r['name']} is up to date")
+                continue
+            extra = f"; recaptured because {r['recaptured']}" if r["recaptured"] else ""
+            print(f"sketch {r['name']}: committed version(s) {r['versions']} from {r['delta_rows']} change rows"
+                  f"{extra}")
+            print("  " + fragments_line(service.describe(r["name"])["partitions"]))
+
+    return emit(args, out if args.all else out[0], text)
+
+
+@with_service
+def sketch_recapture(args: argparse.Namespace, service: SketchService) -> int:
+    """imp sketch recapture NAME"""
+    version = service.recapture(args.name)
+    info = service.describe(args.name)
+    return emit(args, info, lambda: print(f"sketch {args.name} recaptured as version {version.version}: "
+                                          f"{fragments_line(info['partitions'])}"))
+
+
+@with_service
+def sketch_show(args: argparse.Namespace, service: SketchService) -> int:
+    """imp sketch show NAME [--version N | --as-of-table-version TABLE=V]"""
+    as_of = None
+    if args.as_of_table_version:
+        t, _, v = args.as_of_table_version.partition("=")
+        if not v.strip().lstrip("-").isdigit():
+            raise UsageError("--as-of-table-version takes TABLE=VERSION, e.g. sales=3")
+        as_of = (t, int(v))
+    info = service.describe(args.name, version=args.version, as_of=as_of)
+
+    def text() -> None:
+        table(f"sketch {info['name']} v{info['version']} ({info['method']})",
+              ["table", "column", "fragments", "of", "covered"],
+              [[p["table"], p["column"], p["fragments"], p["fragment_count"], f"{p['covered_share']:.1%}"]
+               for p in info["partitions"]])
+        print(f"valid for table versions {info['table_versions']}")
+        if not info["usable"]:
+            print(f"UNUSABLE since {info['unusable_since']}: {info['unusable_reason']}; queries run without it "
+                  f"until it is registered again (`imp sketch drop {info['name']}`, then `imp sketch create`)")
+
+    return emit(args, info, text)
+
+
+@with_service
+def sketch_list(args: argparse.Namespace, service: SketchService) -> int:
+    """imp sketch list"""
+    rows = service.sketch_list()  # current versions, and tables that changed identity
+
+    def text() -> None:
+        table("sketches", ["name", "version", "method", "table versions", "current", "state", "last run"],
+              [[r.get("name"), r.get("latest_version"), r.get("latest_method"), r.get("table_versions"),
+                r.get("current_table_versions"),
+                "UNUSABLE" if not r.get("usable", True) else "stale" if r.get("is_stale") else "fresh",
+                r.get("last_run_status")] for r in rows])
+        for r in rows:
+            if not r.get("usable", True):
+                print(f"sketch {r['name']} is unusable: {r['unusable_reason']}; drop and re-create it to use a "
+                      f"sketch again")
+
+    return emit(args, rows, text)
+
+
+@with_service
+def sketch_history(args: argparse.Namespace, service: SketchService) -> int:
+    """imp sketch history NAME"""
+    rows = service.history(args.name)
+    return emit(args, rows, lambda: table(
+        f"history of {args.name}", ["version", "method", "table versions", "delta rows", "ms", "state"],
+        [[r["version"], r["method"] + (f" ({r['reason']})" if r["reason"] else ""), r["table_versions"],
+          r["delta_rows"], f"{r['duration_ms']:.0f}" if r["duration_ms"] else "", r["has_state"]] for r in rows]))
+
+
+@with_service
+def sketch_drop(args: argparse.Namespace, service: SketchService) -> int:
+    """imp sketch drop NAME"""
+    service.drop_sketch(args.name)
+    print(f"dropped sketch {args.name}")
+    return 0
+
+
+@with_service
+def query(args: argparse.Namespace, service: SketchService) -> int:
+    """imp query SQL"""
+    result = service.query(args.sql, args.dialect, use_sketch=not args.no_sketch, capture=args.capture, on=args.on,
+                           fragments=args.fragments)
+
+    def text() -> None:
+        table("result", result.columns, result.rows)
+        s = result.scanned
+        used = f"sketch {result.sketch['name']} v{result.sketch['version']}" if result.sketch else "no sketch"
+        print(f"{used}; read {s.files_read}/{s.files_total} files, {s.rows_read}/{s.rows_total} rows; "
+              f"{result.seconds:.2f} s")
+        for note in result.notes:
+            print(f"note: {note}")
+
+    return emit(args, result.to_json(), text)
+
+
+def demo(args: argparse.Namespace) -> int:
+    """imp demo"""
+    return run_demo(settings(args), rows=args.rows, small_only=args.small_only)
+
+
+def catalog_url(args: argparse.Namespace) -> int:
+    """imp catalog url: an embedded catalog's URL names its password file, never the password; a configured one
+    is redacted."""
+    resolved = settings(args)
+    url = redact_url(resolved.catalog_url) if resolved.catalog_url else embedded_url(resolved)
+    print(url.replace("+psycopg2", "") if args.psql else url)
+    return 0
+
+
+def catalog_stop(args: argparse.Namespace) -> int:
+    """imp catalog stop"""
+    print("embedded catalog stopped" if stop_embedded(settings(args)) else "embedded catalog was not running")
+    return 0
+
+
+__all__ = ["catalog_stop", "catalog_url", "demo", "needs_action", "no_command", "query", "sketch_create",
+           "sketch_drop", "sketch_history", "sketch_list", "sketch_maintain", "sketch_recapture", "sketch_show",
+           "table_list", "table_register"]

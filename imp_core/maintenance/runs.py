@@ -1,0 +1,127 @@
+"""A maintenance run from start to end, and the one way a new sketch version is made and committed.
+
+Only this module commits: the engine's operators hand back state, and each new version is written together with its
+operator state in one catalog transaction. See docs/ARCHITECTURE.md, "State and versions".
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from imp_core import faults
+from imp_core.catalog import Catalog, NewVersion, StateBlob, VersionRecord
+from imp_core.engine.pipeline import Pipeline
+from imp_core.engine.state import FORMAT, FORMAT_VERSION
+from imp_core.errors import first_line
+from imp_core.sketch.partition import PartitionSet
+from imp_core.sketch.sketch import Sketch
+from imp_core.sources.delta import DeltaSource
+
+
+@dataclass
+class Run:
+    """A run in progress: its id and the latest version it committed (or started from)."""
+
+    id: int
+    reached: VersionRecord | None = None
+    delta_rows: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+    started: float = field(default_factory=time.perf_counter)
+
+
+@contextmanager
+def maintenance_run(catalog: Catalog, trigger: str, strategy: str, *, sketch_id: int | None = None,
+                    start: VersionRecord | None = None,
+                    table_versions: Mapping[str, int] | None = None) -> Iterator[Run]:
+    """Record a run for the ``with`` block: ``succeeded`` with what it committed, or ``failed`` with the error.
+
+    Without ``sketch_id`` it is the capture of a new sketch: it holds the capture lock while it runs, and a capture
+    that fails leaves no run behind (the sketch was never created). Otherwise it is maintenance of a sketch from
+    version ``start``.
+    """
+    if sketch_id is None:
+        with catalog.capture_run(trigger, table_versions) as run_id:
+            run = Run(run_id)
+            try:
+                yield run
+            except BaseException:
+                catalog.discard_capture_run(run_id)
+                raise
+            _succeeded(catalog, run)
+        return
+    assert start is not None
+    run = Run(catalog.start_run(sketch_id, strategy, trigger, from_version=start.version,
+                                table_versions_from=start.table_versions), reached=start)
+    try:
+        yield run
+    except BaseException as e:
+        catalog.finish_run(run.id, "failed", error=first_line(e))
+        raise
+    _succeeded(catalog, run)
+
+
+def _succeeded(catalog: Catalog, run: Run) -> None:
+    reached = run.reached
+    catalog.finish_run(run.id, "succeeded", to_version=reached.version if reached else None,
+                       table_versions_to=reached.table_versions if reached else None, delta_rows=run.delta_rows,
+                       timings=run.timings or None)
+
+
+def table_identities(sources: Mapping[str, DeltaSource],
+                     versions: Mapping[str, int] | None = None) -> dict[str, dict[str, str]]:
+    """Per table, the Delta metadata id (at ``versions``, else the latest) and the registered path: what a version
+    records so that a table re-created or re-registered later is noticed (:mod:`imp_core.maintenance.guards`)."""
+    return {t: {"id": s.table_id(None if versions is None else versions[t]), "path": s.path}
+            for t, s in sources.items()}
+
+
+def new_version(pipeline: Pipeline, partitions: PartitionSet, run: Run, *, method: str,
+                table_versions: Mapping[str, int], identities: Mapping[str, Mapping[str, str]],
+                options: Mapping[str, Any], started: float, reason: str | None = None, delta_rows: int = 0,
+                ) -> tuple[NewVersion, list[StateBlob]]:
+    """The sketch version ``pipeline`` holds now and its operator state, ready to commit.
+
+    Args:
+        pipeline: The sketch's operators after a capture or a maintenance pass.
+        partitions: The sketch's partitions.
+        run: The run making it.
+        method: ``capture``, ``incremental`` or ``recapture``.
+        table_versions: The table versions it reflects.
+        identities: The tables' identities (:func:`table_identities`).
+        options: The engine options that shaped the state (:mod:`imp_core.maintenance.options`).
+        started: ``time.perf_counter()`` when the work began (its duration is recorded).
+        reason: Why a recapture happened.
+        delta_rows: Change rows processed.
+    """
+    sketch = Sketch.from_global(partitions, pipeline.sketch())
+    new = NewVersion(table_versions=dict(table_versions), bits=sketch.bits(partitions), fragments=sketch.to_json(),
+                     method=method, reason=reason, delta_rows=delta_rows,
+                     duration_ms=(time.perf_counter() - started) * 1000, run_id=run.id,
+                     table_identities={t: dict(i) for t, i in identities.items()},
+                     state_options=dict(options))
+    blobs = [StateBlob(op_id, FORMAT, FORMAT_VERSION, blob) for op_id, blob in pipeline.state_blobs().items()]
+    return new, blobs
+
+
+def commit(catalog: Catalog, sketch_id: int, previous: VersionRecord, version: tuple[NewVersion, list[StateBlob]],
+           run: Run, retention: int, safety: Any = None) -> VersionRecord:
+    """Commit ``version`` (from :func:`new_version`) on top of ``previous``, in one catalog transaction with its
+    state; the run then counts it.
+
+    Raises:
+        ConcurrentMaintenanceError: Another maintainer committed after ``previous``.
+        SketchUnusableError: The sketch was marked unusable meanwhile.
+    """
+    new, blobs = version
+    faults.point("before_commit")
+    record = catalog.commit_version(sketch_id, previous.version, new, blobs, retention, safety=safety)
+    run.reached = record
+    run.delta_rows += new.delta_rows
+    return record
+
+
+__all__ = ["Run", "commit", "maintenance_run", "new_version", "table_identities"]

@@ -3,7 +3,9 @@
 Maintenance tasks run with ``IMP_SPARK_REMOTE=sc://host:port`` connect to it (``imp_core.spark.session``) and start no
 JVM of their own. The server loads the same connectors as every imp session (``imp_core.spark.connector``), has the
 same semantics settings, and holds the object-storage credentials in its Hadoop configuration, written to a
-private properties file (mode 0600) rather than its command line. See docs/AIRFLOW.md "Spark Connect".
+private properties file (mode 0600) rather than its command line. With ``IMP_SPARK_CONNECT_TOKEN`` set it admits
+only clients presenting that token (``sc://localhost:PORT/;token=...``; pyspark sends a token over TLS to any other
+host, so remote clients reach the server through a TLS proxy). See docs/AIRFLOW.md "Spark Connect".
 
 Command line::
 
@@ -32,6 +34,8 @@ from imp_core.spark import connector
 from imp_core.spark.session import _SEMANTICS, LOG4J_CONF
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+ENV_TOKEN = "IMP_SPARK_CONNECT_TOKEN"
+_SERVER_TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # the server's own variable: the token stays off its argv
 DEFAULT_PORT = 15002
 START_TIMEOUT = 180.0
 
@@ -78,6 +82,8 @@ def start(settings: Settings, port: int = DEFAULT_PORT, host: str = "127.0.0.1",
     argv = [submit, "--master", settings.spark_master, "--class", SERVER_CLASS, *connector.submit_args(),
             "--properties-file", str(files.properties), "spark-internal"]
     env = {**os.environ, "PATH": f"{Path(submit).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if os.environ.get(ENV_TOKEN):
+        env[_SERVER_TOKEN_ENV] = os.environ[ENV_TOKEN]
     with open(files.log, "ab") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     files.pid.write_text(f"{process.pid}\n")

@@ -45,15 +45,15 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
 
     from imp_core.spark import connector
 
+    remote = remote_url()
+    if remote:
+        return _connect(remote)  # the session on that server, checked with one quick call
     active = SparkSession.getActiveSession()
     if active is not None:
         connector.require_loaded(active.conf.get)
         require_client_mode(active.conf.get)
         apply_semantics(active)
         return active
-    remote = remote_url()
-    if remote:
-        return _connect(remote)
     settings = settings or Settings.from_env()
     jvm_conf = {} if under_spark_submit() else connector.session_conf()
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
@@ -127,8 +127,9 @@ def _connect(url: str) -> SparkSession:
     session's semantics.
     """
     from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client.retries import DefaultPolicy
 
-    from imp_core.errors import ConfigError
+    from imp_core.errors import ConfigError, first_line
     from imp_core.security.redact import register_secret
     from imp_core.spark import connector
 
@@ -144,15 +145,25 @@ def _connect(url: str) -> SparkSession:
     except (OSError, ValueError) as e:
         raise ConfigError(f"no Spark Connect server answers at {shown} ({e}); start it with `python -m "
                           f"imp_core.spark.connect_server start` or unset {ENV_REMOTE}") from e
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    client = spark.client  # type: ignore[attr-defined]
+    patient = client.get_retry_policies()
+    # the first call says whether the server admits us: fail in seconds, not after the client's 10 minutes of retries
+    client.set_retry_policies([DefaultPolicy(max_retries=2, max_backoff=1000)])
     try:
-        spark = SparkSession.builder.remote(url).getOrCreate()
         connector.require_loaded(spark.conf.get)
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - gRPC and Spark Connect raise many kinds
-        raise ConfigError(f"cannot use the Spark Connect server at {shown}: "
-                          f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}; start it "
-                          f"with `python -m imp_core.spark.connect_server start` or unset {ENV_REMOTE}") from e
+        text = str(e)
+        hint = ("the server refused the token (IMP_SPARK_CONNECT_TOKEN of the server, token= of the URL)"
+                if "UNAUTHENTICATED" in text or "authentication token" in text else
+                "with a token, pyspark uses TLS unless the host is localhost" if "SSL" in text else
+                first_line(text))
+        raise ConfigError(f"cannot use the Spark Connect server at {shown}: {hint}; start it with `python -m "
+                          f"imp_core.spark.connect_server start` or unset {ENV_REMOTE}") from e
+    finally:
+        client.set_retry_policies(patient)
     apply_semantics(spark)
     log.info("using Spark Connect at %s", shown)
     return spark

@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,7 +17,6 @@ from deltalake import write_deltalake
 
 from imp_core.catalog.embedded import stop_embedded
 from imp_core.config import Settings
-from imp_core.spark import connect_server
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
@@ -25,23 +25,20 @@ CDF = {"delta.enableChangeDataFeed": "true"}
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory):
+def env(tmp_path_factory: pytest.TempPathFactory, spark_connect: str) -> Iterator[dict[str, str]]:
     home = tmp_path_factory.mktemp("imp-connect")
     e = dict(os.environ, IMP_HOME=str(home), IMP_SPARK_MASTER="local[2]", IMP_SHUFFLE_PARTITIONS="2",
-             PYSPARK_PYTHON=sys.executable)
+             PYSPARK_PYTHON=sys.executable, IMP_TEST_REMOTE=spark_connect)
     e.pop("IMP_CATALOG_URL", None)
     e.pop("IMP_SPARK_REMOTE", None)
-    settings = Settings.from_env(e)
-    url = connect_server.start(settings, port=_free_port())
-    yield {**e, "IMP_TEST_REMOTE": url}
-    assert connect_server.stop(settings)
-    stop_embedded(settings)
+    yield e
+    stop_embedded(Settings.from_env(e))
 
 
 def imp(env: dict[str, str], *args: str, remote: bool = False) -> subprocess.CompletedProcess[str]:
@@ -89,11 +86,13 @@ def test_an_unreachable_server_is_a_one_line_error_without_the_token(env: dict[s
     write_deltalake(u, pa.table({"a": [1, 2, 3]}), configuration=CDF)
     assert imp(env, "table", "register", "u", u).returncode == 0
     before = imp(env, "sketch", "list", "--json").stdout
-    bad = dict(env, IMP_TEST_REMOTE=f"sc://127.0.0.1:{_free_port()}/;token=s3cr3t-t0ken")
-    out = imp(bad, "sketch", "create", "k", "--sql", "SELECT a FROM u WHERE a > 1", "--on", "u.a",
-              "--fragments", "2", remote=True)
-    assert out.returncode == 2
-    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("imp: error:")]
-    assert len(errors) == 1 and "no Spark Connect server answers" in errors[0], out.stderr
-    assert "s3cr3t" not in out.stderr + out.stdout
+    server = env["IMP_TEST_REMOTE"].split("/;")[0]
+    for url, says in ((f"sc://127.0.0.1:{_free_port()}/;token=s3cr3t-t0ken", "no Spark Connect server answers"),
+                      (f"{server}/;token=s3cr3t-t0ken", "the server refused the token")):
+        out = imp(dict(env, IMP_TEST_REMOTE=url), "sketch", "create", "k", "--sql", "SELECT a FROM u WHERE a > 1",
+                  "--on", "u.a", "--fragments", "2", remote=True)
+        assert out.returncode == 2, out.stderr
+        errors = [ln for ln in out.stderr.splitlines() if ln.startswith("imp: error:")]
+        assert len(errors) == 1 and says in errors[0], out.stderr
+        assert "s3cr3t" not in out.stderr + out.stdout
     assert imp(env, "sketch", "list", "--json").stdout == before  # nothing registered

@@ -3,8 +3,8 @@ running Airflow (api-server + scheduler + dag-processor on 127.0.0.1) and small 
 
 Everything is session-scoped and shared: starting Airflow or Postgres costs seconds, so tests use their own table
 and sketch names in one catalog instead of their own catalogs. A sketch a test leaves stale is dropped when the test
-ends (``_own_sketches``), so the nightly DAG (which maintains every stale sketch) sees only the ones its test made
-stale.
+ends (``_no_stale_sketch_left``), so the nightly DAG (which maintains every stale sketch) sees only the ones its test
+made stale.
 """
 
 from __future__ import annotations
@@ -145,20 +145,19 @@ def imp(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Imp]:
 
 
 @pytest.fixture(autouse=True)
-def _own_sketches(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A sketch a test made and left stale (it failed half-way, say) is dropped when the test ends, so a later test's
-    nightly run (which maintains every stale sketch) cannot pick it up. Sketches left fresh stay."""
-    if "imp" not in request.fixturenames:
-        yield
-        return
-    imp: Imp = request.getfixturevalue("imp")
-    before = {record.name for record in imp.catalog.list_sketches()}
+def _no_stale_sketch_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A sketch a test left stale (it failed half-way, say) is dropped when the test ends, so a later test's nightly
+    run (which maintains every stale sketch) cannot pick it up. Fresh sketches stay.
+
+    It only reads the ``imp`` the test set up (asking for it here would make this fixture start the catalog for
+    tests that do not use it)."""
     yield
-    made = {record.name for record in imp.catalog.list_sketches()} - before
-    if made:
-        imp.service.refresh_observations(strict=False)  # what the nightly run observes first
-        for name in made & set(imp.catalog.stale_sketches()):
-            imp.service.drop_sketch(name)
+    imp: Imp | None = (request.node.funcargs or {}).get("imp")
+    if imp is None:
+        return
+    imp.service.refresh_observations(strict=False)  # what the nightly run observes first
+    for name in imp.catalog.stale_sketches():
+        imp.service.drop_sketch(name)
 
 
 # -------------------------------------------------------------------------------------------------- Airflow homes

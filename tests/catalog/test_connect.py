@@ -17,6 +17,7 @@ from imp_core.config import Settings
 from imp_core.errors import CatalogError
 
 
+@pytest.mark.postgres  # tries to connect (psycopg2), which the marker guard counts once psycopg2 is loaded
 def test_unreachable_catalog_url_names_it_with_the_password_hidden(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path, catalog_url="postgresql+psycopg2://u:secret@127.0.0.1:1/x")
     with pytest.raises(CatalogError) as caught:

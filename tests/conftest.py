@@ -153,7 +153,10 @@ def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         url = connect_server.start(settings, port=port)
     finally:
-        os.environ.pop(connect_server.ENV_TOKEN) if saved is None else os.environ.update({connect_server.ENV_TOKEN: saved})
+        if saved is None:
+            os.environ.pop(connect_server.ENV_TOKEN)
+        else:
+            os.environ[connect_server.ENV_TOKEN] = saved
     try:
         yield f"sc://localhost:{url.rsplit(':', 1)[1]}/;token={token}"
     finally:

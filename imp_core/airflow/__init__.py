@@ -45,5 +45,5 @@ CHECK_TIMEOUT = timedelta(minutes=float(os.environ.get("IMP_CHECK_TIMEOUT_MINUTE
 JOB_TIMEOUT = timedelta(minutes=float(os.environ.get("IMP_JOB_TIMEOUT_MINUTES") or 360))
 """``execution_timeout`` of a spark-submit job (a capture or maintenance); a task past it is failed and retried."""
 
-__all__ = ["CATALOG_CONN_ID", "CHECK_TIMEOUT", "DEFAULT_GROUP_SIZE", "ENV_GROUP_SIZE", "JOB_TIMEOUT", "SPARK_CONNECT_CONN_ID", "SPARK_CONN_ID",
-           "STORAGE_CONN_ID", "group_size"]
+__all__ = ["CATALOG_CONN_ID", "CHECK_TIMEOUT", "DEFAULT_GROUP_SIZE", "ENV_GROUP_SIZE", "JOB_TIMEOUT",
+           "SPARK_CONNECT_CONN_ID", "SPARK_CONN_ID", "STORAGE_CONN_ID", "group_size"]

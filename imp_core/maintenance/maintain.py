@@ -16,7 +16,7 @@ from typing import Any
 from imp_core import faults, inputs
 from imp_core.catalog import VersionRecord
 from imp_core.engine.pipeline import Pipeline
-from imp_core.errors import ChangeFeedUnavailableError, SketchUnusableError, StateError, UsageError, first_line
+from imp_core.errors import ChangeFeedUnavailableError, StateError, UsageError, first_line
 from imp_core.maintenance import guards
 from imp_core.maintenance.batches import PendingVersion, plan_batches
 from imp_core.maintenance.changes import read_changes

@@ -1,7 +1,8 @@
 """On-demand maintenance of one sketch, several, or every stale sketch of a table, from the Airflow UI's trigger form.
 
 Wiring only: ``validate_request`` checks the parameters against the catalog (an unknown sketch or table, or a bad
-batch size fails here, before any Spark job) and builds the job; ``maintain_sketch`` runs
+batch size fails here, before any Spark job) and builds the job's argv (a table without stale sketches skips the
+job); ``maintain_sketch`` runs
 ``imp_core/jobs/submit.py maintain`` (one sketch) or ``maintain-group`` (several, in one Spark application) with the
 runner ``IMP_MAINTENANCE_RUNNER`` selects (``spark-submit`` or ``connect``). See docs/AIRFLOW.md.
 """
@@ -16,7 +17,6 @@ from airflow.sdk import Param, dag, task
 from imp_core.airflow import CHECK_TIMEOUT, JOB_TIMEOUT, tasks
 from imp_core.airflow.operators import job_operator
 from imp_core.inputs import SKETCH_NAME
-from imp_core.jobs import group_label, sketches_of
 from imp_core.maintenance.strategy import Strategy
 
 _NAME = SKETCH_NAME.pattern[:-2]  # one sketch name, without its end anchor
@@ -27,11 +27,11 @@ _NAME = SKETCH_NAME.pattern[:-2]  # one sketch name, without its end anchor
     schedule=None,
     start_date=datetime(2025, 1, 1),
     catchup=False,
-    user_defined_macros={"group_label": group_label, "sketches_of": sketches_of},
+    render_template_as_native_obj=True,
     params={
         "sketch": Param("", type="string", maxLength=10_000, pattern=f"^({_NAME}([,\\s]+{_NAME})*)?\\s*$",
                         title="Sketch(es)",
-                        description="The sketch to maintain, or several separated by commas (one job maintains "
+                        description="Name of the sketch to maintain, or several separated by commas (one job maintains "
                                     "them together); leave empty to give a table instead. See Browse > Sketch "
                                     "catalog."),
         "table": Param("", type="string", maxLength=128, title="Table",
@@ -48,14 +48,15 @@ _NAME = SKETCH_NAME.pattern[:-2]  # one sketch name, without its end anchor
 )
 def imp_maintain_on_demand() -> None:
     @task(retries=0, execution_timeout=CHECK_TIMEOUT)
-    def validate_request(**context: Any) -> list[list[str]]:
+    def validate_request(**context: Any) -> list[str]:
         return tasks.on_demand_args(context)
 
-    job_operator().partial(
+    maintain = job_operator()(
         task_id="maintain_sketch",
-        map_index_template="{{ group_label(sketches_of(task.application_args)) }}",
+        application_args="{{ ti.xcom_pull(task_ids='validate_request') }}",  # the argv, rendered as a native list
         execution_timeout=JOB_TIMEOUT,
-    ).expand(application_args=validate_request())
+    )
+    validate_request() >> maintain
 
 
 imp_maintain_on_demand()

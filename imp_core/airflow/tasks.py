@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from imp_core.airflow import CATALOG_CONN_ID
 from imp_core.airflow.hooks import ImpCatalogHook
@@ -56,9 +56,8 @@ def stale_group_args(context: Mapping[str, Any], size: int, strategy: str = Stra
     return [MaintainGroupJob(group, Strategy.parse(strategy), batch_size, trigger).argv() for group in groups]
 
 
-def on_demand_args(context: Mapping[str, Any], conn_id: str = CATALOG_CONN_ID) -> list[list[str]]:
-    """Check an on-demand request and return its job's argv (a list of one, for the mapped job task; empty when a
-    table has no stale sketch).
+def on_demand_args(context: Mapping[str, Any], conn_id: str = CATALOG_CONN_ID) -> list[str]:
+    """Check an on-demand request and return its job's argv.
 
     The request names one sketch or several (``sketch``: names separated by commas or spaces), or a ``table``
     whose stale sketches are all maintained; each sketch is checked (exists, usable), as are the strategy and the
@@ -79,13 +78,12 @@ def on_demand_args(context: Mapping[str, Any], conn_id: str = CATALOG_CONN_ID) -
         checked = [service.check_maintenance_request(n, strategy, batch_size) for n in dict.fromkeys(names)]
     log.info("maintenance request is valid: %s", checked)
     if not checked:
-        log.info("table %s has no stale sketch: nothing to maintain", table)
-        return []
+        raise AirflowSkipException(f"table {table} has no stale sketch: nothing to maintain")
     trigger = trigger_for(context)
     sketches = tuple(c["sketch"] for c in checked)
     if len(sketches) == 1:
-        return [MaintainJob(sketches[0], strategy, batch_size, trigger).argv()]
-    return [MaintainGroupJob(sketches, strategy, batch_size, trigger).argv()]
+        return MaintainJob(sketches[0], strategy, batch_size, trigger).argv()
+    return MaintainGroupJob(sketches, strategy, batch_size, trigger).argv()
 
 
 def validate_maintenance(params: Mapping[str, Any], conn_id: str = CATALOG_CONN_ID) -> dict[str, Any]:

@@ -84,9 +84,9 @@ def test_maintain_on_demand(dagbag) -> None:  # noqa: ANN001
     validate, maintain = dag.get_task("validate_request"), dag.get_task("maintain_sketch")
     assert maintain.upstream_task_ids == {"validate_request"}
     assert validate.retries == 0  # a bad request fails at once
-    # the job's argv is built by the validating task (one job: one sketch, or a group)
-    assert maintain.is_mapped and issubclass(maintain.operator_class, SparkSubmitOperator)
-    assert "application_args" in maintain.expand_input.value
+    # the job's argv is built by the validating task (one job: one sketch, or a group) and rendered as a list
+    assert isinstance(maintain, SparkSubmitOperator) and dag.render_template_as_native_obj
+    assert maintain.application_args == "{{ ti.xcom_pull(task_ids='validate_request') }}"
 
     assert list(dag.params.keys()) == ["sketch", "table", "strategy", "batch_size"]
     assert _schema(dag, "sketch")["type"] == "string"

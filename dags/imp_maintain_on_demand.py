@@ -29,12 +29,12 @@ _NAME = SKETCH_NAME.pattern[:-2]  # one sketch name, without its end anchor
     catchup=False,
     render_template_as_native_obj=True,
     params={
-        "sketch": Param("", type="string", maxLength=10_000, pattern=f"^({_NAME}([,\\s]+{_NAME})*)?\\s*$",
+        "sketch": Param("", type=["null", "string"], maxLength=10_000, pattern=f"^({_NAME}([,\\s]+{_NAME})*)?\\s*$",
                         title="Sketch(es)",
                         description="Name of the sketch to maintain, or several separated by commas (one job maintains "
                                     "them together); leave empty to give a table instead. See Browse > Sketch "
                                     "catalog."),
-        "table": Param("", type="string", maxLength=128, title="Table",
+        "table": Param("", type=["null", "string"], maxLength=128, title="Table",
                        description="Instead of sketches: maintain every stale sketch that reads this registered "
                                    "table."),
         "strategy": Param(Strategy.LAZY.value, type="string", enum=Strategy.choices(), title="Strategy",

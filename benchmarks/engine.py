@@ -19,11 +19,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
 
 from benchmarks.harness import Experiment, scaled
-from imp_core.engine.annotation import MULT
 from imp_core.engine.local import LocalBackend
 from imp_core.engine.pipeline import Pipeline
+from imp_core.engine.schema import MULT
 from imp_core.plan.sql import parse_query
 from imp_core.sketch.partition import Partition, PartitionSet
 from imp_core.sources.delta import VERSION, DeltaSource
@@ -56,8 +57,6 @@ def change_batch(data: pl.DataFrame, size: int, seed: int) -> pl.DataFrame:
 
 def cdf_source(batch: pl.DataFrame, root: Path) -> DeltaSource:
     """A Delta table whose version 1 is exactly ``batch`` (deletes of rows written at v0, inserts)."""
-    from deltalake import DeltaTable, write_deltalake
-
     path = root / f"cdf_{batch.height}"
     deleted = batch.filter(pl.col(MULT) < 0).drop(MULT)
     inserted = batch.filter(pl.col(MULT) > 0).drop(MULT)

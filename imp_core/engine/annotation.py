@@ -1,49 +1,39 @@
-"""Annotated deltas: change rows with a signed multiplicity and the fragments each row depends on.
+"""Annotated deltas: helpers over the annotation columns, and how a plan's scans are annotated.
 
-An annotated delta (paper Section 4.3) is a polars DataFrame with
-
-* the plan's columns,
-* ``__mult``: signed multiplicity (``+n`` = n inserted copies, ``-n`` = n deleted copies; bag semantics), and
-* annotation columns, in one of two representations that operator code never has to tell apart:
-
-  - **fragment columns** ``__f0, __f1, ...`` (``UInt32``): below the first aggregation every row depends on exactly
-    one fragment per partitioned scan, so one integer column per scan is enough and costs nothing to carry;
-  - **fragment sets** ``__sk`` (``List[UInt32]``, sorted, unique): above an aggregation a row (a group) depends on
-    any number of fragments.
-
-Fragment ids are global (see ``imp_core.sketch.partition``), so the union of annotations is a plain set union.
-Operators use the helpers below: ``pairs`` (row, fragment) for counting, ``as_sets`` for identity, and
-``after_join`` to union both sides' annotations.
+See docs/ARCHITECTURE.md, "Annotated deltas"; the column names are defined in ``imp_core.engine.schema``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import polars as pl
 
-MULT = "__mult"
-SET = "__sk"
-FRAG_PREFIX = "__f"
-FRAG = "__frag"  # the fragment column of exploded (row, fragment) pairs
-ROW = "__row"
+from imp_core.engine.evaluate import polars_type
+from imp_core.engine.schema import (
+    FRAG,
+    MULT,
+    RIGHT_SET,
+    SET,
+    annotation_columns,
+    frag_col,
+    is_annotation,
+    raw_col,
+)
+from imp_core.plan.nodes import Plan, Scan
+from imp_core.sketch.partition import Partition, PartitionSet
 
 FRAG_DTYPE = pl.UInt32
 SET_DTYPE = pl.List(pl.UInt32)
 
 
-def is_annotation(name: str) -> bool:
-    return name == SET or (name.startswith(FRAG_PREFIX) and name[len(FRAG_PREFIX):].isdigit())
-
-
 def ann_cols(df: pl.DataFrame) -> list[str]:
-    return [c for c in df.columns if is_annotation(c)]
+    return annotation_columns(df.columns)
 
 
 def data_cols(df: pl.DataFrame) -> list[str]:
     return [c for c in df.columns if c != MULT and not is_annotation(c)]
-
-
-def frag_col(index: int) -> str:
-    return f"{FRAG_PREFIX}{index}"
 
 
 def set_expr(columns: list[str]) -> pl.Expr:
@@ -75,8 +65,7 @@ def pairs(df: pl.DataFrame, keep: list[str]) -> pl.DataFrame:
 
 
 def pairs_lazy(df: pl.LazyFrame, keep: list[str]) -> pl.LazyFrame:
-    """``pairs`` as a lazy query, for callers that go on with it: on deltas of a few thousand rows the fixed cost
-    of each eager polars step is most of the work, and one lazy run replaces several steps."""
+    """``pairs`` as a lazy query, for callers that go on with it (one lazy run replaces several eager steps)."""
     schema = df.collect_schema()
     cols = [c for c in schema.names() if is_annotation(c)]
     if not cols:
@@ -99,7 +88,7 @@ def rename_for_join(left: pl.DataFrame, right: pl.DataFrame) -> pl.DataFrame:
     mapping = {}
     for c in ann_cols(right):
         if c == SET:
-            mapping[c] = "__sk_r"
+            mapping[c] = RIGHT_SET
         else:
             while frag_col(n) in used:
                 n += 1
@@ -115,10 +104,10 @@ def after_join(df: pl.DataFrame) -> pl.DataFrame:
     If neither side had a set, the fragment columns of both sides simply sit next to each other (still one fragment
     per scan). Otherwise everything folds into one ``__sk``.
     """
-    cols = [c for c in df.columns if is_annotation(c) or c == "__sk_r"]
-    if SET not in cols and "__sk_r" not in cols:
+    cols = [c for c in df.columns if is_annotation(c) or c == RIGHT_SET]
+    if SET not in cols and RIGHT_SET not in cols:
         return df
-    parts = [pl.col(c) if c in (SET, "__sk_r") else pl.concat_list(pl.col(c)) for c in cols]
+    parts = [pl.col(c) if c in (SET, RIGHT_SET) else pl.concat_list(pl.col(c)) for c in cols]
     expr = (pl.concat_list(parts) if len(parts) > 1 else parts[0]).list.unique().list.sort().cast(SET_DTYPE)
     tmp = "__sk_new"
     return df.with_columns(expr.alias(tmp)).drop(cols).rename({tmp: SET})
@@ -143,3 +132,68 @@ def consolidate(df: pl.DataFrame) -> pl.DataFrame:
     keys = [c for c in df.columns if c != MULT]
     return (df.lazy().group_by(keys, maintain_order=True).agg(pl.col(MULT).sum())
             .filter(pl.col(MULT) != 0).select(df.columns).collect(engine="in-memory"))
+
+
+# -- how a plan's scans are annotated ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScanAnnotation:
+    """How the rows of one partitioned scan are annotated: fragment column, partition, global id of its first
+    fragment."""
+
+    scan: Scan
+    column: str
+    partition: Partition
+    offset: int
+
+    @property
+    def raw_column(self) -> str:
+        """The column that carries the raw partition value until it becomes ``column``."""
+        return raw_col(self.column)
+
+    @property
+    def value_type(self) -> pl.DataType:
+        """The engine's storage type of the partition column's values."""
+        return polars_type(next(c.dtype for c in self.scan.columns if c.name == self.partition.column))
+
+    def fragments(self, values: pl.Series) -> np.ndarray:
+        """Global fragment ids of partition-column values."""
+        return self.partition.fragment_of(values) + self.offset
+
+
+@dataclass(frozen=True)
+class AnnotationLayout:
+    """The annotation of every partitioned scan of a plan; scan ``i`` (in plan order) gets fragment column ``__f{i}``.
+
+    Scans are matched by identity: two equal subtrees of one plan (the same table under the same alias in two
+    subqueries) are still two scans with their own fragment columns.
+    """
+
+    scans: tuple[ScanAnnotation, ...]
+    total_fragments: int
+
+    @classmethod
+    def of(cls, plan: Plan, partitions: PartitionSet) -> AnnotationLayout:
+        out = []
+        for scan in plan.scans():
+            part = partitions.get(scan.table)
+            if part is not None:
+                out.append(ScanAnnotation(scan, frag_col(len(out)), part, partitions.offset(scan.table)))
+        return cls(tuple(out), partitions.total_fragments)
+
+    def of_scan(self, scan: Scan) -> ScanAnnotation | None:
+        return next((a for a in self.scans if a.scan is scan), None)
+
+    def resolve_raw(self, df: pl.DataFrame) -> pl.DataFrame:
+        """``df`` with every raw partition-value column ``__p{i}`` replaced by its fragment column ``__f{i}``."""
+        for ann in self.scans:
+            if ann.raw_column not in df.columns:
+                continue
+            values = df.get_column(ann.raw_column).cast(ann.value_type, strict=False)
+            df = df.with_columns(pl.Series(ann.column, ann.fragments(values), dtype=FRAG_DTYPE)).drop(ann.raw_column)
+        return df
+
+
+__all__ = ["FRAG_DTYPE", "SET_DTYPE", "AnnotationLayout", "ScanAnnotation", "after_join", "ann_cols", "as_sets",
+           "consolidate", "data_cols", "empty_delta", "pairs", "pairs_lazy", "rename_for_join", "set_expr"]

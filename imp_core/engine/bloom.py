@@ -1,14 +1,8 @@
-"""A counting Bloom filter over join keys (IMP paper 7.2, "Bloom filters for join").
+"""A counting Bloom filter over join keys (IMP paper 7.2): "may this key have a partner on the other side?", with no
+false negatives and exact under deletions (a saturated counter only over-admits).
 
-It answers "may this key have a partner on the other side?" with no false negatives. Counters (not bits) make it
-exact under deletions: deleting a key decrements its counters, so a key whose partners are all gone stops being
-admitted (the reference implementation's filters never forget deleted keys). A counter that reaches its maximum
-saturates and is never decremented again: it can then only over-admit, which costs a join, never a wrong answer.
-Exactness of the sketch never depends on the filter.
-
-Keys are hashed with polars' hash of the key columns cast to one canonical type per key, with three seeds. polars
-documents its hash as stable for a given polars version only, so the version is stored with the filter and a filter
-written by another version is rebuilt rather than trusted.
+Keys are hashed with polars' hash, which is stable for one polars version only: the version is stored with the
+filter and a filter written by another version is rebuilt. See docs/ARCHITECTURE.md, "Optimizations".
 """
 
 from __future__ import annotations

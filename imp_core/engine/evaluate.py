@@ -1,20 +1,18 @@
 """Compile IR expressions to polars expressions that compute exactly what Spark computes (non-ANSI).
 
-The in-memory engine and Spark must agree on every value, or a maintained sketch would differ from a capture and
-from the answer Spark gives. ``PolarsCompiler`` is a visitor over the expression IR (one ``visit_<Node>`` per node
-class of ``imp_core.plan.expr``, one ``func_<name>`` per function, one ``extract_<field>`` per EXTRACT field; an
-import-time check refuses a compiler with a gap). Every operation is spelled out with Spark's rule rather than left
-to polars' defaults; where polars differs, ``imp_core.engine.kernels`` has the vectorized kernel (HALF_UP decimal
-arithmetic, casts, ROUND through the shortest decimal text). Where the engine cannot reproduce Spark at all, the
-expression is refused when the sketch's plan is built (``UNSUPPORTED_FUNCTIONS`` and ``engine_unsupported``), with
-an ``UnsupportedError`` saying what to write instead. docs/SEMANTICS.md lists the rules.
+``PolarsCompiler`` is a visitor over the expression IR (one ``visit_<Node>`` per node class, one ``func_<name>`` per
+function, one ``extract_<field>`` per EXTRACT field; an import-time check refuses a compiler with a gap); where
+polars differs from Spark, ``imp_core.engine.kernels`` has the vectorized kernel, and what the engine cannot
+reproduce is refused (``imp_core.engine.support``). See docs/ARCHITECTURE.md, "The plan IR", and docs/SEMANTICS.md.
 """
 
 from __future__ import annotations
 
 import decimal
+import functools
+import operator
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,26 +20,19 @@ import polars as pl
 import pyarrow as pa
 
 from imp_core.engine import kernels as K
+from imp_core.engine.support import UNSUPPORTED_FUNCTIONS, engine_cast_reason, engine_unsupported
 from imp_core.errors import UnsupportedError
+from imp_core.plan import expr as ex
 from imp_core.plan import values as V
 from imp_core.plan.expr import (
     BOOL,
     NULL,
-    AggCall,
-    Between,
     Binary,
-    Case,
-    Cast,
     Col,
     Expr,
-    Extract,
     Func,
-    InList,
     Interval,
-    IsNull,
-    Like,
     Lit,
-    Unary,
     arithmetic_types,
     comparison_type,
     is_string,
@@ -99,25 +90,17 @@ def _fmod(series: Sequence[pl.Series]) -> pl.Series:
 # functions whose value is not NULL just because an argument is the NULL constant
 _NULL_TOLERANT = ("coalesce", "greatest", "least", "nullif")
 
-_EXP_HINT = ("the JVM's math library and the engine's differ in the last bit for about one value in 15, so a "
-             "sketch could miss rows at a comparison; keep {0} out of sketched queries (compute it after the query)")
-
-
 class PolarsCompiler:
     """IR expression -> polars expression, with Spark's value rules."""
 
     # Functions the engine refuses in sketched queries, with the reason (the import check accepts these in place
     # of a func_<name>).
-    UNSUPPORTED_FUNCTIONS: ClassVar[dict[str, str]] = {
-        "exp": _EXP_HINT.format("EXP"),
-        "ln": _EXP_HINT.format("LN"),
-        "power": _EXP_HINT.format("POWER"),
-    }
+    UNSUPPORTED_FUNCTIONS: ClassVar[dict[str, str]] = UNSUPPORTED_FUNCTIONS
 
     # Expression classes that are never compiled on their own, with the reason (their visitors raise it).
     UNSUPPORTED_EXPRESSIONS: ClassVar[dict[type[Expr], str]] = {
         Interval: "an INTERVAL is only valid added to or subtracted from a date or timestamp",
-        AggCall: "an aggregate is evaluated by the aggregation operator, not as a scalar expression",
+        ex.AggCall: "an aggregate is evaluated by the aggregation operator, not as a scalar expression",
     }
 
     def compile(self, e: Expr) -> pl.Expr:
@@ -143,12 +126,12 @@ class PolarsCompiler:
     def visit_Interval(self, e: Interval) -> pl.Expr:
         raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[Interval]}")
 
-    def visit_AggCall(self, e: AggCall) -> pl.Expr:
-        raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[AggCall]}")
+    def visit_AggCall(self, e: ex.AggCall) -> pl.Expr:
+        raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[ex.AggCall]}")
 
     # -- logic and comparison ---------------------------------------------------------------------------------------
 
-    def visit_Unary(self, e: Unary) -> pl.Expr:
+    def visit_Unary(self, e: ex.Unary) -> pl.Expr:
         if e.op == "not":
             return ~self.to(e.arg, BOOL)
         return -self.to(e.arg, e.dtype)  # integers wrap (-MIN = MIN), as Java does
@@ -225,25 +208,20 @@ class PolarsCompiler:
         # months and years land on the same day of the month, clamped to its last day (Spark's add_months)
         return x.dt.offset_by(f"{n}{unit[iv.unit]}")
 
-    def visit_IsNull(self, e: IsNull) -> pl.Expr:
+    def visit_IsNull(self, e: ex.IsNull) -> pl.Expr:
         x = self.compile(e.arg)
         return x.is_not_null() if e.negated else x.is_null()
 
-    def visit_InList(self, e: InList) -> pl.Expr:
+    def visit_InList(self, e: ex.InList) -> pl.Expr:
         # an OR of equalities in the list's common type gives SQL's NULL semantics (2 NOT IN (1, NULL) is NULL)
-        t = e.compare_type
-        out = None
-        for item in e.items:
-            part = self.compare("=", e.arg, item, t)
-            out = part if out is None else out | part
-        assert out is not None
+        out = functools.reduce(operator.or_, (self.compare("=", e.arg, item, e.compare_type) for item in e.items))
         return ~out if e.negated else out
 
-    def visit_Between(self, e: Between) -> pl.Expr:
+    def visit_Between(self, e: ex.Between) -> pl.Expr:
         out = self.compare(">=", e.arg, e.low) & self.compare("<=", e.arg, e.high)
         return ~out if e.negated else out
 
-    def visit_Like(self, e: Like) -> pl.Expr:
+    def visit_Like(self, e: ex.Like) -> pl.Expr:
         x = self.to(e.arg, pa.string())
         if e.case_insensitive:
             # Spark's ILIKE is lower(x) LIKE lower(pattern): full lower-casing (final sigma, dotted I), not folding
@@ -253,7 +231,7 @@ class PolarsCompiler:
             out = x.str.contains(like_to_regex(e.pattern))
         return ~out if e.negated else out
 
-    def visit_Case(self, e: Case) -> pl.Expr:
+    def visit_Case(self, e: ex.Case) -> pl.Expr:
         t = e.dtype
         chain: Any = None
         for cond, value in e.whens:
@@ -265,7 +243,7 @@ class PolarsCompiler:
 
     # -- casts --------------------------------------------------------------------------------------------------------
 
-    def visit_Cast(self, e: Cast) -> pl.Expr:
+    def visit_Cast(self, e: ex.Cast) -> pl.Expr:
         return self.to(e.arg, e.to)
 
     def cast(self, x: pl.Expr, src: pa.DataType, dst: pa.DataType) -> pl.Expr:
@@ -489,7 +467,7 @@ class PolarsCompiler:
 
     # -- EXTRACT ------------------------------------------------------------------------------------------------------
 
-    def visit_Extract(self, e: Extract) -> pl.Expr:
+    def visit_Extract(self, e: ex.Extract) -> pl.Expr:
         if e.arg.dtype == NULL:
             return pl.lit(None, dtype=value_type(e.dtype))
         x = self.compile(e.arg)
@@ -539,40 +517,6 @@ require_visitors(PolarsCompiler, "polars")
 _COMPILER = PolarsCompiler()
 
 
-def engine_cast_reason(src: pa.DataType, dst: pa.DataType) -> str | None:
-    """Why the engine refuses ``CAST(src AS dst)`` (Spark defines it, the engine cannot reproduce it)."""
-    if is_string(dst) and pa.types.is_floating(src):
-        return ("CAST of a FLOAT/DOUBLE to STRING (also inside CONCAT or ||) is not supported in sketched queries: "
-                "Spark formats doubles the JVM's way ('1.0E10'); CAST to DECIMAL first, or compare numbers as numbers")
-    if is_string(dst) and pa.types.is_decimal(src) and src.scale > 6:
-        return (f"CAST of a DECIMAL with scale {src.scale} to STRING is not supported in sketched queries (Spark "
-                f"writes small values in scientific notation); CAST it to a DECIMAL with scale 6 or less first")
-    if is_string(src) and pa.types.is_timestamp(dst):
-        return ("CAST of a string column to TIMESTAMP is not supported in sketched queries (Spark's timestamp text "
-                "parsing has time zones and partial forms the engine does not reproduce); store the column as a "
-                "TIMESTAMP, or compare with TIMESTAMP constants")
-    return None
-
-
-def engine_unsupported(e: Expr) -> str | None:
-    """Why the engine refuses ``e`` (a one-line message with what to do), or None if it computes ``e`` as Spark
-    does. Checked for every expression of a plan before a sketch is captured (``require_engine_support``)."""
-    for node in e.walk():
-        if isinstance(node, Func) and node.name in PolarsCompiler.UNSUPPORTED_FUNCTIONS:
-            return f"{node.name.upper()} is not supported in sketched queries: " \
-                   f"{PolarsCompiler.UNSUPPORTED_FUNCTIONS[node.name]}"
-        if isinstance(node, Cast):
-            reason = engine_cast_reason(node.arg.dtype, node.to)
-            if reason:
-                return reason
-        if isinstance(node, Func) and node.name == "concat":
-            for a in node.args:
-                reason = engine_cast_reason(a.dtype, pa.string())
-                if reason:
-                    return reason
-    return None
-
-
 def compile_expr(e: Expr) -> pl.Expr:
     """A polars expression computing ``e`` exactly as Spark does, with exactly the type ``e.dtype``.
 
@@ -586,37 +530,6 @@ def compile_expr(e: Expr) -> pl.Expr:
         return pl.col(e.name)  # already in storage type
     out = _COMPILER.compile(e)
     return out if e.dtype == NULL else out.cast(polars_type(e.dtype))  # computed exactly, stored wide
-
-
-def plan_expressions(plan: object) -> Iterator[Expr]:
-    """Every scalar expression of a plan (predicates, projections, join conditions, grouping keys, aggregate
-    arguments, ORDER BY keys)."""
-    from imp_core.plan.nodes import Aggregate, Join, Project, Select, TopK
-
-    for node in plan.walk():  # type: ignore[attr-defined]
-        if isinstance(node, Select):
-            yield node.predicate
-        elif isinstance(node, Project):
-            yield from (e for _, e in node.items)
-        elif isinstance(node, Join) and node.condition is not None:
-            yield node.condition
-        elif isinstance(node, Aggregate):
-            yield from (e for _, e in node.keys)
-            yield from (a.arg for _, a in node.aggs if a.arg is not None)
-        elif isinstance(node, TopK):
-            yield from (k.expr for k in node.order)
-
-
-def require_engine_support(plan: object) -> None:
-    """Refuse, before anything runs, a plan with an expression the engine cannot compute as Spark does.
-
-    Raises:
-        UnsupportedError: One line naming the function or cast and what to write instead.
-    """
-    for e in plan_expressions(plan):
-        reason = engine_unsupported(e)
-        if reason is not None:
-            raise UnsupportedError(reason)
 
 
 def like_to_regex(pattern: str, case_insensitive: bool = False) -> str:
@@ -638,8 +551,3 @@ def like_to_regex(pattern: str, case_insensitive: bool = False) -> str:
             out.append(re.escape(ch))
         i += 1
     return ("(?is)" if case_insensitive else "(?s)") + "^" + "".join(out) + "$"
-
-
-def predicate_mask(df: pl.DataFrame, e: Expr) -> pl.Series:
-    """Boolean mask of rows satisfying ``e`` (NULL counts as not satisfied, as in WHERE)."""
-    return df.select(compile_expr(e).fill_null(False).alias("__m")).to_series()

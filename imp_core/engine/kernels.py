@@ -1,11 +1,8 @@
-"""Polars kernels for the value rules where Spark and polars differ: casts, decimal arithmetic, HALF_UP rounding.
+"""Polars kernels for the value rules where Spark and polars differ: casts, decimal arithmetic and AVG, HALF_UP
+rounding, doubles through their shortest decimal text.
 
-``imp_core.engine.evaluate`` compiles the IR with these wherever polars' own operation would give another value than
-Spark (non-ANSI, Spark 4): polars rounds decimals HALF_EVEN, Spark HALF_UP; polars casts NaN to NULL, Spark to 0;
-polars parses '1.5d' as NULL, Spark as 1.5; Spark rounds a DOUBLE through its shortest decimal text (ROUND(1.005, 2)
-is 1.01); and so on (docs/SEMANTICS.md has the list). Every kernel is vectorized. Decimal arithmetic runs on the
-unscaled integers in Int128; the few rows whose operands are too large for that to be exact (within about one digit
-of DECIMAL(38)'s limit) are computed with Python's ``decimal`` module instead, so the result is exact for every row.
+Every kernel is vectorized; decimal arithmetic runs on the unscaled integers in Int128, and the few rows too large for
+that to be exact are computed with Python's ``decimal`` module. See docs/SEMANTICS.md.
 """
 
 from __future__ import annotations
@@ -141,8 +138,8 @@ def decimal_arithmetic(op: str, x: pl.Expr, y: pl.Expr, ta: pa.DataType, tb: pa.
         k = sr + sb - sa
         up, down = max(k, 0), max(-k, 0)
         # |num| and |den| below 5 * 10^37, so the one-division HALF_UP stays inside Int128
-        ok = ((X.abs() < pl.lit(5 * 10 ** (37 - up), dtype=I128)) & (Y.abs() < pl.lit(5 * 10 ** (37 - down), dtype=I128))
-              if up <= 37 and down <= 37 else pl.lit(False))
+        ok = ((X.abs() < pl.lit(5 * 10 ** (37 - up), dtype=I128))
+              & (Y.abs() < pl.lit(5 * 10 ** (37 - down), dtype=I128)) if up <= 37 and down <= 37 else pl.lit(False))
         num = X * pow10(min(up, 38))
         den = Y * pow10(min(down, 38))
         safe_den = pl.when(den == 0).then(pl.lit(1, dtype=I128)).otherwise(den.abs())
@@ -206,6 +203,35 @@ def decimal_to_float(x: pl.Expr, ta: pa.DataType, dtype: pl.DataType) -> pl.Expr
     if ta.precision <= 18:
         return x.cast(pl.Float64).cast(dtype)
     return x.cast(pl.String).cast(pl.Float64).cast(dtype)
+
+
+def decimal_avg(total: pl.Expr, n: pl.Expr, arg_type: pa.DataType, out_type: pa.DataType) -> pl.Expr:
+    """Spark's AVG of a DECIMAL(p, s): the exact sum over the count, rounded HALF_UP (ties away from zero) to the
+    result scale, NULL when the result needs more than the result precision (non-ANSI overflow).
+
+    Vectorized on the unscaled 128-bit integers: ``|S| = q·n + r``; the result's unscaled magnitude is
+    ``q·10^d + round(r·10^d / n)`` with ``d`` the added scale (``r·10^d`` stays far inside 128 bits), written out as
+    a decimal string so that no step rounds.
+    """
+    d = out_type.scale - arg_type.scale
+    scale = out_type.scale
+    i128 = pl.Int128
+    shift = pl.lit(10 ** d, dtype=i128)
+    limit = pl.lit(10 ** out_type.precision, dtype=i128)
+    s = total.to_physical()
+    count = n.cast(i128).clip(lower_bound=1)
+    mag = s.abs()
+    q, r = mag // count, mag % count
+    scaled = r * shift
+    frac = scaled // count
+    up = ((scaled % count) * pl.lit(2, dtype=i128) >= count).cast(i128)
+    fits = q <= pl.lit((10 ** out_type.precision - 1) // 10 ** d, dtype=i128)
+    unscaled = pl.when(fits).then(q * shift + frac + up).otherwise(None)
+    unscaled = pl.when(unscaled < limit).then(unscaled).otherwise(None)
+    digits = unscaled.cast(pl.String).str.zfill(scale + 1)
+    text = pl.concat_str([pl.when(s < 0).then(pl.lit("-")).otherwise(pl.lit("")), digits.str.head(-scale), pl.lit("."),
+                          digits.str.tail(scale)])
+    return text.cast(pl.Decimal(38, scale), strict=False)
 
 
 # -- doubles through their shortest decimal text -------------------------------------------------------------------

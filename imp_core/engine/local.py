@@ -1,8 +1,8 @@
-"""An in-memory backend: tables held as polars frames, full relations computed with the operators themselves.
+"""An in-memory backend: tables held as polars frames, whole relations computed with the operators themselves.
 
-Used by the property tests (many random queries and change sequences, no JVM) and as the reference the Spark
-backend is compared with. A stateless subtree's full result is the all-insert delta of its tables pushed through
-the same stateless operators that process changes, so the two can only agree.
+The reference the Spark backend is compared with, and the backend of the property tests (no JVM). A relation is the
+all-insert contents of its tables pushed through freshly built operators of the same classes that process changes,
+so capture and maintenance can only agree. See docs/ARCHITECTURE.md, "Passes and backends".
 """
 
 from __future__ import annotations
@@ -12,11 +12,16 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
-from imp_core.engine.annotation import FRAG, MULT, pairs
-from imp_core.engine.operators.aggregation import Aggregation
+from imp_core.engine.annotation import pairs
+from imp_core.engine.backend import Relation, Versions
+from imp_core.engine.operators.base import StatefulOperator, UnaryOperator
+from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.join import JoinOp
-from imp_core.engine.pipeline import Pipeline, Versions
-from imp_core.plan.nodes import Aggregate, Join, Plan, Scan
+from imp_core.engine.operators.partials import PartialLayout, Partials
+from imp_core.engine.operators.registry import build_operator
+from imp_core.engine.schema import COUNT, FRAG, MULT
+from imp_core.errors import UnsupportedError
+from imp_core.plan.nodes import Join, Plan, Scan
 
 TableReader = Callable[[str, int], pl.DataFrame]
 
@@ -27,60 +32,58 @@ class LocalBackend:
     def __init__(self, tables: TableReader) -> None:
         self.tables = tables
 
-    def relation(self, node: Plan, pipeline: Pipeline, versions: Versions) -> pl.DataFrame:
-        current = pipeline.current(node)
-        if current is not None:
-            return current
-        op = pipeline.op(node)
+    def relation(self, rel: Relation, versions: Versions) -> pl.DataFrame:
+        return self._evaluate(rel.node, rel, versions)
+
+    def _evaluate(self, node: Plan, rel: Relation, versions: Versions) -> pl.DataFrame:
+        held = rel.state_of(node)
+        if held is not None:
+            return held
+        op = build_operator(node, BuildContext("local", rel.annotations))
         if isinstance(node, Scan):
-            rows = self.tables(node.table, versions[node.table]).with_columns(pl.lit(1, dtype=pl.Int64).alias(MULT))
-            return op.process(rows)  # type: ignore[attr-defined]
-        if isinstance(node, Join):
-            assert isinstance(op, JoinOp)
-            return op.join_frames(self.relation(node.left, pipeline, versions),
-                                  self.relation(node.right, pipeline, versions))
-        return op.process(self.relation(node.children[0], pipeline, versions))  # type: ignore[attr-defined]
+            assert isinstance(op, UnaryOperator)
+            rows = self.tables(node.table, versions[node.table])
+            return op.process(rows.with_columns(pl.lit(1, dtype=pl.Int64).alias(MULT)))
+        inputs = [self._evaluate(child, rel, versions) for child in node.children]
+        if isinstance(op, JoinOp):
+            return op.join_frames(*inputs)
+        if isinstance(op, StatefulOperator) or not isinstance(op, UnaryOperator):
+            raise UnsupportedError(f"{type(node).__name__} reads operator state; its contents must come with the "
+                                   f"relation")
+        return op.process(inputs[0])
 
-    def join_side(self, node: Plan, pipeline: Pipeline, versions: Versions) -> _FrameSide:
-        return _FrameSide(pipeline.parent_join(node), self.relation(node, pipeline, versions))
+    def join_delta(self, join: Join, delta: pl.DataFrame, delta_is_left: bool, other: Relation,
+                   versions: Versions) -> pl.DataFrame:
+        rows = self.relation(other, versions)
+        op = JoinOp("local", join)
+        return op.join_frames(delta, rows) if delta_is_left else op.join_frames(rows, delta)
 
-    def aggregate_input(self, node: Aggregate, op: Aggregation, pipeline: Pipeline,
-                        versions: Versions) -> tuple[pl.DataFrame, pl.DataFrame, dict[int, pl.DataFrame]]:
-        return op.prepare(self.relation(node.child, pipeline, versions))
+    def aggregate_input(self, child: Relation, layout: PartialLayout, versions: Versions) -> Partials:
+        return layout.of_delta(self.relation(child, versions))
 
-    def side_summary(self, node: Plan, keys: list[str], max_rows: int, pipeline: Pipeline,
+    def side_summary(self, side: Relation, keys: list[str], max_rows: int,
                      versions: Versions) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
-        return _summary(self.relation(node, pipeline, versions), keys, max_rows)
+        rows = self.relation(side, versions)
+        if rows.height <= max_rows:
+            return rows, None
+        return None, rows.group_by(keys).agg(pl.col(MULT).sum().alias(COUNT))
 
-    def rows_with_keys(self, node: Plan, keys: list[str], values: pl.DataFrame, max_rows: int, pipeline: Pipeline,
+    def rows_with_keys(self, side: Relation, keys: list[str], values: pl.DataFrame, max_rows: int,
                        versions: Versions) -> pl.DataFrame | None:
-        rows = self.relation(node, pipeline, versions).join(values, on=keys, how="semi")
+        rows = self.relation(side, versions).join(values, on=keys, how="semi")
         return None if max_rows and rows.height > max_rows else rows
 
-    def key_counts(self, node: Plan, keys: list[str], max_keys: int, pipeline: Pipeline,
-                   versions: Versions) -> pl.DataFrame | None:
-        counts = self.relation(node, pipeline, versions).group_by(keys).agg(pl.col(MULT).sum().alias("__n"))
+    def key_counts(self, side: Relation, keys: list[str], max_keys: int, versions: Versions) -> pl.DataFrame | None:
+        counts = self.relation(side, versions).group_by(keys).agg(pl.col(MULT).sum().alias(COUNT))
         return None if counts.height > max_keys else counts
 
-    def fragment_counts(self, node: Plan, pipeline: Pipeline, versions: Versions) -> np.ndarray:
-        rel = self.relation(node, pipeline, versions)
-        p = pairs(rel, [])
-        total = pipeline.partitions.total_fragments
+    def fragment_counts(self, rel: Relation, versions: Versions) -> np.ndarray:
+        p = pairs(self.relation(rel, versions), [])
+        total = rel.annotations.total_fragments
         if p.height == 0:
             return np.zeros(total, dtype=np.int64)
         return np.bincount(p.get_column(FRAG).to_numpy().astype(np.int64),
                            weights=p.get_column(MULT).to_numpy(), minlength=total).astype(np.int64)
 
 
-def _summary(rel: pl.DataFrame, keys: list[str], max_rows: int) -> tuple[pl.DataFrame | None, pl.DataFrame]:
-    if rel.height <= max_rows:
-        return rel, None  # type: ignore[return-value]
-    return None, rel.group_by(keys).agg(pl.col(MULT).sum().alias("__n"))
-
-
-class _FrameSide:
-    def __init__(self, op: JoinOp, rows: pl.DataFrame) -> None:
-        self.op, self.rows = op, rows
-
-    def join_delta(self, delta: pl.DataFrame, delta_is_left: bool) -> pl.DataFrame:
-        return self.op.join_frames(delta, self.rows) if delta_is_left else self.op.join_frames(self.rows, delta)
+__all__ = ["LocalBackend", "TableReader"]

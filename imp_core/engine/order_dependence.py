@@ -1,26 +1,10 @@
-"""Order-dependent float sums: which values Spark may compute differently, and how far off they can be.
+"""Order-dependent float sums: which values Spark may compute differently from the engine, their intervals, and
+the analysis that tells each operator whether to decide membership conservatively.
 
-Spark adds the values of a float ``SUM``/``AVG`` in whatever order its partitions deliver them, so its answer can
-differ from the engine's (nearly exact) sum in the last bits, and a group at a ``HAVING`` threshold or at a top-k
-boundary can be in one answer and not in another. A sketch must contain what *any* such order needs. So:
-
-* every float ``SUM``/``AVG`` (and ``AVG`` over integers, which Spark adds up in double) is an **uncertain** value: the
-  aggregation can give an interval ``[lo, hi]`` that holds Spark's value for every summation order, from the group's
-  non-NULL count ``n`` and the sum of absolute finite values ``A``: ``|S_any_order − S_exact| ≤ γ_(n−1)·A`` (Higham,
-  *Accuracy and Stability of Numerical Algorithms*, Thm. 4.4, any summation tree), ``γ_m = m·u / (1 − m·u)``,
-  ``u = 2^-53``; the engine widens that to ``γ_(2n+8)`` to also cover its own value's rounding and the division of
-  an ``AVG``. NaN and ±inf contributions are counted exactly, so a sum holding one is exact (NaN or ±inf);
-* a selection whose predicate reads an uncertain value passes a row when the predicate is TRUE for *some* value in
-  the intervals (``may pass``); a top-k ordered by one keeps every row that could rank within ``k`` for some values;
-* the rows such operators keep without being sure (*maybe rows*) may only flow through operators whose sketch is
-  monotone in their input: selection, projection, join, aggregation and DISTINCT (whose values then become
-  unreliable). A top-k may read maybe rows only when a ``__certain`` flag says which rows surely pass. Everything
-  else (a join condition, a GROUP BY key of an order-dependent value tested later, a top-k over rows of a join
-  with such rows) is refused when the plan is built, with a one-line error.
-
-``OrderDependence(plan)`` runs that analysis once per plan; the pipeline asks it which aggregations emit interval
-columns (``__lo__<name>``, ``__hi__<name>``), which projections carry them, and which selections and top-ks work
-conservatively. The intervals never change the values the engine emits; only membership becomes conservative.
+``OrderDependence(plan)`` runs once per plan: which aggregations emit interval columns, which projections carry
+them, which selections and top-ks work conservatively, and which shapes are refused. ``IntervalCompiler`` turns
+expressions and predicates over interval columns into polars expressions. See docs/ARCHITECTURE.md,
+"Order-dependent float sums".
 """
 
 from __future__ import annotations
@@ -32,6 +16,7 @@ import polars as pl
 import pyarrow as pa
 
 from imp_core.engine.evaluate import compile_expr
+from imp_core.engine.schema import INTERVAL_TMP, hi_name, lo_name
 from imp_core.errors import UnsupportedError
 from imp_core.plan.expr import (
     AggCall,
@@ -43,34 +28,18 @@ from imp_core.plan.expr import (
     Func,
     InList,
     IsNull,
-    Lit,
     Unary,
     is_numeric,
+    rebuild,
 )
 from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK
 
-LO = "__lo__"
-HI = "__hi__"
-CERTAIN = "__certain"  # Boolean: the row surely passes every conservative selection below
-TMP = "__iv"  # prefix of intermediate interval columns (dropped again)
 UNIT = 2.0 ** -53
 INF = float("inf")
 NAN = float("nan")
 
 FIX_HINT = ("Spark adds floating-point numbers in an order that depends on partitioning; cast the SUM/AVG argument "
             "to DECIMAL to make it exact")
-
-
-def lo_name(column: str) -> str:
-    return f"{LO}{column}"
-
-
-def hi_name(column: str) -> str:
-    return f"{HI}{column}"
-
-
-def is_interval_column(name: str) -> bool:
-    return name.startswith(LO) or name.startswith(HI) or name == CERTAIN or name.startswith(TMP)
 
 
 def is_order_dependent(a: AggCall) -> bool:
@@ -82,7 +51,8 @@ def is_order_dependent(a: AggCall) -> bool:
 
 
 def gamma(n: pl.Expr) -> pl.Expr:
-    """``γ_(2n+8)`` for a count column (see the module docstring)."""
+    """``γ_(2n+8)`` for a count column: it bounds the error of any summation order, and the engine's own rounding
+    (docs/ARCHITECTURE.md, "Order-dependent float sums")."""
     m = (n.cast(pl.Float64) * 2.0 + 8.0) * UNIT
     return m / (1.0 - m)
 
@@ -362,7 +332,7 @@ class IntervalCompiler:
         self._n = 0
 
     def temps(self) -> list[str]:
-        return [f"{TMP}{i}" for i in range(self._n)]
+        return [f"{INTERVAL_TMP}{i}" for i in range(self._n)]
 
     def apply(self, df: pl.DataFrame) -> pl.DataFrame:
         for stage in self.stages:
@@ -370,7 +340,7 @@ class IntervalCompiler:
         return df
 
     def _tmp(self) -> str:
-        name = f"{TMP}{self._n}"
+        name = f"{INTERVAL_TMP}{self._n}"
         self._n += 1
         return name
 
@@ -428,8 +398,6 @@ class IntervalCompiler:
             lo_kids.append(Col(tl, pa.float64()))
             hi_kids.append(Col(th, pa.float64()))
         self.stages.append(stage)
-        from imp_core.plan.expr import rebuild
-
         lo = compile_expr(rebuild(e, lo_kids)).cast(pl.Float64, strict=False)
         hi = compile_expr(rebuild(e, hi_kids)).cast(pl.Float64, strict=False)
         return _fix(lo, hi, [iv for iv in ivs if iv is not None])
@@ -513,5 +481,4 @@ def _corners(values: list[pl.Expr], inputs: list[Iv]) -> Iv:
     return Iv(pl.when(bad).then(-INF).otherwise(lo), pl.when(bad).then(NAN).otherwise(hi))
 
 
-__all__ = ["CERTAIN", "HI", "LO", "IntervalCompiler", "Iv", "Maybe", "NodeRole", "OrderDependence", "hi_name",
-           "is_interval_column", "is_order_dependent", "lo_name", "sum_interval"]
+__all__ = ["IntervalCompiler", "Iv", "Maybe", "NodeRole", "OrderDependence", "is_order_dependent", "sum_interval"]

@@ -1,86 +1,62 @@
-"""An operator tree for one sketch's query, and the passes that run change batches through it.
+"""The operator tree of one sketch's query, and the two passes that run through it: ``maintain_pass`` (the change
+rows of one table) and ``capture`` (full maintenance).
 
-``Pipeline`` builds one incremental operator per plan node (stable ids from the node's position), plus the merge
-operator μ at the root. It runs two kinds of passes:
-
-* ``maintain_pass(table, changes, versions)``: the change rows of one table between two versions go up the tree;
-  subtrees that do not read the table produce no delta. Joins ask the ``Backend`` to join a delta with the other
-  input's contents at ``versions`` (the versions already reached). Processing changed tables one after another this
-  way is exact for any number of tables (``Δ(R⋈S) = ΔR⋈S + R'⋈ΔS``).
-* ``capture(versions)``: full maintenance. The backend computes, for every *frontier* operator (a stateful operator
-  whose input contains no stateful operator, or μ when the query has none), its input pre-aggregated at
-  ``versions``; those operators bootstrap their state and their output flows up through the rest of the tree
-  exactly like a maintenance pass. So the state a capture builds and the state maintenance reaches are made by the
-  same operator code.
-
-The backend does the heavy lifting over full tables (Spark in production, polars in tests); the pipeline and the
-operators never do I/O.
+See docs/ARCHITECTURE.md, "Passes and backends".
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import polars as pl
 
-from imp_core.engine.annotation import MULT, SET, consolidate
-from imp_core.engine.evaluate import polars_type
+from imp_core.engine.annotation import AnnotationLayout, consolidate
+from imp_core.engine.backend import Backend, CaptureBackend, JoinBackend, JoinCacheBackend, Relation, Versions
 from imp_core.engine.operators.aggregation import Aggregation
-from imp_core.engine.operators.base import Operator, StatefulOperator
-from imp_core.engine.operators.join import JoinCaching, JoinOp, JoinSide
-from imp_core.engine.operators.merge import Merge, SketchDelta
-from imp_core.engine.operators.projection import Projection
-from imp_core.engine.operators.selection import Selection
-from imp_core.engine.operators.table_access import TableAccess
+from imp_core.engine.operators.base import (
+    BinaryOperator,
+    Operator,
+    OutputStateOperator,
+    SketchDelta,
+    StatefulOperator,
+    UnaryOperator,
+)
+from imp_core.engine.operators.context import BuildContext, JoinCaching
+from imp_core.engine.operators.join import JoinOp
+from imp_core.engine.operators.merge import Merge
+from imp_core.engine.operators.registry import build_operator
 from imp_core.engine.operators.topk import TopKOp
-from imp_core.engine.order_dependence import CERTAIN, OrderDependence, hi_name, lo_name
-from imp_core.errors import StateError, UnsupportedError
-from imp_core.plan.expr import AggCall, Col
-from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK, explain
+from imp_core.engine.order_dependence import OrderDependence
+from imp_core.errors import StateError
+from imp_core.plan.nodes import Plan, Scan, explain
 from imp_core.sketch.partition import PartitionSet
 
-Versions = dict[str, int]
 
+@dataclass(eq=False)
+class Stage:
+    """A plan node bound to its operator; ``path`` is the node's position (``r``, ``r.0``, ``r.0.1``, ...).
 
-class Backend(Protocol):
-    """What the engine needs from the engine that holds the tables."""
+    ``from_state``: the node's current contents follow from operator state alone (its operator keeps its output, or
+    every input does), so a join reads them in memory, never from the tables. Decided once, when the tree is built.
+    """
 
-    def join_side(self, node: Plan, pipeline: Pipeline, versions: Versions) -> JoinSide:
-        """Access to ``node``'s current annotated contents at ``versions``."""
-        ...
+    path: str
+    node: Plan
+    op: Operator
+    inputs: tuple[Stage, ...]
+    tables: frozenset[str] = field(default_factory=frozenset)
+    stateless: bool = True
+    from_state: bool = False
 
-    def aggregate_input(self, node: Aggregate, op: Aggregation, pipeline: Pipeline,
-                        versions: Versions) -> tuple[pl.DataFrame, pl.DataFrame, dict[int, pl.DataFrame]]:
-        """Pre-aggregated input of a frontier aggregation: (partials, F_g pairs, MIN/MAX value counts)."""
-        ...
-
-    def relation(self, node: Plan, pipeline: Pipeline, versions: Versions) -> pl.DataFrame:
-        """``node``'s full annotated result as an all-insert delta (for a frontier top-k)."""
-        ...
-
-    def fragment_counts(self, node: Plan, pipeline: Pipeline, versions: Versions) -> np.ndarray:
-        """Per global fragment, the number of result rows of ``node`` whose annotation contains it."""
-        ...
-
-    def side_summary(self, node: Plan, keys: list[str], max_rows: int, pipeline: Pipeline,
-                     versions: Versions) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
-        """``node``'s annotated rows if at most ``max_rows``, else its join-key counts (key columns, ``__n``)."""
-        ...
-
-    def rows_with_keys(self, node: Plan, keys: list[str], values: pl.DataFrame, max_rows: int, pipeline: Pipeline,
-                       versions: Versions) -> pl.DataFrame | None:
-        """``node``'s annotated rows whose ``keys`` match a row of ``values``; None if more than ``max_rows`` (0: no
-        limit)."""
-        ...
-
-    def key_counts(self, node: Plan, keys: list[str], max_keys: int, pipeline: Pipeline,
-                   versions: Versions) -> pl.DataFrame | None:
-        """``node``'s rows per join key (key columns, ``__n``); None if it has more than ``max_keys`` keys."""
-        ...
+    def walk(self) -> Iterator[Stage]:
+        yield self
+        for s in self.inputs:
+            yield from s.walk()
 
 
 @dataclass
@@ -97,22 +73,19 @@ def plan_fingerprint(plan: Plan, partitions: PartitionSet) -> str:
 
 
 class Pipeline:
-    """Incremental operators for ``plan`` under ``partitions``."""
+    """Incremental operators for ``plan`` under ``partitions``, plus the merge μ at the root."""
 
     def __init__(self, plan: Plan, partitions: PartitionSet, *, topk_buffer: int = 0,
                  join_caching: JoinCaching | None = None, minmax_buffer: int = 0) -> None:
         self.plan = plan
         self.partitions = partitions
         self.fingerprint = plan_fingerprint(plan, partitions)
-        self.ops: dict[int, Operator] = {}  # id(node) -> operator
-        self.paths: dict[int, str] = {}
-        self._frag_index = 0
-        self.topk_buffer = topk_buffer
-        self.join_caching = join_caching
-        self.minmax_buffer = minmax_buffer
+        self.annotations = AnnotationLayout.of(plan, partitions)
         # which operators decide membership conservatively from order-dependent float sums (refuses unsound shapes)
         self.order_dependence = OrderDependence(plan)
-        self._build(plan, "r")
+        self._options = dict(topk_buffer=topk_buffer, minmax_buffer=minmax_buffer, join_caching=join_caching)
+        self.root = self._build(plan, "r")
+        self.operators: dict[str, Operator] = {s.path: s.op for s in self.root.walk()}
         self.merge = Merge("merge@r", partitions.total_fragments, self.fingerprint)
         self.stats = PassStats()
 
@@ -125,68 +98,29 @@ class Pipeline:
         return cls(plan, partitions, topk_buffer=opts.topk_buffer, join_caching=caching,
                    minmax_buffer=opts.minmax_buffer)
 
-    # -- construction --------------------------------------------------------------------------------------------
+    def _build(self, node: Plan, path: str) -> Stage:
+        inputs = tuple(self._build(child, f"{path}.{i}") for i, child in enumerate(node.children))
+        op = build_operator(node, BuildContext(path, self.annotations, self.order_dependence, self.fingerprint,
+                                               **self._options))
+        from_state = isinstance(op, OutputStateOperator) or (not isinstance(node, Scan)
+                                                        and all(s.from_state for s in inputs))
+        return Stage(path, node, op, inputs, frozenset(node.tables()), node.is_stateless(), from_state)
 
-    def _build(self, node: Plan, path: str) -> None:
-        self.paths[id(node)] = path
-        for i, child in enumerate(node.children):
-            self._build(child, f"{path}.{i}")
-        if isinstance(node, Scan):
-            part = self.partitions.get(node.table)
-            offset = self.partitions.offset(node.table) if part is not None else 0
-            op: Operator = TableAccess(f"scan@{path}", node, part, offset, self._frag_index)
-            if part is not None:
-                self._frag_index += 1
-        elif isinstance(node, Select):
-            role = self.order_dependence.role(node)
-            op = Selection(f"select@{path}", node.predicate, self.order_dependence.bounded_input(node),
-                           role.conservative, role.flagged_input, role.flagged_output)
-        elif isinstance(node, Project):
-            role = self.order_dependence.role(node)
-            op = Projection(f"project@{path}", node.items, self.order_dependence.bounded_input(node), role.carry,
-                            role.flagged_input)
-        elif isinstance(node, Join):
-            op = JoinOp(f"join@{path}", node, self.join_caching, self.fingerprint)
-        elif isinstance(node, Aggregate):
-            key_types = {n: polars_type(e.dtype) for n, e in node.keys}
-            op = Aggregation(f"aggregation@{path}", node.keys, node.aggs, key_types, self.fingerprint,
-                             minmax_buffer=self.minmax_buffer, bounds=self.order_dependence.role(node).carry)
-        elif isinstance(node, Distinct):
-            keys = tuple((f.name, Col(f.name, f.dtype)) for f in node.child.schema)
-            key_types = {f.name: polars_type(f.dtype) for f in node.child.schema}
-            op = Aggregation(f"distinct@{path}", keys, (), key_types, self.fingerprint)
-            op.kind = "distinct"
-        elif isinstance(node, TopK):
-            role = self.order_dependence.role(node)
-            bounded = self.order_dependence.bounded_input(node)
-            schema = {f.name: polars_type(f.dtype) for f in node.schema}
-            for c in sorted(bounded):  # intervals and the certain flag the input carries stay with each row
-                schema[lo_name(c)] = schema[hi_name(c)] = pl.Float64
-            if role.flagged_input:
-                schema[CERTAIN] = pl.Boolean
-            op = TopKOp(f"topk@{path}", node.order, node.k, schema, self.fingerprint, buffer=self.topk_buffer,
-                        bounded=bounded, conservative=role.conservative)
-        else:
-            raise UnsupportedError(f"plan node {type(node).__name__} has no incremental operator")
-        self.ops[id(node)] = op
+    def stage(self, node: Plan) -> Stage:
+        """The stage of plan node ``node`` (matched by identity)."""
+        found = next((s for s in self.root.walk() if s.node is node), None)
+        if found is None:
+            raise KeyError(f"{type(node).__name__} is not a node of this pipeline's plan")
+        return found
 
     def op(self, node: Plan) -> Operator:
-        return self.ops[id(node)]
-
-    def frag_column(self, scan: Scan) -> str | None:
-        op = self.op(scan)
-        assert isinstance(op, TableAccess)
-        return op.frag_name if op.partition is not None else None
+        return self.stage(node).op
 
     def stateful(self) -> list[StatefulOperator]:
-        out: list[StatefulOperator] = [op for op in self.ops.values() if isinstance(op, StatefulOperator)
-                                       and (not isinstance(op, JoinOp) or op.stateful_now)]
+        """The operators with state, in a stable order, the merge μ last."""
+        out = [op for op in self.operators.values() if isinstance(op, StatefulOperator)
+               and (not isinstance(op, JoinOp) or op.keeps_caches)]
         return [*sorted(out, key=lambda o: o.op_id), self.merge]
-
-    def _use_join_caches(self, on: bool) -> None:
-        for op in self.ops.values():
-            if isinstance(op, JoinOp):
-                op.use_caches = on
 
     # -- state ---------------------------------------------------------------------------------------------------
 
@@ -211,22 +145,16 @@ class Pipeline:
 
     # -- passes --------------------------------------------------------------------------------------------------
 
-    def maintain_pass(self, table: str, changes: pl.DataFrame, backend: Backend, versions: Versions,
+    def maintain_pass(self, table: str, changes: pl.DataFrame, backend: JoinBackend | None, versions: Versions,
                       netting: bool = True) -> SketchDelta:
         """Push the change rows of ``table`` (plain columns + ``__mult``) through the tree; ``versions`` are the
-        versions every table has reached *after* this pass."""
+        versions every table has reached *after* this pass (a query without joins needs no ``backend``)."""
         self.stats = PassStats(input_rows=changes.height)
         if changes.height == 0:
             return SketchDelta((), ())
-
-        def leaf(scan: Scan) -> pl.DataFrame | None:
-            if scan.table != table:
-                return None
-            out = self.op(scan).process(changes)  # type: ignore[attr-defined]
-            return consolidate(out) if netting else out
-
         self._use_join_caches(True)
-        delta = self._delta(self.plan, leaf, lambda n: table in n.tables(), backend, versions, capture=False)
+        run = _Pass(self, backend, versions, table=table, changes=changes, netting=netting)
+        delta = run.delta(self.root)
         return self.merge.process(delta if delta is not None else pl.DataFrame())
 
     def capture(self, backend: Backend, versions: Versions) -> SketchDelta:
@@ -234,129 +162,158 @@ class Pipeline:
         self.reset()
         self._use_join_caches(False)  # full maintenance is the plain capture query: no cache is built here
         self.stats = PassStats()
-        if self.plan.is_stateless():
-            counts = backend.fragment_counts(self.plan, self, versions)
+        if self.root.stateless:
+            counts = backend.fragment_counts(Relation(self.plan, self.annotations), versions)
             return self.merge.apply_counts(np.asarray(counts, dtype=np.int64))
-        delta = self._delta(self.plan, lambda s: None, lambda n: not n.is_stateless(), backend, versions,
-                            capture=True)
+        delta = _Pass(self, backend, versions, capture=True).delta(self.root)
         return self.merge.process(delta if delta is not None else pl.DataFrame())
 
-    def _delta(self, node: Plan, leaf, changed, backend: Backend, versions: Versions,  # noqa: ANN001
-               capture: bool) -> pl.DataFrame | None:
-        """The delta of ``node``'s output, or None when nothing below it changed."""
-        if not changed(node):
+    def warm_caches(self, backend: JoinBackend, versions: Versions) -> None:
+        """Build every join's side caches at ``versions`` now (they are otherwise built on first use)."""
+        run = _Pass(self, backend, versions)
+        for stage in self.root.walk():
+            if isinstance(stage.op, JoinOp):
+                left, right = stage.inputs
+                stage.op.build_caches(_StageSide(run, stage, left), _StageSide(run, stage, right))
+
+    def relation_from_state(self, node: Plan) -> pl.DataFrame | None:
+        """``node``'s current annotated contents computed from operator state alone, or None if it reads tables."""
+        stage = self.stage(node)
+        return _Pass(self, None, {}).state_contents(stage) if stage.from_state else None
+
+    def as_relation(self, node: Plan) -> Relation:
+        """``node``'s subtree as a backend computes it, with the current contents of its parts held in state (what a
+        backend's ``relation`` or ``fragment_counts`` needs to recompute ``node`` at the tables' versions)."""
+        return _Pass(self, None, {}).relation(self.stage(node))
+
+    def _use_join_caches(self, on: bool) -> None:
+        for op in self.operators.values():
+            if isinstance(op, JoinOp):
+                op.use_caches = on
+
+
+class _Pass:
+    """One pass up the tree. A capture (no ``table``) starts at the frontier stateful operators, whose inputs the
+    backend computes whole; a maintenance pass starts at the scans of ``table``. Within a pass every stage is
+    processed once, before its parent reads it, so contents computed from state are cached for the pass."""
+
+    def __init__(self, pipeline: Pipeline, backend: Any, versions: Versions, *, capture: bool = False,
+                 table: str = "", changes: pl.DataFrame | None = None, netting: bool = True) -> None:
+        self.pipeline, self.backend, self.versions = pipeline, backend, versions
+        self.capture, self.table, self.changes, self.netting = capture, table, changes, netting
+        self._contents: dict[str, pl.DataFrame] = {}
+        self._relations: dict[str, Relation] = {}
+
+    def delta(self, stage: Stage) -> pl.DataFrame | None:
+        """The delta of ``stage``'s output, or None when nothing below it changed."""
+        if (stage.stateless if self.capture else self.table not in stage.tables):
             return None
-        op = self.op(node)
-        if isinstance(node, Scan):
-            return leaf(node)
-        if capture and isinstance(node, (Aggregate, Distinct, TopK)) and node.child.is_stateless():
-            return self._bootstrap(node, backend, versions)
-        if isinstance(node, Join):
-            dl = self._delta(node.left, leaf, changed, backend, versions, capture)
-            dr = self._delta(node.right, leaf, changed, backend, versions, capture)
-            assert isinstance(op, JoinOp)
-            self.stats.join_calls += int(dl is not None and dl.height > 0) + int(dr is not None and dr.height > 0)
-            left_side = _LazySide(backend, node.left, self, versions)
-            right_side = _LazySide(backend, node.right, self, versions)
-            out = op.process(dl, dr, left_side, right_side)
-            return out
-        child = self._delta(node.children[0], leaf, changed, backend, versions, capture)
+        op = stage.op
+        if isinstance(stage.node, Scan):
+            assert isinstance(op, UnaryOperator) and self.changes is not None
+            out = op.process(self.changes)
+            return consolidate(out) if self.netting else out
+        if self.capture and isinstance(op, OutputStateOperator) and stage.inputs[0].stateless:
+            return self._bootstrap(stage)
+        if isinstance(op, BinaryOperator):
+            left, right = stage.inputs
+            dl, dr = self.delta(left), self.delta(right)
+            self.pipeline.stats.join_calls += int(dl is not None and dl.height > 0) + \
+                int(dr is not None and dr.height > 0)
+            return op.process(dl, dr, _StageSide(self, stage, left), _StageSide(self, stage, right))
+        assert isinstance(op, UnaryOperator)
+        child = self.delta(stage.inputs[0])
         if child is None:
             return None
-        out = op.process(child)  # type: ignore[attr-defined]
-        if capture and isinstance(op, (Aggregation, TopKOp)):
+        out = op.process(child)
+        if self.capture and isinstance(op, OutputStateOperator):
             # A capture hands Q(D) upward as an all-insert delta. From reset state that is what `process` returns,
             # except for an aggregation without GROUP BY: its one row exists even over an empty input.
-            return op.current_output()
+            return op.output_relation()
         return out
 
-    def _bootstrap(self, node: Plan, backend: Backend, versions: Versions) -> pl.DataFrame:
-        op = self.op(node)
+    def _bootstrap(self, stage: Stage) -> pl.DataFrame:
+        """A frontier stateful operator's output relation, from its whole input computed by the backend."""
+        backend: CaptureBackend = self.backend
+        op = stage.op
+        child = self.relation(stage.inputs[0])
         if isinstance(op, Aggregation):
-            assert isinstance(node, (Aggregate, Distinct))
-            agg_node = node if isinstance(node, Aggregate) else _distinct_as_aggregate(node)
-            partial, fpairs, values = backend.aggregate_input(agg_node, op, self, versions)
-            return op.bootstrap(partial, fpairs, values)
-        assert isinstance(op, TopKOp) and isinstance(node, TopK)
-        rows = backend.relation(node.child, self, versions)
+            return op.bootstrap(backend.aggregate_input(child, op.layout, self.versions))
+        assert isinstance(op, TopKOp)
         op.reset()
-        return op.process(rows)
+        return op.process(backend.relation(child, self.versions))
 
-    def warm_caches(self, backend: Backend, versions: Versions) -> None:
-        """Build every join's side caches at ``versions`` now (they are otherwise built on first use)."""
-        for node in self.plan.walk():
-            if isinstance(node, Join):
-                op = self.op(node)
-                assert isinstance(op, JoinOp)
-                op.build_caches(_LazySide(backend, node.left, self, versions),
-                                _LazySide(backend, node.right, self, versions))
+    def relation(self, stage: Stage) -> Relation:
+        """``stage``'s subtree as the backend computes it, with the contents of its parts held in state."""
+        if stage.path not in self._relations:
+            frames = tuple((s.node, self.state_contents(s)) for s in _state_roots(stage))
+            self._relations[stage.path] = Relation(stage.node, self.pipeline.annotations, frames)
+        return self._relations[stage.path]
 
-    def parent_join(self, node: Plan) -> JoinOp:
-        """The join operator that has ``node`` as an input."""
-        for n in self.plan.walk():
-            if isinstance(n, Join) and (n.left is node or n.right is node):
-                op = self.op(n)
-                assert isinstance(op, JoinOp)
-                return op
-        raise StateError("join side without a parent join")
-
-    # -- current contents of stateful subtrees ---------------------------------------------------------------------
-
-    def current(self, node: Plan) -> pl.DataFrame | None:
-        """``node``'s current annotated output computed from operator state alone, or None if it reads tables."""
-        op = self.op(node)
-        if isinstance(op, (Aggregation, TopKOp)):
-            return op.current_output()
-        if isinstance(node, Scan):
-            return None
-        if isinstance(node, Join):
-            left, right = self.current(node.left), self.current(node.right)
-            if left is None or right is None:
-                return None
-            assert isinstance(op, JoinOp)
-            return op.join_frames(left, right)
-        child = self.current(node.children[0])
-        if child is None:
-            return None
-        return op.process(child)  # type: ignore[attr-defined]
+    def state_contents(self, stage: Stage) -> pl.DataFrame:
+        """The current annotated contents of a ``from_state`` stage, computed in memory."""
+        assert stage.from_state
+        if stage.path not in self._contents:
+            op = stage.op
+            if isinstance(op, OutputStateOperator):
+                out = op.output_relation()
+            elif isinstance(op, JoinOp):
+                left, right = stage.inputs
+                out = op.join_frames(self.state_contents(left), self.state_contents(right))
+            else:
+                assert isinstance(op, UnaryOperator)
+                out = op.process(self.state_contents(stage.inputs[0]))
+            self._contents[stage.path] = out
+        return self._contents[stage.path]
 
 
-def _distinct_as_aggregate(node: Distinct) -> Aggregate:
-    return Aggregate(node.child, tuple((f.name, Col(f.name, f.dtype)) for f in node.child.schema), ())
+def _state_roots(stage: Stage) -> Iterator[Stage]:
+    """The topmost stages below ``stage`` (or ``stage`` itself) whose contents follow from operator state."""
+    if stage.from_state:
+        yield stage
+        return
+    for s in stage.inputs:
+        yield from _state_roots(s)
 
 
-class _LazySide:
-    """A JoinSide that asks the backend only when a delta actually needs joining."""
+class _StageSide:
+    """One input of a join during a pass: joined in memory when it follows from operator state, otherwise by the
+    backend, one call per delta."""
 
-    def __init__(self, backend: Backend, node: Plan, pipeline: Pipeline, versions: Versions) -> None:
-        self.backend, self.node, self.pipeline, self.versions = backend, node, pipeline, versions
+    def __init__(self, run: _Pass, join: Stage, stage: Stage) -> None:
+        self.run, self.join, self.stage = run, join, stage
 
     def join_delta(self, delta: pl.DataFrame, delta_is_left: bool) -> pl.DataFrame:
-        current = self.pipeline.current(self.node)
-        if current is not None:
-            parent = self._parent_join()
-            if delta_is_left:
-                return parent.join_frames(delta, current)
-            return parent.join_frames(current, delta)
-        return self.backend.join_side(self.node, self.pipeline, self.versions).join_delta(delta, delta_is_left)
+        op = self.join.op
+        assert isinstance(op, JoinOp)
+        if self.stage.from_state:
+            rows = self.run.state_contents(self.stage)
+            return op.join_frames(delta, rows) if delta_is_left else op.join_frames(rows, delta)
+        backend: JoinBackend = self.run.backend
+        return backend.join_delta(op.node, delta, delta_is_left, self.run.relation(self.stage), self.run.versions)
 
-    def _parent_join(self) -> JoinOp:
-        return self.pipeline.parent_join(self.node)
+    def _cache_backend(self) -> JoinCacheBackend | None:
+        """The backend's cache look-ups, unless the side is in memory anyway or the backend has none."""
+        backend = self.run.backend
+        return backend if not self.stage.from_state and isinstance(backend, JoinCacheBackend) else None
 
     def summary(self, keys: list[str], max_rows: int) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
-        if self.pipeline.current(self.node) is not None:
-            return None, None  # computed from operator state: already in memory
-        return self.backend.side_summary(self.node, keys, max_rows, self.pipeline, self.versions)
+        backend = self._cache_backend()
+        if backend is None:
+            return None, None
+        return backend.side_summary(self.run.relation(self.stage), keys, max_rows, self.run.versions)
 
     def rows_with_keys(self, keys: list[str], values: pl.DataFrame, max_rows: int) -> pl.DataFrame | None:
-        if self.pipeline.current(self.node) is not None:
-            return None  # computed from operator state: already in memory
-        return self.backend.rows_with_keys(self.node, keys, values, max_rows, self.pipeline, self.versions)
+        backend = self._cache_backend()
+        if backend is None:
+            return None
+        return backend.rows_with_keys(self.run.relation(self.stage), keys, values, max_rows, self.run.versions)
 
     def key_counts(self, keys: list[str], max_keys: int) -> pl.DataFrame | None:
-        if self.pipeline.current(self.node) is not None:
-            return None  # computed from operator state: already in memory
-        return self.backend.key_counts(self.node, keys, max_keys, self.pipeline, self.versions)
+        backend = self._cache_backend()
+        if backend is None:
+            return None
+        return backend.key_counts(self.run.relation(self.stage), keys, max_keys, self.run.versions)
 
 
-__all__ = ["Backend", "Pipeline", "PassStats", "SketchDelta", "Versions", "MULT", "SET", "AggCall"]
+__all__ = ["PassStats", "Pipeline", "SketchDelta", "Stage", "Versions", "plan_fingerprint"]

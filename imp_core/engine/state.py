@@ -1,13 +1,9 @@
 """The binary format of operator state: versioned, self-describing, checksummed, no pickle.
 
-A blob is::
-
-    b"IMPS" | u16 format version | u32 header length | header (JSON, UTF-8) | frame 1 | frame 2 | ...
-
-where each frame is one polars DataFrame as an Arrow IPC stream (u64 length prefix). The header names the operator
-kind and id, the frames, the plan fingerprint the state belongs to, operator metadata and the SHA-256 of everything
-after the header. Loading checks magic, format version, operator kind/id and digest: a corrupt or foreign blob is a
-``StateError`` (which makes the maintenance service recapture), never a silently wrong sketch.
+A blob is ``b"IMPS" | u16 format version | u32 header length | header (JSON) | frames``, each frame a polars
+DataFrame as an Arrow IPC stream with a u64 length prefix. The header names the operator kind and id, the frames,
+the plan fingerprint, operator metadata and the SHA-256 of the frames. Operator ids (``<kind>@<node path>``) and frame
+names are part of the format. See docs/ARCHITECTURE.md, "State and versions".
 """
 
 from __future__ import annotations
@@ -32,7 +28,8 @@ FORMAT_VERSION = 1
 
 @dataclass(frozen=True)
 class StatePayload:
-    """Decoded state of one operator."""
+    """Decoded state of one operator: the header fields that tie it to an operator of a plan (``kind``, ``op_id``,
+    ``fingerprint``), the operator's JSON metadata and its named frames."""
 
     kind: str
     op_id: str
@@ -113,7 +110,8 @@ def decode(blob: bytes, *, kind: str | None = None, op_id: str | None = None,
     return StatePayload(header["kind"], header["op_id"], header["fingerprint"], header.get("meta", {}), frames)
 
 
-def conform(frames: dict[str, pl.DataFrame], expected: dict[str, pl.DataFrame], where: str) -> dict[str, pl.DataFrame]:
+def check_frames(frames: dict[str, pl.DataFrame], expected: dict[str, pl.DataFrame],
+                 where: str) -> dict[str, pl.DataFrame]:
     """``frames`` checked against the frames of an operator's empty state: same names, columns and (castable) types.
 
     Frames the operator keeps without a fixed schema (no columns when empty) are passed through; extra frames too.

@@ -16,8 +16,8 @@ from sqlglot import exp
 
 from imp_core import inputs
 from imp_core.catalog import SketchRecord, TableRecord, VersionRecord
-from imp_core.engine.evaluate import require_engine_support
 from imp_core.engine.pipeline import Pipeline
+from imp_core.engine.support import require_engine_support
 from imp_core.errors import PlanError, UnsafeSketchError, UsageError
 from imp_core.maintenance.options import state_options
 from imp_core.maintenance.parts import Parts

@@ -1,15 +1,6 @@
-"""A fast path for reading a small range of a Delta table's Change Data Feed straight from its log.
-
-delta-rs' ``load_cdf`` plans a DataFusion query for every call (~15 ms for a range of one or two commits here), which
-dominates the maintenance of small change batches. For a local table, the change rows of a few commits are easy to
-find: each commit is one JSON file ``_delta_log/<version>.json``; a commit with ``cdc`` actions has its change rows
-in those files (with ``_change_type``); a commit without them changed data only by adding files (inserts) and
-removing whole files (deletes), per the Delta protocol. This module reads exactly that with pyarrow.
-
-Anything unusual returns None so the caller falls back to delta-rs: a missing commit file (log cleaned up), rows
-deleted by deletion vectors in a commit without ``cdc`` files, column mapping (checked by the caller), metadata or
-protocol changes inside the range, non-local paths. Tests compare both paths on
-appends, deletes, updates, overwrites and partitioned tables.
+"""A fast path for a small range of a local Delta table's Change Data Feed, read straight from the commit JSON and
+its ``cdc``/``add``/``remove`` files with pyarrow; anything unusual returns None and the caller falls back to
+delta-rs. See docs/ARCHITECTURE.md, "Optimizations".
 """
 
 from __future__ import annotations
@@ -18,11 +9,14 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from imp_core.errors import SourceError
 
 MAX_COMMITS = 64  # beyond this, delta-rs' planning cost is amortized anyway
 
@@ -84,10 +78,6 @@ def confined(root: Path, raw: Any) -> Path:
     Raises:
         SourceError: The path is missing, not a string, or outside the table's directory.
     """
-    from urllib.parse import unquote, urlsplit
-
-    from imp_core.errors import SourceError
-
     if not isinstance(raw, str) or not raw:
         raise SourceError(f"Delta table {root}: a commit names a data file without a path; the log is corrupt")
     text = raw

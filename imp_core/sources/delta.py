@@ -1,11 +1,7 @@
 """Delta Lake tables as sources: versions, files with statistics, pinned scans, and the change feed.
 
-Delta commit versions are the snapshot identifiers of the whole platform. The log is read with delta-rs; Spark reads
-a pinned version through Delta Lake's own Spark connector (``versionAsOf``), which applies deletion vectors and
-column mapping and skips files by their statistics (plain tables may be read from their Parquet files directly, which
-is measured to be faster: :meth:`DeltaSource.reads_parquet_directly`). Change rows leave this module as Arrow with a signed
-multiplicity column ``__mult`` (+1 insert / update post-image, -1 delete / update pre-image): the Delta-specific
-``_change_type`` names never leak further.
+Change rows leave this module as Arrow with a signed multiplicity ``__mult`` (+1 insert / update post-image, -1
+delete / update pre-image); Delta's ``_change_type`` never leaks further. See docs/ARCHITECTURE.md, "Data flow".
 """
 
 from __future__ import annotations
@@ -14,23 +10,32 @@ import datetime as dt
 import logging
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import deltalake
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from imp_core.errors import ChangeFeedUnavailableError, ConfigError, SourceError, UnsupportedError
+from imp_core.engine.schema import MULT
+from imp_core.errors import (
+    ChangeFeedUnavailableError,
+    ConfigError,
+    ImpError,
+    SourceError,
+    UnsupportedError,
+    first_line,
+)
+from imp_core.sources import changelog, spark_cdf, storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
-MULT = "__mult"
 VERSION = "__version"
 CDF_PROPERTY = "delta.enableChangeDataFeed"
 
@@ -49,12 +54,6 @@ _DELETE_TYPES = ("delete", "update_preimage")
 _METADATA_OPERATIONS = {"SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "CREATE TABLE", "CREATE OR REPLACE TABLE",
                         "REPLACE TABLE", "REPLACE TABLE AS SELECT", "CREATE TABLE AS SELECT", "CHANGE COLUMN",
                         "ADD COLUMNS", "RENAME COLUMN", "DROP COLUMNS", "UPGRADE PROTOCOL"}
-
-
-def _deltalake() -> Any:
-    import deltalake
-
-    return deltalake
 
 
 @dataclass(frozen=True)
@@ -82,8 +81,8 @@ class DeltaSource:
     """A registered table: a name (used in SQL) and the path of a Delta table."""
 
     def __init__(self, name: str, path: str | Path, spark: Callable[[], SparkSession] | None = None) -> None:
-        """``spark`` starts (or returns) the session used when a change range is read with Spark; by default
-        :func:`imp_core.spark.session.get_spark`."""
+        """``spark`` starts (or returns) the session used when a change range must be read with Spark (column
+        mapping, or a range above ``IMP_CDF_SPARK_ROWS``): ``imp_core.spark.session.get_spark`` or the caller's."""
         self.name = name
         self.path = str(path)
         self._spark_supplier = spark
@@ -94,15 +93,12 @@ class DeltaSource:
     # -- opening -------------------------------------------------------------------------------------------------
 
     def _open(self, version: int | None = None) -> Any:
-        from imp_core.sources import storage
-
-        dl = _deltalake()
         uri, options = storage.delta_rs_uri(self.path), storage.delta_rs_options(self.path)
         try:
             if version is None:
-                return dl.DeltaTable(uri, storage_options=options)
-            return dl.DeltaTable(uri, version=version, storage_options=options)
-        except dl.exceptions.TableNotFoundError as e:
+                return deltalake.DeltaTable(uri, storage_options=options)
+            return deltalake.DeltaTable(uri, version=version, storage_options=options)
+        except deltalake.exceptions.TableNotFoundError as e:
             raise SourceError(f"table {self.name}: {self.path} is not a Delta table (no _delta_log found); "
                               f"check the path or create the table with deltalake/Spark") from e
         except Exception as e:  # noqa: BLE001 - delta-rs raises generic errors for bad versions
@@ -112,8 +108,9 @@ class DeltaSource:
                     raise SourceError(f"table {self.name}: version {version} is out of range "
                                       f"(the table has versions 0..{current})") from e
                 raise SourceError(f"table {self.name}: version {version} can no longer be read (its log was "
-                                  f"cleaned up?): {_one_line(e)}") from e
-            raise SourceError(f"table {self.name}: cannot open Delta table at {self.path}: {_one_line(e)}") from e
+                                  f"cleaned up?): {storage.redact(first_line(e))}") from e
+            raise SourceError(f"table {self.name}: cannot open Delta table at {self.path}: "
+                              f"{storage.redact(first_line(e))}") from e
 
     @cached_property
     def _latest(self) -> Any:
@@ -329,31 +326,25 @@ class DeltaSource:
 
     def _changes_need_spark(self, after: int, upto: int) -> bool:
         """Column mapping (delta-rs cannot read such feeds), or more change rows than the switch-over point."""
-        from imp_core.sources.spark_cdf import spark_rows_threshold
-
         if self.physical_names(upto):
             return True
-        threshold = spark_rows_threshold()
+        threshold = spark_cdf.spark_rows_threshold()
         estimated = sum(c.rows or 0 for c in self.commits(after, upto))
         return estimated >= threshold > 0
 
     def _changes_from_spark(self, after: int, upto: int, wanted: list[str]) -> pa.Table:
-        from imp_core.sources.spark_cdf import read_change_feed
-
         if self._spark_supplier is None:
-            from imp_core.spark.session import get_spark
-
-            self._spark_supplier = get_spark
+            raise ChangeFeedUnavailableError(
+                f"table {self.name}: the change feed for versions {after + 1}..{upto} must be read with Spark, and "
+                f"this source was opened without one; open it with DeltaSource(..., spark=get_spark)")
         try:
-            return read_change_feed(self._spark_supplier(), self.path, after, upto, wanted)
+            return spark_cdf.read_change_feed(self._spark_supplier(), self.path, after, upto, wanted)
         except Exception as e:  # noqa: BLE001 - Spark's AnalysisException etc.
-            from imp_core.errors import ImpError
-
             if isinstance(e, ImpError):
                 raise
             raise ChangeFeedUnavailableError(
                 f"table {self.name}: the change feed for versions {after + 1}..{upto} cannot be read by Spark "
-                f"(vacuumed or expired?): {_one_line(e)}") from e
+                f"(vacuumed or expired?): {storage.redact(first_line(e))}") from e
 
     @cached_property
     def _metadata_at(self) -> dict[int, tuple[pa.Schema, list[str], bool, bool]]:
@@ -376,8 +367,6 @@ class DeltaSource:
         opening the table at ``upto`` (which replays its log). An eager run of many small batches then opens the
         table once, not once per batch.
         """
-        from imp_core.sources import changelog
-
         root = changelog.local_root(self.path)
         if root is None or after < 0 or after > upto:
             return None
@@ -404,7 +393,7 @@ class DeltaSource:
         except Exception as e:  # noqa: BLE001
             raise ChangeFeedUnavailableError(
                 f"table {self.name}: the change feed for versions {after + 1}..{upto} cannot be read (vacuumed or "
-                f"expired?): {_one_line(e)}") from e
+                f"expired?): {storage.redact(first_line(e))}") from e
         return raw
 
     def _signed(self, raw: pa.Table, wanted: list[str], schema: pa.Schema) -> pa.Table:
@@ -459,19 +448,17 @@ class DeltaSource:
         the connector reads.
         """
         self.require_readable_by_spark(version)
-        from imp_core.sources import storage
-
         if storage.is_s3(self.path):
             storage.configure_spark(spark)
         if self.reads_parquet_directly(version):
             every = self.files(version)
             chosen = every if files is None else files
             if every:
-                from pyspark.sql import functions as F
+                from pyspark.sql import functions as F  # Spark starts only when a scan is asked for
+                from pyspark.sql.pandas.types import from_arrow_schema
 
-                from imp_core.spark.types import arrow_schema_to_spark
-
-                reader = spark.read.schema(arrow_schema_to_spark(self.schema(version)))
+                schema = pa.schema([f.with_nullable(True) for f in self.schema(version)])
+                reader = spark.read.schema(from_arrow_schema(schema))
                 if self.partition_columns(version):
                     reader = reader.option("basePath", storage.spark_uri(self.path))
                 df = reader.parquet(*[storage.spark_uri(f.uri) for f in (chosen or every[:1])])
@@ -498,9 +485,3 @@ def _empty_changes(schema: pa.Schema, columns: list[str]) -> pa.Table:
 def _is_nan(v: Any) -> bool:
     return isinstance(v, float) and math.isnan(v)
 
-
-def _one_line(e: BaseException) -> str:
-    from imp_core.sources.storage import redact
-
-    text = redact(str(e)).strip().splitlines()
-    return text[0] if text else type(e).__name__

@@ -1,10 +1,7 @@
-"""Tables by the name users know them by in their Spark catalog (``CATALOG.DB.TABLE``, ``DB.TABLE`` or ``TABLE``).
+"""Tables by the name users know them by in their Spark catalog (``CATALOG.DB.TABLE``, ``DB.TABLE`` or ``TABLE``):
+resolved to a location and Delta table id at registration, and re-checked on every maintenance.
 
-A name is resolved once, at registration, to its location and its Delta table id (``metaData.id``, which survives
-renames of the table and changes with a drop and re-create); both are recorded (catalog table ``table_identity``).
-Every maintenance resolves the name again, so a name re-pointed at another location is an error that says what to
-do, never a sketch silently maintained over another table's change feed. (A table re-created at the same location
-is caught by the identities recorded with each sketch version, ``maintenance/service.py``.)
+See docs/ARCHITECTURE.md, "Data flow".
 """
 
 from __future__ import annotations
@@ -14,7 +11,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from imp_core.errors import SourceError, UsageError
+from imp_core.errors import SourceError, UsageError, first_line
+from imp_core.sources.storage import normalize, redact
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,8 +33,6 @@ def quoted(name: str) -> str:
 
 def location_uri(location: str) -> str:
     """A catalog location as imp stores table URIs (local paths plain, ``s3a`` as ``s3``)."""
-    from imp_core.sources.storage import normalize
-
     if location.startswith("file:"):
         return unquote(urlsplit(location).path).rstrip("/")
     return normalize(location)
@@ -53,10 +49,8 @@ def resolve(spark: SparkSession, name: str) -> tuple[str, str]:
     except UsageError:
         raise
     except Exception as e:  # noqa: BLE001 - AnalysisException and friends
-        from imp_core.sources.delta import _one_line
-
-        raise SourceError(f"table {name} cannot be resolved in the Spark catalog ({_one_line(e)}); check the name "
-                          f"and that the session's metastore is the one that defines it") from e
+        raise SourceError(f"table {name} cannot be resolved in the Spark catalog ({redact(first_line(e))}); check the "
+                          f"name and that the session's metastore is the one that defines it") from e
     detail = rows[0].asDict() if rows else {}
     if str(detail.get("format", "")).lower() != "delta":
         raise SourceError(f"table {name} is a {detail.get('format') or 'non-Delta'} table; imp maintains sketches "

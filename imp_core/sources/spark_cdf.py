@@ -1,14 +1,8 @@
-"""The change feed of a large range (or of a table delta-rs cannot read the feed of), read by Spark in parallel.
+"""The change feed of a large range (or of a column-mapped table, whose feed delta-rs cannot read), read by Spark's
+``readChangeFeed`` in parallel and returned to the driver as Arrow.
 
-delta-rs reads a range's change files in the driver process; for millions of change rows Spark's
-``readChangeFeed`` spreads the Parquet reads over the executors, and the rows come back to the driver as Arrow
-record batches (no per-row Python, no Python on executors). Tables with column mapping always come here: delta-rs
-cannot read their change feed. Across a column rename the feed is read with the end version's schema (columns
-matched by their physical names, which a rename keeps).
-
-The switch-over point from delta-rs is ``IMP_CDF_SPARK_ROWS`` change rows (estimated from the commits' operation
-metrics; 0 = never by size). The default 0 is the measurement's verdict on 2 cores (docs/BENCHMARKS.md, "Change
-feed"): delta-rs read 10M change rows 9x faster than Spark's parallel read on ``local[2]``; a cluster may differ.
+The switch-over point from delta-rs is ``IMP_CDF_SPARK_ROWS`` change rows (0 = never by size). See
+docs/ARCHITECTURE.md, "Data flow" and docs/BENCHMARKS.md, "Change feed".
 """
 
 from __future__ import annotations
@@ -19,6 +13,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from imp_core.errors import ConfigError
+from imp_core.sources import storage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,9 +39,7 @@ def spark_rows_threshold() -> int:
 
 def read_change_feed(spark: SparkSession, uri: str, after: int, upto: int, columns: list[str]) -> pa.Table:
     """Change rows of versions ``(after, upto]``: ``columns`` plus ``_change_type`` and ``_commit_version``."""
-    from pyspark.sql import functions as F
-
-    from imp_core.sources import storage
+    from pyspark.sql import functions as F  # this module imports without Spark
 
     if storage.is_s3(uri):
         storage.configure_spark(spark)

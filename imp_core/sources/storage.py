@@ -1,23 +1,9 @@
 """Where tables live: local paths or object storage, and how each reader reaches them.
 
-Table URIs are what users register: a local path, ``file://...``, or ``s3://bucket/path`` (``s3a://`` is accepted
-too). Spark reads S3 through Hadoop's S3A connector, which wants the ``s3a`` scheme; delta-rs wants ``s3``. Both
-readers are configured from this one module: :meth:`S3Config.delta_rs_options` for delta-rs and
-:func:`configure_spark` (``fs.s3a.*`` in the session's Hadoop configuration) for Spark.
-
-Credentials, in order (the first that names a value wins, per value):
-
-1. :func:`configure` — what a caller installed for this process (the Airflow hook, from the connection
-   ``imp_storage``);
-2. ``IMP_S3_ENDPOINT``, ``IMP_S3_REGION``, ``IMP_S3_ACCESS_KEY_ID``, ``IMP_S3_SECRET_ACCESS_KEY``,
-   ``IMP_S3_SESSION_TOKEN``, ``IMP_S3_PATH_STYLE`` (``true`` for MinIO-style servers);
-3. the standard AWS variables ``AWS_ENDPOINT_URL`` (``AWS_ENDPOINT_URL_S3``), ``AWS_REGION``
-   (``AWS_DEFAULT_REGION``), ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``;
-4. nothing: both readers fall back to their own default chains (instance profiles, web identity).
-
-Secrets go into the Spark session's Hadoop configuration at run time, never onto a command line, and every
-message that could carry one passes through :func:`redact`. ADLS and GCS URIs (``abfss://``, ``gs://``) are passed
-through unchanged; their configuration is described in docs/DEPLOYMENT.md.
+delta-rs wants ``s3://`` and options (:meth:`S3Config.delta_rs_options`); Spark reads through Hadoop's S3A
+(``s3a://``, :func:`configure_spark`); both from one set of values: what :func:`configure` installed, over the
+``IMP_S3_*`` and standard ``AWS_*`` variables. Secrets never reach a command line, and :func:`redact` hides them in
+messages. See docs/DEPLOYMENT.md, "Object storage".
 """
 
 from __future__ import annotations
@@ -117,7 +103,7 @@ class S3Config:
 
     def over(self, base: S3Config) -> S3Config:
         """This config's values where set, ``base``'s elsewhere."""
-        return replace(base, **{f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None})
+        return replace(base, **{f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None})
 
     @property
     def plain_http(self) -> bool:

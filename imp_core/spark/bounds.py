@@ -104,8 +104,6 @@ def _step(v: Any, kind: str, spark_type: T.DataType, sign: int) -> Any:
             return w if -(2 ** (bits - 1)) <= w < 2 ** (bits - 1) else None
         if kind == "float":
             if isinstance(spark_type, T.FloatType):
-                import numpy as np
-
                 w = float(np.nextafter(np.float32(v), np.float32(sign * np.inf)))
             else:
                 w = math.nextafter(v, sign * math.inf)

@@ -1,20 +1,16 @@
 """Compile plans and expressions to Spark DataFrames, with provenance annotations.
 
-One ``visit_<Node>`` per plan node. Annotated relations carry, next to the plan's columns, ``__mult`` (multiplicity,
-1 for table rows) and per partitioned scan either its fragment column ``__f{i}`` (computed on Spark: needed when
-Spark groups by fragment during capture) or its raw partition value ``__p{i}`` (when a small join result is
-annotated afterwards in memory, which avoids computing a fragment for every row of a large table).
-
-Expressions compile with ``SparkExpressionCompiler``, a visitor with one ``visit_<Node>`` per expression node class
-(checked at import time, as for the polars compiler in ``imp_core.engine.evaluate``). Spark computes the values
-itself; the compiler only makes the IR's types explicit (operands cast to the types ``imp_core.plan.expr`` derived,
-results cast to the IR's type), so Spark evaluates exactly the expression the engine evaluates.
+One ``visit_<Node>`` per plan node and per expression node (checked at import time, as for the polars compiler in
+``imp_core.engine.evaluate``); the column layout of annotated relations is ``imp_core.engine.schema``'s. See
+docs/ARCHITECTURE.md, "The plan IR" and "Fragments on Spark".
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
+import operator
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -22,37 +18,16 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from imp_core.engine.annotation import AnnotationLayout
+from imp_core.engine.schema import MULT, RIGHT_MULT, RIGHT_SET, SET, is_carried, join_columns
 from imp_core.errors import UnsupportedError
-from imp_core.plan.expr import (
-    BOOL,
-    NULL,
-    AggCall,
-    Between,
-    Binary,
-    Case,
-    Cast,
-    Col,
-    Expr,
-    Extract,
-    Func,
-    InList,
-    Interval,
-    IsNull,
-    Like,
-    Lit,
-    Unary,
-    arithmetic_types,
-    comparison_type,
-    require_visitors,
-)
+from imp_core.plan import expr as ex
+from imp_core.plan.expr import NULL, Expr, Func
 from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK
-from imp_core.sketch.partition import Partition
 from imp_core.spark.fragment import add_fragment
 from imp_core.spark.types import arrow_to_spark
 
-MULT = "__mult"
-
-# What this compiler does not do: stateful nodes are materialized from engine state by the caller.
+# What this compiler does not do: stateful nodes come from engine state (the caller's ``from_state``).
 UNSUPPORTED_NODES = {Aggregate: "aggregation", Distinct: "distinct", TopK: "top-k"}
 
 
@@ -65,10 +40,6 @@ def col(name: str) -> Column:
     return F.col(q(name))
 
 
-def is_ann(name: str) -> bool:
-    return name in (MULT, "__sk") or name.startswith(("__f", "__p"))
-
-
 # -- expressions -------------------------------------------------------------------------------------------------
 
 
@@ -79,8 +50,8 @@ class SparkExpressionCompiler:
     UNSUPPORTED_FUNCTIONS: ClassVar[dict[str, str]] = {}
     # Expression classes that are never compiled on their own, with the reason (their visitors raise it).
     UNSUPPORTED_EXPRESSIONS: ClassVar[dict[type[Expr], str]] = {
-        Interval: "an INTERVAL is only valid added to or subtracted from a date or timestamp",
-        AggCall: "an aggregate is compiled by the Aggregate plan node, not as a scalar expression",
+        ex.Interval: "an INTERVAL is only valid added to or subtracted from a date or timestamp",
+        ex.AggCall: "an aggregate is compiled by the Aggregate plan node, not as a scalar expression",
     }
 
     def compile(self, e: Expr) -> Column:
@@ -93,10 +64,10 @@ class SparkExpressionCompiler:
             return c
         return c.cast(arrow_to_spark(t))
 
-    def visit_Col(self, e: Col) -> Column:
+    def visit_Col(self, e: ex.Col) -> Column:
         return col(e.name)
 
-    def visit_Lit(self, e: Lit) -> Column:
+    def visit_Lit(self, e: ex.Lit) -> Column:
         if e.value is None:
             return F.lit(None) if e.dtype == NULL else F.lit(None).cast(arrow_to_spark(e.dtype))
         value = e.value
@@ -107,31 +78,31 @@ class SparkExpressionCompiler:
             value = value.isoformat(sep=" ")
         return F.lit(value).cast(arrow_to_spark(e.dtype))
 
-    def visit_Interval(self, e: Interval) -> Column:
-        raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[Interval]}")
+    def visit_Interval(self, e: ex.Interval) -> Column:
+        raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[ex.Interval]}")
 
-    def visit_AggCall(self, e: AggCall) -> Column:
-        raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[AggCall]}")
+    def visit_AggCall(self, e: ex.AggCall) -> Column:
+        raise UnsupportedError(f"{e}: {self.UNSUPPORTED_EXPRESSIONS[ex.AggCall]}")
 
-    def visit_Unary(self, e: Unary) -> Column:
-        return ~self.to(e.arg, BOOL) if e.op == "not" else -self.to(e.arg, e.dtype)
+    def visit_Unary(self, e: ex.Unary) -> Column:
+        return ~self.to(e.arg, ex.BOOL) if e.op == "not" else -self.to(e.arg, e.dtype)
 
     def compare(self, op: str, a: Expr, b: Expr, t: pa.DataType | None = None) -> Column:
-        t = comparison_type(a, b) if t is None else t
+        t = ex.comparison_type(a, b) if t is None else t
         x, y = self.to(a, t), self.to(b, t)
         return {"=": x == y, "<>": x != y, "<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[op]
 
-    def visit_Binary(self, e: Binary) -> Column:
+    def visit_Binary(self, e: ex.Binary) -> Column:
         op = e.op
         if op == "and":
-            return self.to(e.left, BOOL) & self.to(e.right, BOOL)
+            return self.to(e.left, ex.BOOL) & self.to(e.right, ex.BOOL)
         if op == "or":
-            return self.to(e.left, BOOL) | self.to(e.right, BOOL)
+            return self.to(e.left, ex.BOOL) | self.to(e.right, ex.BOOL)
         if op in ("=", "<>", "<", "<=", ">", ">="):
             return self.compare(op, e.left, e.right)
-        if isinstance(e.right, Interval) or isinstance(e.left, Interval):
-            base, iv = (e.left, e.right) if isinstance(e.right, Interval) else (e.right, e.left)
-            assert isinstance(iv, Interval)
+        if isinstance(e.right, ex.Interval) or isinstance(e.left, ex.Interval):
+            base, iv = (e.left, e.right) if isinstance(e.right, ex.Interval) else (e.right, e.left)
+            assert isinstance(iv, ex.Interval)
             n = iv.value if op == "+" else -iv.value
             b = self.to(base, e.dtype if base.dtype == NULL else base.dtype)
             if pa.types.is_date(base.dtype):
@@ -149,42 +120,37 @@ class SparkExpressionCompiler:
             date, days = (e.left, e.right) if pa.types.is_date(lt) else (e.right, e.left)
             d, count = self.compile(date), self.to(days, pa.int32())
             return F.date_sub(d, count) if op == "-" else F.date_add(d, count)
-        ta, tb, _ = arithmetic_types(op, e.left, e.right)
+        ta, tb, _ = ex.arithmetic_types(op, e.left, e.right)
         x, y = self.to(e.left, ta), self.to(e.right, tb)
         return {"+": x + y, "-": x - y, "*": x * y, "/": x / y, "%": x % y}[op]
 
-    def visit_IsNull(self, e: IsNull) -> Column:
+    def visit_IsNull(self, e: ex.IsNull) -> Column:
         c = self.compile(e.arg)
         return c.isNotNull() if e.negated else c.isNull()
 
-    def visit_InList(self, e: InList) -> Column:
-        t = e.compare_type
-        out = None
-        for item in e.items:
-            part = self.compare("=", e.arg, item, t)
-            out = part if out is None else out | part
-        assert out is not None
+    def visit_InList(self, e: ex.InList) -> Column:
+        out = functools.reduce(operator.or_, (self.compare("=", e.arg, item, e.compare_type) for item in e.items))
         return ~out if e.negated else out
 
-    def visit_Between(self, e: Between) -> Column:
+    def visit_Between(self, e: ex.Between) -> Column:
         out = self.compare(">=", e.arg, e.low) & self.compare("<=", e.arg, e.high)
         return ~out if e.negated else out
 
-    def visit_Like(self, e: Like) -> Column:
+    def visit_Like(self, e: ex.Like) -> Column:
         c = self.compile(e.arg)
         out = c.ilike(e.pattern) if e.case_insensitive else c.like(e.pattern)
         return ~out if e.negated else out
 
-    def visit_Case(self, e: Case) -> Column:
+    def visit_Case(self, e: ex.Case) -> Column:
         chain = None
         for cond, value in e.whens:
             v = self.to(value, e.dtype)
-            c = self.to(cond, BOOL)  # Spark refuses a bare NULL condition
+            c = self.to(cond, ex.BOOL)  # Spark refuses a bare NULL condition
             chain = F.when(c, v) if chain is None else chain.when(c, v)
         default = self.to(e.default, e.dtype) if e.default is not None else F.lit(None).cast(arrow_to_spark(e.dtype))
         return chain.otherwise(default) if chain is not None else default
 
-    def visit_Cast(self, e: Cast) -> Column:
+    def visit_Cast(self, e: ex.Cast) -> Column:
         return self.compile(e.arg).cast(arrow_to_spark(e.to))
 
     def visit_Func(self, e: Func) -> Column:
@@ -221,7 +187,7 @@ class SparkExpressionCompiler:
 
     def func_replace(self, e: Func) -> Column:
         search, repl = e.args[1], e.args[2]
-        assert isinstance(search, Lit) and isinstance(repl, Lit)
+        assert isinstance(search, ex.Lit) and isinstance(repl, ex.Lit)
         return F.replace(self.compile(e.args[0]), self.to(search, pa.string()), self.to(repl, pa.string()))
 
     def func_coalesce(self, e: Func) -> Column:
@@ -273,7 +239,7 @@ class SparkExpressionCompiler:
     def func_power(self, e: Func) -> Column:
         return F.pow(self.compile(e.args[0]), self.compile(e.args[1]))
 
-    def visit_Extract(self, e: Extract) -> Column:
+    def visit_Extract(self, e: ex.Extract) -> Column:
         return getattr(self, f"extract_{e.field_}")(self.compile(e.arg))
 
     def extract_year(self, c: Column) -> Column:
@@ -310,14 +276,14 @@ class SparkExpressionCompiler:
         return F.extract(F.lit("SECOND"), c)
 
 
-require_visitors(SparkExpressionCompiler, "Spark")
+ex.require_visitors(SparkExpressionCompiler, "Spark")
 _COMPILER = SparkExpressionCompiler()
 
 
 def compile_expr(e: Expr) -> Column:
     """A Spark Column computing ``e``, with exactly the type ``e.dtype``."""
     out = _COMPILER.compile(e)
-    if e.dtype != NULL and not isinstance(e, Col):
+    if e.dtype != NULL and not isinstance(e, ex.Col):
         out = out.cast(arrow_to_spark(e.dtype))
     return out
 
@@ -328,25 +294,26 @@ def compile_expr(e: Expr) -> Column:
 class PlanCompiler:
     """Compile a stateless plan (scan, select, project, join) to an annotated Spark DataFrame.
 
-    ``scan_df(scan)`` supplies each scan's rows (the table at the right version, possibly pruned);
-    ``annotation(scan)`` gives ``(column name, partition, global offset)`` for partitioned scans or None;
-    ``materialize(node)`` may return a DataFrame for a stateful node (built from engine state) instead.
+    ``scan_df(scan)`` supplies each scan's rows (the table at the right version, possibly pruned); ``annotations``
+    says which scans are partitioned (their rows get the fragment column, or with ``fragments_in_spark=False`` the
+    raw partition value, to be turned into fragments in memory after a join); ``from_state(node)`` may return a
+    DataFrame of a subtree's contents held in engine state instead. ``plain``: no annotations and no multiplicities,
+    the query as a user runs it.
     """
 
     def __init__(self, spark: SparkSession, scan_df: Callable[[Scan], DataFrame],
-                 annotation: Callable[[Scan], tuple[str, Partition, int] | None] | None = None, *,
-                 fragments_in_spark: bool = True, materialize: Callable[[Plan], DataFrame | None] | None = None,
-                 plain: bool = False) -> None:
+                 annotations: AnnotationLayout | None = None, *, fragments_in_spark: bool = True,
+                 from_state: Callable[[Plan], DataFrame | None] | None = None, plain: bool = False) -> None:
         self.spark = spark
         self.scan_df = scan_df
-        self.annotation = annotation or (lambda scan: None)
+        self.annotations = annotations
         self.fragments_in_spark = fragments_in_spark
-        self.materialize = materialize
-        self.plain = plain  # no annotations, no multiplicities: the query as a user runs it
+        self.from_state = from_state
+        self.plain = plain
 
     def compile(self, node: Plan) -> DataFrame:
-        if self.materialize is not None:
-            df = self.materialize(node)
+        if self.from_state is not None:
+            df = self.from_state(node)
             if df is not None:
                 return df
         visit = getattr(self, f"visit_{type(node).__name__}", None)
@@ -360,23 +327,22 @@ class PlanCompiler:
         cols = [F.col(q(c.name)).alias(node.qualified(c.name)) for c in node.columns]
         if self.plain:
             return df.select(*cols)
-        ann = self.annotation(node)
-        extra = [F.lit(1).cast("long").alias(MULT)]
+        ann = self.annotations.of_scan(node) if self.annotations is not None else None
+        mult = F.lit(1).cast("long").alias(MULT)
         if ann is None:
-            return df.select(*cols, *extra)
-        name, partition, offset = ann
-        value = F.col(q(partition.column))
+            return df.select(*cols, mult)
+        value = F.col(q(ann.partition.column))
         if not self.fragments_in_spark:
-            return df.select(*cols, *extra, value.alias(name.replace("__f", "__p")))
-        df = add_fragment(df, value, partition, offset, name)
-        return df.select(*cols, *extra, F.col(name))
+            return df.select(*cols, mult, value.alias(ann.raw_column))
+        df = add_fragment(df, value, ann.partition, ann.offset, ann.column)
+        return df.select(*cols, mult, F.col(ann.column))
 
     def visit_Select(self, node: Select) -> DataFrame:
         return self.compile(node.child).filter(compile_expr(node.predicate))
 
     def visit_Project(self, node: Project) -> DataFrame:
         child = self.compile(node.child)
-        ann = [col(c) for c in child.columns if is_ann(c)]
+        ann = [col(c) for c in child.columns if is_carried(c)]
         return child.select(*[compile_expr(e).alias(name) for name, e in node.items], *ann)
 
     def visit_Join(self, node: Join) -> DataFrame:
@@ -386,22 +352,19 @@ class PlanCompiler:
                 return left.crossJoin(right)
             return left.join(right, on=compile_expr(node.condition), how="inner")
         left = self.compile(node.left)
-        right = self.compile(node.right).withColumnRenamed(MULT, "__mult_r")
-        if "__sk" in right.columns:
-            right = right.withColumnRenamed("__sk", "__sk_r")
+        right = self.compile(node.right).withColumnRenamed(MULT, RIGHT_MULT)
+        if SET in right.columns:
+            right = right.withColumnRenamed(SET, RIGHT_SET)
         cond = compile_expr(node.condition) if node.condition is not None else None
         joined = left.join(right, on=cond, how="inner") if cond is not None else left.crossJoin(right)
-        joined = joined.withColumn(MULT, col(MULT) * col("__mult_r")).drop("__mult_r")
-        if "__sk_r" in joined.columns:
-            if "__sk" in joined.columns:
-                joined = joined.withColumn("__sk", F.array_sort(F.array_distinct(F.concat(col("__sk"),
-                                                                                          col("__sk_r")))))
-                joined = joined.drop("__sk_r")
+        joined = joined.withColumn(MULT, col(MULT) * col(RIGHT_MULT)).drop(RIGHT_MULT)
+        if RIGHT_SET in joined.columns:
+            if SET in joined.columns:
+                joined = joined.withColumn(SET, F.array_sort(F.array_distinct(F.concat(col(SET), col(RIGHT_SET)))))
+                joined = joined.drop(RIGHT_SET)
             else:
-                joined = joined.withColumnRenamed("__sk_r", "__sk")
-        data = [col(n) for n in node.names]
-        ann = [col(c) for c in joined.columns if is_ann(c)]
-        return joined.select(*data, *ann)
+                joined = joined.withColumnRenamed(RIGHT_SET, SET)
+        return joined.select(*[col(c) for c in join_columns(node.left.names, node.right.names, joined.columns)])
 
     # -- plain evaluation of stateful nodes (the use path) --------------------------------------------------------
 

@@ -1,14 +1,6 @@
-"""The JVM connectors every Spark session of imp loads: Delta Lake's Spark connector and Hadoop's S3A.
-
-The pinned artifacts are listed in ``conf/connector-pom.xml`` (the one place their versions live). ``./dev setup``
-fetches them with Maven into a git-ignored folder of the checkout (``.jars/``); an installed package without a
-checkout keeps them under ``IMP_HOME/jars``; ``IMP_SPARK_JARS`` names any other folder (the docker image sets it).
-A manifest written after the copy records the pom's checksum, so a changed pom makes the cache stale instead of
-silently mixing versions.
-
-Sessions started by :func:`imp_core.spark.session.get_spark` get the jars through ``spark.jars`` (Spark ships them to
-executors itself: workers need nothing installed). ``spark-submit`` launches its JVM before our code runs, so jobs
-are submitted with :func:`submit_args` (``--jars`` plus the Delta settings); the Airflow operator and the tests do.
+"""The JVM connectors every Spark session of imp loads: Delta Lake's Spark connector and Hadoop's S3A, pinned in
+``conf/connector-pom.xml`` and fetched with Maven by ``./dev setup`` (into ``.jars/``, ``IMP_HOME/jars`` or
+``IMP_SPARK_JARS``), with a manifest that makes the cache stale when the pom changes. See docs/DEPLOYMENT.md.
 
 Command line::
 
@@ -30,6 +22,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+from imp_core.config import Settings
 from imp_core.errors import ConfigError
 
 POM = Path(__file__).parent / "conf" / "connector-pom.xml"
@@ -90,8 +83,6 @@ def jars_dir() -> Path:
     root = _checkout_root()
     if root is not None:
         return root / ".jars"
-    from imp_core.config import Settings
-
     return Settings.from_env().home / "jars"
 
 

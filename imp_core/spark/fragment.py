@@ -1,23 +1,10 @@
 """The fragment of each scanned row, computed on Spark without a Python UDF, and the bounds as Spark literals.
 
-Measured on 10M rows, 1,000 fragments, ``local[2]`` (docs/BENCHMARKS.md): a plain aggregation 0.6 s; with
-``pyspark.ml.feature.Bucketizer`` (a JVM binary search over doubles) 1.3 s; a binary search with a higher-order
-``aggregate`` over an array of bounds 4.4 s; a balanced nested ``CASE WHEN`` 7.5-9 s (the generated method is too
-large to be JIT compiled).
-
-The rule is the one of docs/SEMANTICS.md: the column's value, in its own type, compared with bounds of that type.
-The Bucketizer compares doubles, so it is used only where mapping the column and the inner bounds to doubles keeps
-every comparison's answer:
-
-- FLOAT and DOUBLE (a FLOAT widens to DOUBLE exactly; bounds are FLOAT values), with ``-0.0`` mapped to ``0.0``
-  (Java's binary search orders ``-0.0`` below ``0.0``, Spark's comparisons do not);
-- integers, dates and timestamps (microseconds) when every inner bound is below 2^53 in magnitude: such a bound is
-  an exact double, and rounding a larger value to a double cannot carry it across the bound;
-- DECIMAL(p, s) with p <= 15, compared as its unscaled integer (below 10^15, an exact double).
-
-Everything else (strings, wider decimals, far-away bounds) uses the nested ``CASE`` with literals of the column's
-type. NULL goes to fragment 0 and NaN (above every number in Spark) to the last fragment, like
-``Partition.fragment_of`` and the range filter.
+The rule is docs/SEMANTICS.md's: the column's value, in its own type, compared with bounds of that type.
+``pyspark.ml.feature.Bucketizer`` compares doubles, so it is used only where mapping the column and the inner bounds
+to doubles keeps every comparison's answer (:func:`exact_as_double`); everything else uses a nested ``CASE`` with
+literals of the column's type. NULL goes to fragment 0 and NaN to the last fragment, like
+``Partition.fragment_of``. See docs/ARCHITECTURE.md, "Fragments on Spark".
 """
 
 from __future__ import annotations
@@ -102,7 +89,7 @@ def add_fragment(df: DataFrame, value: Column, partition: Partition, offset: int
         return df.withColumn(name, F.lit(offset).cast("int"))
     if not exact_as_double(partition):
         return df.withColumn(name, (case_fragment(value, partition) + F.lit(offset)).cast("int"))
-    from pyspark.ml.feature import Bucketizer
+    from pyspark.ml.feature import Bucketizer  # pyspark.ml takes 0.8 s to import: only when it is used
 
     inner = [_bound_as_double(b, partition) for b in partition.inner_bounds]
     splits = [float("-inf"), *inner, float("inf")]

@@ -20,6 +20,9 @@ _SCANS = ("FileSourceScanExec",)
 
 @dataclass(frozen=True)
 class ScanMetrics:
+    """What the file scans of one Spark execution read: ``files`` data files, ``rows`` rows, over ``scans`` scan
+    nodes."""
+
     files: int
     rows: int
     scans: int

@@ -1,11 +1,6 @@
-"""The SparkSession, started only when a step needs it.
-
-Local mode (``local[*]``) is the default; a cluster is a master URL (``IMP_SPARK_MASTER``). Under ``spark-submit``
-the session the submitter configured is used as is (it must have been submitted with the connector flags of
-``imp_core.spark.connector.submit_args``). Every session loads Delta Lake's Spark connector and Hadoop's S3A
-(``imp_core.spark.connector``) and the object-storage settings (``imp_core.sources.storage``). Sessions get the
-settings the engine's semantics rely on: non-ANSI arithmetic (NULL on division by zero, like the in-memory
-evaluator), UTC session time zone, Arrow transfer.
+"""The SparkSession, started only when a step needs it: local mode by default, a cluster by ``IMP_SPARK_MASTER``, or
+the session ``spark-submit`` configured; with Delta Lake's connector, S3A, the object-storage settings and the
+settings the engine's semantics rely on (non-ANSI arithmetic, UTC, Arrow transfer). See docs/DEPLOYMENT.md.
 """
 
 from __future__ import annotations
@@ -18,6 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imp_core.config import Settings
+from imp_core.errors import ConfigError
+from imp_core.sources import storage
+from imp_core.spark import connector
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,9 +39,7 @@ _SEMANTICS = {
 
 def get_spark(settings: Settings | None = None) -> SparkSession:
     """Return the active session or start one for ``settings.spark_master``."""
-    from pyspark.sql import SparkSession
-
-    from imp_core.spark import connector
+    from pyspark.sql import SparkSession  # this module imports without starting (or loading) Spark
 
     remote = remote_url()
     if remote:
@@ -77,8 +73,6 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
         builder = builder.master(settings.spark_master)
     metastore = (os.environ.get(ENV_METASTORE) or "in-memory").lower()
     if metastore not in ("in-memory", "hive"):
-        from imp_core.errors import ConfigError
-
         raise ConfigError(f"{ENV_METASTORE} must be in-memory or hive, got {metastore!r}")
     if metastore == "hive":
         # Spark's Hive metastore: a metastore service (IMP_HIVE_METASTORE_URIS, thrift://host:9083), else Spark's
@@ -97,8 +91,6 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
     connector.require_loaded(spark.conf.get)
     require_client_mode(spark.conf.get)
     spark.sparkContext.setLogLevel("ERROR")
-    from imp_core.sources import storage
-
     storage.configure_spark(spark)
     apply_semantics(spark)
     return spark
@@ -171,8 +163,6 @@ def _connect(url: str) -> SparkSession:
 
 def require_client_mode(conf_get: Callable[[str, str], str | None]) -> None:
     """Refuse a driver started in cluster deploy mode (imp's driver runs where the job was submitted)."""
-    from imp_core.errors import ConfigError
-
     if str(conf_get("spark.submit.deployMode", "client") or "client").lower() == "cluster":
         raise ConfigError("imp jobs run in client deploy mode (the driver needs Python with imp_core; executors "
                           "need neither): submit with --deploy-mode client")

@@ -58,7 +58,7 @@ from hypothesis import HealthCheck, event, seed, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from imp_core.engine.annotation import MULT
+from imp_core.engine.schema import MULT
 from imp_core.sketch.partition import Partition, PartitionSet
 
 EXAMPLES = int(os.environ.get("IMP_HYPOTHESIS_EXAMPLES", "0")) or None

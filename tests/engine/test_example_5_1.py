@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from imp_core.engine.annotation import MULT, SET, as_sets
+from imp_core.engine.annotation import as_sets
 from imp_core.engine.local import LocalBackend
 from imp_core.engine.pipeline import Pipeline
+from imp_core.engine.schema import MULT, SET
 from imp_core.plan.expr import INT, AggCall, Binary, Col, Lit
 from imp_core.plan.nodes import Aggregate, Field, Join, Project, Scan, Select
 from imp_core.sketch.partition import Partition, PartitionSet

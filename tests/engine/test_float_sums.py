@@ -16,10 +16,10 @@ from fractions import Fraction
 import polars as pl
 import pyarrow as pa
 
-from imp_core.engine.annotation import MULT
 from imp_core.engine.local import LocalBackend
 from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.pipeline import Pipeline
+from imp_core.engine.schema import MULT
 from imp_core.plan.expr import FLOAT, INT, AggCall, Col
 from imp_core.plan.sql import parse_query
 from imp_core.sketch.partition import Partition, PartitionSet
@@ -87,7 +87,7 @@ def test_ten_thousand_changes_keep_sum_and_avg_exact() -> None:
             count[g] += m
         if i % 10 and i != len(batches) - 1:
             continue
-        out = {r["g"]: r for r in op.current_output().iter_rows(named=True)}
+        out = {r["g"]: r for r in op.output_relation().iter_rows(named=True)}
         for g in range(GROUPS):
             if count[g] == 0:
                 assert g not in out
@@ -104,7 +104,7 @@ def test_one_batch_mixing_magnitudes_and_multiplicities() -> None:
     ms = [7, 3, 7, -1, 5, -2, 11, -2, 1, 1, 1]
     exact = sum((Fraction(x) * m for x, m in zip(xs, ms)), Fraction(0))
     op.process(pl.DataFrame({"x": xs, MULT: ms, "__f0": pl.Series([0] * len(xs), dtype=pl.UInt32)}))
-    got = op.current_output().get_column("s")[0]
+    got = op.output_relation().get_column("s")[0]
     assert got == float(exact)
     assert sum(x * m for x, m in zip(xs, ms)) != float(exact)  # naive summation is wrong here
 
@@ -113,10 +113,10 @@ def test_special_values_do_not_poison_the_sum() -> None:
     op = Aggregation("agg", (("g", Col("g", INT)),), (("s", AggCall("sum", Col("x", FLOAT))),), {"g": pl.Int64})
     op.process(pl.DataFrame({"g": [1, 1, 2, 2, 3, 3], "x": [math.inf, 1.0, 0.0, -0.0, 1e308, 1e308],
                              MULT: [1, 1, 1, 1, 1, 1], "__f0": pl.Series([0] * 6, dtype=pl.UInt32)}))
-    out = {r["g"]: r["s"] for r in op.current_output().iter_rows(named=True)}
+    out = {r["g"]: r["s"] for r in op.output_relation().iter_rows(named=True)}
     assert out == {1: math.inf, 2: 0.0, 3: math.inf}  # as SQL: inf stays inf, overflow is inf, zeros are zero
     op.process(pl.DataFrame({"g": [2], "x": [5e-324], MULT: [3], "__f0": pl.Series([0], dtype=pl.UInt32)}))
-    assert {r["g"]: r["s"] for r in op.current_output().iter_rows(named=True)}[2] == 3 * 5e-324
+    assert {r["g"]: r["s"] for r in op.output_relation().iter_rows(named=True)}[2] == 3 * 5e-324
 
 
 def test_having_decisions_match_recapture_and_exact_sums() -> None:
@@ -158,6 +158,6 @@ def test_having_decisions_match_recapture_and_exact_sums() -> None:
             assert fresh.sketch() == pipe.sketch()
             agg = next(op for op in pipe.stateful() if isinstance(op, Aggregation))
             again = next(op for op in fresh.stateful() if isinstance(op, Aggregation))
-            mine = agg.current_output().sort("g").drop("__sk")
-            theirs = again.current_output().sort("g").drop("__sk")
+            mine = agg.output_relation().sort("g").drop("__sk")
+            theirs = again.output_relation().sort("g").drop("__sk")
             assert mine.equals(theirs), f"batch {i}: maintained\n{mine}\nrecaptured\n{theirs}"

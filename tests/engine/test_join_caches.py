@@ -9,11 +9,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from imp_core.engine.annotation import MULT
 from imp_core.engine.bloom import CountingBloom
 from imp_core.engine.local import LocalBackend
-from imp_core.engine.operators.join import JoinCaching
+from imp_core.engine.operators.context import JoinCaching
 from imp_core.engine.pipeline import Pipeline
+from imp_core.engine.schema import MULT
 from imp_core.plan.sql import parse_query
 from imp_core.sketch.partition import Partition, PartitionSet
 
@@ -52,29 +52,13 @@ class CountingBackend(LocalBackend):
         self.joins = 0
         self.lookups = 0
 
-    def rows_with_keys(self, node, keys, values, max_rows, pipeline, versions):  # noqa: ANN001, ANN201
+    def rows_with_keys(self, side, keys, values, max_rows, versions):  # noqa: ANN001, ANN201
         self.lookups += 1
-        return super().rows_with_keys(node, keys, values, max_rows, pipeline, versions)
+        return super().rows_with_keys(side, keys, values, max_rows, versions)
 
-    def join_side(self, node, pipeline, versions):  # noqa: ANN001, ANN201
-        side = super().join_side(node, pipeline, versions)
-        outer = self
-
-        class Counted:
-            def join_delta(self, delta, delta_is_left):  # noqa: ANN001, ANN201
-                outer.joins += 1
-                return side.join_delta(delta, delta_is_left)
-
-            def summary(self, keys, max_rows):  # noqa: ANN001, ANN201
-                return side.summary(keys, max_rows)
-
-            def rows_with_keys(self, keys, values, max_rows):  # noqa: ANN001, ANN201
-                return side.rows_with_keys(keys, values, max_rows)
-
-            def key_counts(self, keys, max_keys):  # noqa: ANN001, ANN201
-                return side.key_counts(keys, max_keys)
-
-        return Counted()
+    def join_delta(self, join, delta, delta_is_left, other, versions):  # noqa: ANN001, ANN201
+        self.joins += 1
+        return super().join_delta(join, delta, delta_is_left, other, versions)
 
 
 def pipelines(plan, parts):  # noqa: ANN001, ANN201

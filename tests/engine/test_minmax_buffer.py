@@ -7,8 +7,8 @@ import random
 import polars as pl
 import pytest
 
-from imp_core.engine.annotation import MULT, frag_col
 from imp_core.engine.operators.aggregation import Aggregation
+from imp_core.engine.schema import MULT, frag_col
 from imp_core.errors import BufferExhaustedError
 from imp_core.plan.expr import INT, AggCall, Col
 
@@ -25,7 +25,7 @@ def delta(rows: list[tuple[int, int, int]]) -> pl.DataFrame:
 
 
 def output(a: Aggregation) -> list:
-    return sorted(a.current_output().select(["g", "lo", "hi", "__sk"]).rows())
+    return sorted(a.output_relation().select(["g", "lo", "hi", "__sk"]).rows())
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -35,7 +35,7 @@ def test_buffer_matches_full_multiset_until_exhausted(seed: int) -> None:
     full, small = agg(0), agg(3)
     full.process(delta([(g, v, 1) for g, v in live]))
     small.process(delta([(g, v, 1) for g, v in live]))
-    assert small.mm[0].height < full.mm[0].height  # the buffers really are cut
+    assert small.multisets[0].values.height < full.multisets[0].values.height  # the buffers really are cut
     recaptures = 0
     for _ in range(40):
         batch = []
@@ -71,5 +71,5 @@ def test_state_round_trip_keeps_the_bounds() -> None:
     a.process(delta([(1, v, 1) for v in range(10)]))
     b = agg(2)
     b.load_state(a.state_to_bytes())
-    assert b.mmb[0].equals(a.mmb[0]) and b.mmb[0].height == 1
+    assert b.multisets[0].bounds.equals(a.multisets[0].bounds) and b.multisets[0].bounds.height == 1
     assert b.process(delta([(1, 5, -1)])).height == 0  # beyond both bounds: MIN, MAX and the sketch stay

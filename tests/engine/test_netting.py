@@ -5,10 +5,11 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from imp_core.engine.annotation import MULT, consolidate
+from imp_core.engine.annotation import consolidate
 from imp_core.engine.local import LocalBackend
 from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.pipeline import Pipeline
+from imp_core.engine.schema import MULT
 from imp_core.plan.sql import parse_query
 from imp_core.sketch.partition import Partition, PartitionSet
 

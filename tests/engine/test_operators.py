@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from imp_core.engine.annotation import FRAG_DTYPE, MULT, SET, SET_DTYPE, as_sets, consolidate
+from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE, ScanAnnotation, as_sets, consolidate
 from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.merge import Merge
@@ -20,6 +20,7 @@ from imp_core.engine.operators.projection import Projection
 from imp_core.engine.operators.selection import Selection
 from imp_core.engine.operators.table_access import TableAccess
 from imp_core.engine.operators.topk import TopKOp
+from imp_core.engine.schema import MULT, SET, frag_col
 from imp_core.errors import StateError
 from imp_core.plan.expr import DATE, FLOAT, INT, STRING, AggCall, Binary, Col, IsNull, Lit, Unary
 from imp_core.plan.nodes import Field, Join, Scan, SortKey
@@ -65,7 +66,7 @@ def net(df: pl.DataFrame) -> list[tuple]:
 def test_table_access_annotates_with_global_fragments() -> None:
     scan = Scan("sales", "s", (Field("price", INT), Field("brand", STRING)))
     part = Partition("sales", "price", (0, 100, 500, 1000), "int")  # fragments [0,100) [100,500) [500,1000)
-    op = TableAccess("scan", scan, part, offset=7, frag_index=0)
+    op = TableAccess("scan", scan, ScanAnnotation(scan, frag_col(0), part, offset=7))
     changes = pl.DataFrame({"price": [-5, 0, 99, 100, 499, 500, 10_000, None], "brand": ["a"] * 8,
                             MULT: [1, 1, 1, -1, 1, 2, 1, 1]})
     out = op.process(changes)
@@ -77,15 +78,16 @@ def test_table_access_annotates_with_global_fragments() -> None:
 
 def test_table_access_without_partition_has_no_annotation() -> None:
     scan = Scan("t", "x", (Field("a", INT),))
-    out = TableAccess("scan", scan, None, 0, 0).process(pl.DataFrame({"a": [1, 2], MULT: [1, -1]}))
+    out = TableAccess("scan", scan, None).process(pl.DataFrame({"a": [1, 2], MULT: [1, -1]}))
     assert out.columns == ["x.a", MULT]
 
 
 def test_table_access_string_and_date_partitions() -> None:
     scan = Scan("t", "t", (Field("s", STRING), Field("d", DATE)))
-    by_string = TableAccess("a", scan, Partition("t", "s", ("b", "d", "f"), "string"), 0, 0)
-    by_date = TableAccess("b", scan, Partition("t", "d", (dt.date(2024, 1, 1), dt.date(2024, 2, 1),
-                                                            dt.date(2024, 3, 1)), "date"), 0, 0)
+    by_string = TableAccess("a", scan, ScanAnnotation(scan, frag_col(0), Partition("t", "s", ("b", "d", "f"), "string"),
+                                                      0))
+    by_date = TableAccess("b", scan, ScanAnnotation(scan, frag_col(0), Partition(
+        "t", "d", (dt.date(2024, 1, 1), dt.date(2024, 2, 1), dt.date(2024, 3, 1)), "date"), 0))
     changes = pl.DataFrame({"s": ["a", "b", "c", "d", "zz", None],
                             "d": [dt.date(2023, 1, 1), dt.date(2024, 1, 31), dt.date(2024, 2, 1), None,
                                   dt.date(2030, 1, 1), dt.date(2024, 1, 1)], MULT: [1] * 6})
@@ -245,7 +247,7 @@ def test_aggregation_group_disappears_with_only_a_delete() -> None:
     out = op.process(G([1], [5], [-2], [0]))
     assert rows(out) == [(1, 10, -1, (0,))]
     assert op.groups.get_column("g").to_list() == [2]
-    assert op.fcounts.get_column("g").to_list() == [2]
+    assert op.group_fragments.get_column("g").to_list() == [2]
 
 
 def test_aggregation_unchanged_group_emits_nothing() -> None:
@@ -285,12 +287,12 @@ def test_min_max_deleting_the_current_extreme() -> None:
     # all values deleted: the group disappears, its multisets are empty
     out = op.process(G([1], [5], [-1], [1]))
     assert rows(out) == [(1, 5, 5, -1, (1,))]
-    assert all(df.height == 0 for df in op.mm.values())
+    assert all(m.values.height == 0 for m in op.multisets.values())
 
 
 def test_aggregation_without_group_by_always_has_one_row() -> None:
     op = agg_op("sum", "count_star", global_agg=True)
-    assert rows(op.current_output()) == [(None, 0, 1, ())]
+    assert rows(op.output_relation()) == [(None, 0, 1, ())]
     out = op.process(G([0], [4], [1], [2]))
     assert rows(out) == srt([(None, 0, -1, ()), (4, 1, 1, (2,))])
     out = op.process(G([0], [4], [-1], [2]))  # back to empty input: the row stays, with COUNT 0
@@ -303,9 +305,9 @@ def test_aggregation_without_group_by_always_has_one_row() -> None:
 def test_aggregation_bootstrap_emits_the_whole_result() -> None:
     op = agg_op("sum", global_agg=True)
     empty = G([], [], [], [])
-    out = op.bootstrap(*op.prepare(empty))
+    out = op.bootstrap(op.layout.of_delta(empty))
     assert rows(out) == [(None, 1, ())]  # one row over an empty input, and no Δ− of a row nobody has seen
-    out = op.bootstrap(*op.prepare(G([0, 0], [1, 2], [1, 1], [0, 3])))
+    out = op.bootstrap(op.layout.of_delta(G([0, 0], [1, 2], [1, 1], [0, 3])))
     assert rows(out) == [(3, 1, (0, 3))]
 
 
@@ -356,11 +358,11 @@ def test_topk_keeps_every_row_tied_at_the_boundary() -> None:
     # pos(5) = 1 < 2: the tuples with o = 5 share the position; each keeps min(R(t), k - pos) = 1 copy. The two
     # copies of (5, c) are one tuple (R = 2) annotated with both fragments, not two rows (a top-k below an
     # aggregation would otherwise count 3 rows with o = 5 where SQL has at most 2)
-    assert rows(op.current_output()) == srt([(1, "a", 1, (0,)), (5, "b", 1, (1,)), (5, "c", 1, (2, 3))])
+    assert rows(op.output_relation()) == srt([(1, "a", 1, (0,)), (5, "b", 1, (1,)), (5, "c", 1, (2, 3))])
     # (1, a) goes: pos(5) = 0, so (5, c) now keeps min(2, 2) = 2 copies; (9, d) stays out (pos 3)
     out = op.process(T([1], ["a"], [-1], [[0]]))
     assert rows(out) == srt([(1, "a", -1, (0,)), (5, "c", 1, (2, 3))])
-    assert rows(op.current_output()) == srt([(5, "b", 1, (1,)), (5, "c", 2, (2, 3))])
+    assert rows(op.output_relation()) == srt([(5, "b", 1, (1,)), (5, "c", 2, (2, 3))])
 
 
 def test_topk_counts_copies_of_a_tuple_across_fragments() -> None:
@@ -377,11 +379,11 @@ def test_topk_order_descending_with_nulls() -> None:
     op = TopKOp("topk", (SortKey(Col("o", INT), descending=True),), 2, {"o": pl.Int64, "p": pl.String})
     op.process(T([None, 3, 7, 1], ["n", "a", "b", "c"], [1, 1, 1, 1], [[0], [1], [2], [3]]))
     # DESC: NULLs last (they are the smallest values, as in Spark)
-    assert rows(op.current_output()) == srt([(3, "a", 1, (1,)), (7, "b", 1, (2,))])
+    assert rows(op.output_relation()) == srt([(3, "a", 1, (1,)), (7, "b", 1, (2,))])
     op2 = TopKOp("topk", (SortKey(Col("o", INT), descending=True, nulls_first=True),), 1,
                  {"o": pl.Int64, "p": pl.String})
     op2.process(T([None, 3], ["n", "a"], [1, 1], [[0], [1]]))
-    assert rows(op2.current_output()) == [(None, "n", 1, (0,))]
+    assert rows(op2.output_relation()) == [(None, "n", 1, (0,))]
 
 
 def test_topk_delete_of_unknown_row_is_a_state_error() -> None:

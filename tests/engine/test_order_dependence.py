@@ -4,6 +4,7 @@ refused, and what the intervals and conservative decisions are (``imp_core.engin
 from __future__ import annotations
 
 import math
+import random
 
 import polars as pl
 import pyarrow as pa
@@ -73,7 +74,6 @@ def test_unsound_shapes_are_refused_with_the_remedy(sql: str, why: str) -> None:
 
 def test_interval_holds_every_summation_order() -> None:
     """[lo, hi] around the engine's sum holds the sums of 2,000 random orders of values that cancel badly."""
-    import random
 
     rng = random.Random(3)
     values = [rng.choice([1e16, -1e16, 1.0, 0.1, 1 / 3, -2.5e-3]) * rng.random() for _ in range(200)]

@@ -52,11 +52,11 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from imp_core.engine.annotation import MULT, as_sets
+from imp_core.engine.annotation import as_sets
 from imp_core.engine.local import LocalBackend
-from imp_core.engine.operators.join import JoinCaching
-from imp_core.engine.order_dependence import is_interval_column
+from imp_core.engine.operators.context import JoinCaching
 from imp_core.engine.pipeline import Pipeline
+from imp_core.engine.schema import MULT, is_interval_column
 from imp_core.errors import BufferExhaustedError, UnsupportedError
 from imp_core.plan.expr import Col
 from imp_core.plan.nodes import Aggregate, Join, Plan, Project, Select, TopK
@@ -78,7 +78,6 @@ from tests.engine.generators import (
     note,
     property_test,
 )
-
 
 # --- DuckDB, the independent oracle -------------------------------------------------------------------------------
 
@@ -191,7 +190,7 @@ def assert_same_state(maintained: Pipeline, captured: Pipeline, where: str) -> N
 
 def engine_result(pipe: Pipeline, backend: LocalBackend, versions: dict[str, int]) -> list[tuple]:
     """The engine's annotated query result, expanded by multiplicity, without annotations."""
-    rel = as_sets(backend.relation(pipe.plan, pipe, versions))
+    rel = as_sets(backend.relation(pipe.as_relation(pipe.plan), versions))
     assert (rel.get_column(MULT) > 0).all(), "a full result must not hold negative multiplicities"
     data = rel.drop([MULT, "__sk", *[c for c in rel.columns if is_interval_column(c)]])
     out: list[tuple] = []
@@ -217,7 +216,7 @@ def check_step(case: Case, pipe: Pipeline, store: Store, versions: dict[str, int
                                             f"captured {sorted(fresh.sketch())}"
     assert_same_state(pipe, fresh, step)
     # μ's counts are the fragment counts of the query's current annotated result (recomputed from operator state)
-    counts = backend.fragment_counts(pipe.plan, pipe, versions)
+    counts = backend.fragment_counts(pipe.as_relation(pipe.plan), versions)
     assert counts.tolist() == pipe.merge.counts.tolist(), f"{step}: merge counts differ from the query result's"
 
     if not case.duck:

@@ -37,8 +37,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
+from imp_core.engine.local import LocalBackend
+from imp_core.engine.pipeline import Pipeline
 from imp_core.errors import NotFoundError, PlanError, UsageError
-from imp_core.sketch.partition import parse_bounds
+from imp_core.plan.sql import parse_query
+from imp_core.sketch.partition import Partition, PartitionSet, parse_bounds
+from imp_core.sources.delta import DeltaSource
+from imp_core.spark.backend import SparkBackend
 from tests.engine.generators import EXTREME, SCHEMAS, TABLES, Case, Row, Store, cases, property_test
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
@@ -206,7 +211,6 @@ THRESHOLD = "0.6"
 
 def _sums_in_orders(spark, path: Path) -> list[dict[int, float]]:  # noqa: ANN001
     """Per order Spark may add in, each group's SUM(x)."""
-    from imp_core.sources.delta import DeltaSource
 
     df = DeltaSource("sums", path).scan(spark, 0)  # how the service reads the table
     out = []
@@ -255,12 +259,6 @@ def test_float_sums_in_any_spark_order_stay_in_the_sketch(service, spark, tmp_pa
 
 def test_high_scale_decimal_sums_are_exact_in_capture(spark, tmp_path: Path) -> None:  # noqa: ANN001
     """Spark's DECIMAL(38, 8) * BIGINT is DECIMAL(38, 6): multiplying by the multiplicity rounded each value."""
-    from imp_core.engine.local import LocalBackend
-    from imp_core.engine.pipeline import Pipeline
-    from imp_core.plan.sql import parse_query
-    from imp_core.sketch.partition import Partition, PartitionSet
-    from imp_core.sources.delta import DeltaSource
-    from imp_core.spark.backend import SparkBackend
 
     values = [Decimal("0.12345678"), Decimal("0.00000001"), Decimal("-1.00000005"), Decimal("3.33333333")]
     schema = pa.schema([("g", pa.int64()), ("q", pa.decimal128(18, 8)), ("p", pa.int64())])
@@ -270,7 +268,7 @@ def test_high_scale_decimal_sums_are_exact_in_capture(spark, tmp_path: Path) -> 
     parts = PartitionSet((Partition("d", "p", (0, 2, 4), "int"),))
     on_spark = Pipeline(plan, parts)
     on_spark.capture(SparkBackend(spark, {"d": DeltaSource("d", tmp_path / "d")}), {"d": 0})
-    out = on_spark.current(plan)
+    out = on_spark.relation_from_state(plan)
     assert out is not None
     got = {r["g"]: (r["s"], r["a"]) for r in out.to_dicts()}
     assert got == {1: (Decimal("0.12345679"), Decimal("0.061728395000")),

@@ -19,11 +19,12 @@ import pyarrow as pa
 import pytest
 
 from imp_core.engine import state as codec
-from imp_core.engine.annotation import MULT, SET, SET_DTYPE
+from imp_core.engine.annotation import SET_DTYPE
 from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.operators.base import StatefulOperator
 from imp_core.engine.operators.merge import Merge
 from imp_core.engine.operators.topk import TopKOp
+from imp_core.engine.schema import MULT, SET
 from imp_core.errors import StateError
 from imp_core.plan.expr import DATE, FLOAT, INT, STRING, AggCall, Col
 from imp_core.plan.nodes import SortKey

@@ -7,8 +7,8 @@ import random
 import polars as pl
 import pytest
 
-from imp_core.engine.annotation import MULT, frag_col
 from imp_core.engine.operators.topk import TopKOp
+from imp_core.engine.schema import MULT, frag_col
 from imp_core.errors import BufferExhaustedError
 from imp_core.plan.expr import INT, Col
 from imp_core.plan.nodes import SortKey
@@ -26,7 +26,7 @@ def delta(rows: list[tuple[int, int, int]]) -> pl.DataFrame:
 
 
 def result(o: TopKOp) -> list:
-    out = o.current_output().sort(["g", "v"])
+    out = o.output_relation().sort(["g", "v"])
     return list(zip(out["g"], out["v"], out[MULT], out["__sk"].to_list()))
 
 

@@ -15,9 +15,9 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from imp_core.engine.annotation import MULT
 from imp_core.engine.local import LocalBackend
 from imp_core.engine.pipeline import Pipeline
+from imp_core.engine.schema import MULT
 from imp_core.plan.sql import parse_query
 from imp_core.sketch.partition import Partition, PartitionSet
 
@@ -58,7 +58,7 @@ def run(sql: str, schema: dict[str, pa.DataType], rows: list[dict], part: tuple[
     for op, other in zip(pipe.stateful(), fresh.stateful()):
         for name, frame in op.canonical().items():
             assert frame.equals(other.canonical()[name]), f"{op.op_id}.{name} differs from a recapture"
-    result = backend.relation(plan, pipe, {"t": version})
+    result = backend.relation(pipe.as_relation(plan), {"t": version})
     return result.select([f.name for f in plan.schema]), pipe.sketch()
 
 

@@ -7,12 +7,21 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from imp_core.engine.annotation import MULT
+from imp_core.config import Optimizations
+from imp_core.engine.backend import Relation
 from imp_core.engine.local import LocalBackend
+from imp_core.engine.operators.context import JoinCaching
+from imp_core.engine.pipeline import Pipeline
+from imp_core.engine.schema import MULT
+from imp_core.plan.nodes import Join
+from imp_core.plan.sql import parse_query
+from imp_core.sketch.partition import Partition, PartitionSet
 from imp_core.sources.delta import DeltaSource
 from imp_core.spark.backend import SparkBackend
 from tests.conftest import write_delta
 from tests.engine.test_example_5_1 import DELTA_R, R0, S0, build
+from tests.engine.test_example_5_1 import build as build_plain
+from tests.oracles import canonical, duck, fragments_of, snapshot
 
 pytestmark = pytest.mark.spark
 
@@ -34,7 +43,6 @@ def test_example_5_1_on_spark_and_delta(spark, tmp_path) -> None:
     assert pipe.sketch() == {0, 1, 2, 3}
 
     # the maintained aggregation state holds the per-group SUM and COUNT DuckDB computes over the snapshots
-    from tests.oracles import canonical, duck, snapshot
 
     [agg] = [op for op in pipe.stateful() if op.kind == "aggregation"]
     groups = agg.groups.filter(pl.col("__cnt") > 0)
@@ -58,9 +66,6 @@ def test_example_5_1_on_spark_and_delta(spark, tmp_path) -> None:
 def test_join_caches_on_spark(spark, tmp_path, small_rows: int) -> None:  # noqa: ANN001
     """Bloom filter (small_rows=0) or a cached small side (100): the Spark backend builds them and the sketch is
     unchanged."""
-    from imp_core.engine.operators.join import JoinCaching
-    from imp_core.engine.pipeline import Pipeline
-    from tests.engine.test_example_5_1 import build as build_plain
 
     write_delta(tmp_path / "R", R0.to_arrow(), mode="overwrite")
     write_delta(tmp_path / "S", S0.to_arrow(), mode="overwrite")
@@ -81,14 +86,8 @@ def test_join_caches_on_spark(spark, tmp_path, small_rows: int) -> None:  # noqa
 
 
 def join_through_side(spark, tmp_path, delta: pa.Table, right: pa.Table, on: str, pushdown: bool):  # noqa: ANN001, ANN201
-    """Join ``delta`` (columns of r plus ``__mult``) with table s through ``SparkJoinSide`` and, independently,
-    through DuckDB; return (ours, expected) as canonical rows (r columns, s columns, multiplicity)."""
-    from imp_core.config import Optimizations
-    from imp_core.engine.pipeline import Pipeline
-    from imp_core.plan.nodes import Join
-    from imp_core.plan.sql import parse_query
-    from imp_core.sketch.partition import Partition, PartitionSet
-    from tests.oracles import canonical, duck, fragments_of, snapshot
+    """Join ``delta`` (columns of r plus ``__mult``) with table s through ``SparkBackend.join_delta`` and,
+    independently, through DuckDB; return (ours, expected) as canonical rows (r columns, s columns, multiplicity)."""
 
     r_cols = [c for c in delta.column_names if c != MULT]
     write_delta(tmp_path / "r", delta.select(r_cols).slice(0, 0), mode="overwrite")
@@ -100,7 +99,7 @@ def join_through_side(spark, tmp_path, delta: pa.Table, right: pa.Table, on: str
     [join] = [n for n in plan.walk() if isinstance(n, Join)]
     annotated = pipe.op(join.left).process(pl.from_arrow(delta))
     backend = SparkBackend(spark, sources, Optimizations(join_key_pushdown=pushdown))
-    out = backend.join_side(join.right, pipe, {"r": 0, "s": 0}).join_delta(annotated, True)
+    out = backend.join_delta(join, annotated, True, Relation(join.right, pipe.annotations), {"r": 0, "s": 0})
 
     names = [*join.left.names, *join.right.names]
     assert out.columns[:len(names) + 1] == [*names, MULT]

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 from imp_core.sketch.bounds import kind_of, parse_bounds
+from imp_core.sources.delta import DeltaSource
 from imp_core.spark.bounds import SAMPLE_ROWS, equi_depth_bounds
 from imp_core.spark.types import arrow_schema_to_spark
 from tests.conftest import write_delta
@@ -119,7 +120,6 @@ def test_nan_and_negative_zero_are_not_bounds(spark) -> None:  # noqa: ANN001
 
 
 def test_exact_delta_statistics_save_the_min_max_job(spark, tmp_path) -> None:  # noqa: ANN001
-    from imp_core.sources.delta import DeltaSource
 
     path = tmp_path / "t"
     write_delta(path, {"i": pa.array(list(range(100)), pa.int64()),

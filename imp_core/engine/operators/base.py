@@ -1,49 +1,122 @@
-"""The operator interface of the incremental engine (paper Section 5).
+"""The operator interface of the incremental engine, by arity: unary, binary and the sink, each with ``process``.
 
-An operator turns an annotated delta of its input into an annotated delta of its output (``process``). Stateless
-operators (table access, selection, projection) have nothing else. Stateful ones (aggregation, distinct, top-k,
-merge) keep explicit state that the maintenance driver persists with the sketch version it belongs to
-(``state_to_bytes`` / ``load_state``); operators never do I/O and never commit anything themselves.
+Stateful operators also expose their state as named frames, which the maintenance driver persists with the sketch
+version it belongs to; operators never do I/O. See docs/ARCHITECTURE.md, "Operators" and "How to add an operator".
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 
 import polars as pl
 
 from imp_core.engine import state as state_codec
-from imp_core.errors import StateError
+from imp_core.engine.operators.context import BuildContext
+from imp_core.errors import StateError, UnsupportedError
+from imp_core.plan.nodes import Plan
+
+
+@dataclass(frozen=True)
+class SketchDelta:
+    """Global fragment ids entering (``added``) and leaving (``removed``) the sketch: what the sink emits."""
+
+    added: tuple[int, ...]
+    removed: tuple[int, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not self.added and not self.removed
 
 
 class Operator:
-    """Base of all incremental operators; ``op_id`` is stable for a given plan (derived from its position)."""
+    """Base of all incremental operators; ``op_id`` is ``<kind>@<node path>``, stable for a given plan."""
 
     kind: ClassVar[str] = "operator"
-    stateful: ClassVar[bool] = False
 
     def __init__(self, op_id: str) -> None:
         self.op_id = op_id
+
+    @classmethod
+    def from_node(cls, node: Plan, ctx: BuildContext) -> Operator:
+        """The operator maintaining plan node ``node`` (the classes in ``registry.OPERATORS`` define this)."""
+        raise UnsupportedError(f"{cls.__name__} is not built from a plan node")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.op_id})"
 
 
-class StatefulOperator(Operator):
-    """An operator with state; subclasses expose it as named DataFrames plus JSON metadata."""
+class UnaryOperator(Operator, ABC):
+    """One input: a delta of the input in, a delta of the output out."""
 
-    stateful = True
+    @abstractmethod
+    def process(self, delta: pl.DataFrame) -> pl.DataFrame:
+        """The output delta for the input ``delta`` (folding it into the state, if the operator keeps one)."""
+
+
+class InputSide(Protocol):
+    """One input of a binary operator as of after the pass (``R'``), which the operator never reads itself: it asks
+    the side to join a delta of the other input with the side's current contents. The look-ups that build side
+    caches answer None when the side cannot or need not be cached (for instance when it is in memory anyway)."""
+
+    def join_delta(self, delta: pl.DataFrame, delta_is_left: bool) -> pl.DataFrame:
+        """``delta ⋈ contents`` (or ``contents ⋈ delta``): the join's output columns, ``__mult`` the product."""
+        ...
+
+    def summary(self, keys: list[str], max_rows: int) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+        """The side's annotated rows if there are at most ``max_rows``, else its join-key counts (``__n``)."""
+        ...
+
+    def rows_with_keys(self, keys: list[str], values: pl.DataFrame, max_rows: int) -> pl.DataFrame | None:
+        """The side's annotated rows whose ``keys`` equal a row of ``values``; None beyond ``max_rows`` (0: no
+        limit)."""
+        ...
+
+    def key_counts(self, keys: list[str], max_keys: int) -> pl.DataFrame | None:
+        """The side's rows per join key (key columns, ``__n``); None beyond ``max_keys`` distinct keys."""
+        ...
+
+
+class BinaryOperator(Operator, ABC):
+    """Two inputs: their deltas of this pass (None or empty where an input did not change) and access to both
+    inputs' contents after the pass."""
+
+    @abstractmethod
+    def process(self, left: pl.DataFrame | None, right: pl.DataFrame | None, left_side: InputSide,
+                right_side: InputSide) -> pl.DataFrame:
+        """The output delta."""
+
+
+class SinkOperator(Operator, ABC):
+    """The root: a delta of the query result in, the change of the sketch out."""
+
+    @abstractmethod
+    def process(self, delta: pl.DataFrame) -> SketchDelta:
+        """The sketch's change for the result ``delta``."""
+
+
+class StatefulOperator(Operator, ABC):
+    """State exposed as named frames plus JSON metadata (frame names and ``op_id`` are part of the saved format,
+    ``imp_core.engine.state``)."""
+
     fingerprint: str = ""
 
+    @abstractmethod
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
-        raise NotImplementedError
+        """(metadata, frames) of the current state."""
 
+    @abstractmethod
     def set_state_frames(self, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
-        raise NotImplementedError
+        """Take over state saved by ``state_frames``."""
 
+    @abstractmethod
     def reset(self) -> None:
         """Forget all state (the empty database)."""
-        raise NotImplementedError
+
+    @abstractmethod
+    def canonical(self) -> dict[str, pl.DataFrame]:
+        """State in a canonical order, to compare the states reached by two routes (capture and maintenance)."""
 
     def state_to_bytes(self) -> bytes:
         meta, frames = self.state_frames()
@@ -59,7 +132,7 @@ class StatefulOperator(Operator):
         try:
             self.reset()
             _, expected = self.state_frames()
-            frames = state_codec.conform(payload.frames, expected, where=f"operator {self.op_id}")
+            frames = state_codec.check_frames(payload.frames, expected, where=f"operator {self.op_id}")
             self.set_state_frames(payload.meta, frames)
         except StateError:
             self.reset()
@@ -72,3 +145,16 @@ class StatefulOperator(Operator):
     def state_size_bytes(self) -> int:
         _, frames = self.state_frames()
         return sum(int(df.estimated_size()) for df in frames.values())
+
+
+
+class OutputStateOperator(UnaryOperator, StatefulOperator):
+    """A unary operator whose state holds its whole output (aggregation, distinct, top-k): its current contents never
+    need the tables, and a capture starts it from its whole input."""
+
+    @abstractmethod
+    def output_relation(self) -> pl.DataFrame:
+        """The operator's current output as a whole relation (all-insert, annotated)."""
+
+__all__ = ["BinaryOperator", "InputSide", "Operator", "OutputStateOperator", "SinkOperator", "SketchDelta",
+           "StatefulOperator", "UnaryOperator"]

@@ -1,83 +1,32 @@
-"""Join and cross product (paper 5.2.4, with the errata's signs).
+"""Join and cross product (paper 5.2.4, with the errata's signs), with optional side caches kept as state.
 
-``Δ(L ⋈ R) = ΔL ⋈ R' + L' ⋈ ΔR − ΔL ⋈ ΔR`` where ``L'``/``R'`` are the inputs *after* this pass. With signed
-multiplicities the product ``n·m`` carries the sign, which yields exactly the paper's eight cases (an insert joined
-with a delete is a delete; two deletes joined make an insert). Within one pass usually only one side changes (the
-maintenance driver processes changed tables one after another, each against the others at the versions already
-reached), so this is one delta joined with the other side's current annotated contents. Those contents are large
-and live in tables, so the operator does not fetch them: it asks a ``JoinSide`` (the Spark backend, or the
-in-memory state of the other side) to join the delta. The output annotation is the union of both sides'.
-
-Side caches (optional, kept as operator state and updated with each side's own deltas, so they always describe the
-side at the versions already reached):
-
-* a **small side** (at most ``small_rows`` rows, e.g. a dimension table) is kept whole, annotated, and deltas of the
-  other side join it in memory without any Spark job (the iOLAP paper's small-state joins);
-* a **large side whose partners are few** gets a *partner index*: the side's rows whose join key occurs in the other
-  side (``X ⋉ Y``, at most ``partner_rows`` rows) together with the other side's join-key counts. A delta of the
-  other side whose keys are all known joins the index in memory, without a Spark job; rows with a key the other
-  side did not have yet fetch that key's partners once (one small lookup) and add them to the index. The index only
-  promises to hold *every* partner of every key it lists, so a key count that drifted could only cost a lookup.
-  This is the iOLAP paper's small-state join applied to the part of a large side that can actually join;
-* a **large side** also gets a counting Bloom filter over its join keys: delta rows whose key certainly has no
-  partner are dropped before the join (or before a partner lookup), and when none is left nothing is joined.
-
-All are built lazily, the first time a delta needs the side after a capture, so full maintenance stays the plain
-capture query.
+``Δ(L ⋈ R) = ΔL ⋈ R' + L' ⋈ ΔR − ΔL ⋈ ΔR`` where ``L'``/``R'`` are the inputs after this pass; with signed
+multiplicities the product carries the sign (the errata's eight cases). The operator never reads an input: it asks
+the input's ``InputSide`` to join a delta with it. Side caches (a small side kept whole, a partner index, a counting
+Bloom filter) follow each side's own deltas. See docs/ARCHITECTURE.md, "Operators" and "Optimizations".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import polars as pl
 
-from imp_core.engine.annotation import MULT, after_join, ann_cols, consolidate, rename_for_join
+from imp_core.engine.annotation import after_join, consolidate, rename_for_join
 from imp_core.engine.bloom import CountingBloom
 from imp_core.engine.evaluate import compile_expr, polars_type
-from imp_core.engine.operators.aggregation import nan_flag, nan_free, normalize_float
-from imp_core.engine.operators.base import StatefulOperator
+from imp_core.engine.float_keys import nan_free, normalize_float
+from imp_core.engine.operators.base import BinaryOperator, InputSide, StatefulOperator
+from imp_core.engine.operators.context import BuildContext, JoinCaching
+from imp_core.engine.schema import COUNT, MULT, RIGHT_MULT, join_columns, nan_flag
 from imp_core.errors import StateError
 from imp_core.plan.expr import Binary, Col, Expr, conjoin
-from imp_core.plan.nodes import Join
+from imp_core.plan.nodes import Join, Plan
 
-
-N_KEY = "__n"  # rows of the other side per join key, in a partner index
+N_KEY = COUNT  # rows of the other side per join key, in a partner index
 PARTNER_KEYS_PER_ROW = 4
-
-
-class JoinSide(Protocol):
-    """Access to one input's current annotated contents, able to join a delta of the other input with them."""
-
-    def join_delta(self, delta: pl.DataFrame, delta_is_left: bool) -> pl.DataFrame:
-        """``delta ⋈ contents`` (or ``contents ⋈ delta``) with left columns first, ``__mult`` = product."""
-        ...
-
-    def summary(self, keys: list[str], max_rows: int) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
-        """The side's annotated rows if there are at most ``max_rows``, else its join-key counts (``__n``);
-        ``(None, None)`` when the side is in memory anyway (nothing to cache)."""
-        ...
-
-    def rows_with_keys(self, keys: list[str], values: pl.DataFrame, max_rows: int) -> pl.DataFrame | None:
-        """The side's annotated rows whose ``keys`` equal a row of ``values`` (columns named like ``keys``); None
-        when there are more than ``max_rows`` (0: no limit) or the side is in memory anyway."""
-        ...
-
-    def key_counts(self, keys: list[str], max_keys: int) -> pl.DataFrame | None:
-        """The side's rows per join key (key columns, ``__n``); None when it has more than ``max_keys`` distinct
-        keys or is in memory anyway."""
-        ...
-
-
-@dataclass(frozen=True)
-class JoinCaching:
-    """Which side caches a join may build (``imp_core.config.Optimizations``)."""
-
-    bloom: bool = True
-    small_rows: int = 0  # 0: never keep a side whole
-    partner_rows: int = 0  # 0: no partner index
 
 
 @dataclass
@@ -94,7 +43,10 @@ class PartnerIndex:
     fresh: bool = False  # built during this pass: ``keys`` already counts the pass's delta
 
 
-class JoinOp(StatefulOperator):
+class JoinOp(BinaryOperator, StatefulOperator):
+    """A join of two annotated inputs. Its state is the side caches (``caches``, per side: ``("rows", frame)``,
+    ``("partners", PartnerIndex)``, ``("bloom", filter)`` or None until built); without caching it is stateless."""
+
     kind = "join"
 
     def __init__(self, op_id: str, node: Join, caching: JoinCaching | None = None, fingerprint: str = "") -> None:
@@ -129,8 +81,14 @@ class JoinOp(StatefulOperator):
             not any(t.is_float() for t in self.key_types)
         self.reset()
 
+    @classmethod
+    def from_node(cls, node: Plan, ctx: BuildContext) -> JoinOp:
+        assert isinstance(node, Join)
+        return cls(ctx.op_id(cls.kind), node, ctx.join_caching, ctx.fingerprint)
+
     @property
-    def stateful_now(self) -> bool:
+    def keeps_caches(self) -> bool:
+        """Whether this join keeps side caches (an equi-join with some cache switched on): then it has state."""
         return bool(self.left_keys) and (self.caching.bloom or self.caching.small_rows > 0
                                          or self.caching.partner_rows > 0)
 
@@ -138,30 +96,29 @@ class JoinOp(StatefulOperator):
         # per side: ("rows", frame) | ("partners", PartnerIndex) | ("bloom", filter) | None (not built yet)
         self.caches: dict[str, tuple[str, Any] | None] = {"left": None, "right": None}
 
-    def process(self, dl: pl.DataFrame | None, dr: pl.DataFrame | None, left: JoinSide,
-                right: JoinSide) -> pl.DataFrame:
-        parts = []
-        has_l = dl is not None and dl.height > 0
-        has_r = dr is not None and dr.height > 0
-        caching = self.use_caches and self.stateful_now
+    def process(self, left: pl.DataFrame | None, right: pl.DataFrame | None, left_side: InputSide,
+                right_side: InputSide) -> pl.DataFrame:
+        dl = left if left is not None and left.height else None
+        dr = right if right is not None and right.height else None
+        caching = self.use_caches and self.keeps_caches
         if caching:
             # caches describe the sides as of before this pass: bring them to the versions now reached
-            if has_l:
-                self._apply("left", dl)  # type: ignore[arg-type]
-            if has_r:
-                self._apply("right", dr)  # type: ignore[arg-type]
-        if has_l:
-            parts.append(self._join_with("right", right, dl, True, left) if caching  # type: ignore[arg-type]
-                         else right.join_delta(dl, delta_is_left=True))  # type: ignore[arg-type]
-        if has_r:
-            parts.append(self._join_with("left", left, dr, False, right) if caching  # type: ignore[arg-type]
-                         else left.join_delta(dr, delta_is_left=False))  # type: ignore[arg-type]
-        if has_l and has_r:
-            dd = self.join_frames(dl, dr)  # type: ignore[arg-type]
-            parts.append(dd.with_columns(-pl.col(MULT)))
+            if dl is not None:
+                self._apply("left", dl)
+            if dr is not None:
+                self._apply("right", dr)
+        parts = []
+        if dl is not None:
+            parts.append(self._join_with("right", right_side, dl, True, left_side) if caching
+                         else right_side.join_delta(dl, delta_is_left=True))
+        if dr is not None:
+            parts.append(self._join_with("left", left_side, dr, False, right_side) if caching
+                         else left_side.join_delta(dr, delta_is_left=False))
+        if dl is not None and dr is not None:
+            parts.append(self.join_frames(dl, dr).with_columns(-pl.col(MULT)))
         parts = [p for p in parts if p.height]
         if not parts:
-            return self.empty_output()
+            return self.empty_delta()
         return pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0]
 
     # -- side caches ---------------------------------------------------------------------------------------------
@@ -203,7 +160,7 @@ class JoinOp(StatefulOperator):
         """Canonical key columns ``k0..`` renamed to a side's key column names."""
         return keys.select([pl.col(f"k{i}").alias(n) for i, n in enumerate(names)])
 
-    def _build(self, side: str, access: JoinSide, other: JoinSide | None) -> None:
+    def _build(self, side: str, access: InputSide, other: InputSide | None) -> None:
         names = self._names(side)
         small = self.caching.small_rows if self.caching.small_rows > 0 else 0
         rows, key_counts = access.summary(names, small)
@@ -215,7 +172,7 @@ class JoinOp(StatefulOperator):
         bloom = None
         if self.caching.bloom:
             bloom = CountingBloom.for_keys(key_counts.height)
-            bloom.add(self._canonical(key_counts, names), key_counts.get_column("__n").to_numpy())
+            bloom.add(self._canonical(key_counts, names), key_counts.get_column(COUNT).to_numpy())
         if self.caching.partner_rows > 0 and self._same_key_types and other is not None:
             index = self._partner_index(side, access, other, bloom)
             if index is not None:
@@ -224,7 +181,7 @@ class JoinOp(StatefulOperator):
         if bloom is not None:
             self.caches[side] = ("bloom", bloom)
 
-    def _partner_index(self, side: str, access: JoinSide, other: JoinSide,
+    def _partner_index(self, side: str, access: InputSide, other: InputSide,
                        bloom: CountingBloom | None) -> PartnerIndex | None:
         """``side``'s rows with a key the other side has, if there are at most ``partner_rows`` of them."""
         other_side = "right" if side == "left" else "left"
@@ -234,7 +191,7 @@ class JoinOp(StatefulOperator):
         if counts is None:
             return None
         keys = self._canonical(counts, self._names(other_side)).with_columns(
-            counts.get_column("__n").cast(pl.Int64).alias(N_KEY)).drop_nulls().filter(pl.col(N_KEY) > 0)
+            counts.get_column(COUNT).cast(pl.Int64).alias(N_KEY)).drop_nulls().filter(pl.col(N_KEY) > 0)
         names = self._names(side)
         rows = access.rows_with_keys(names, self._named(keys, names), limit)
         if rows is None:
@@ -250,15 +207,15 @@ class JoinOp(StatefulOperator):
             cols.append((normalize_float(x) if t.is_float() else x).alias(f"k{i}"))
         return frame.select(cols)
 
-    def build_caches(self, left: JoinSide, right: JoinSide) -> None:
+    def build_caches(self, left: InputSide, right: InputSide) -> None:
         """Build both side caches now instead of on the first delta (e.g. right after a capture)."""
-        if self.stateful_now:
+        if self.keeps_caches:
             for side, access, other in (("left", left, right), ("right", right, left)):
                 if self.caches[side] is None:
                     self._build(side, access, other)
 
-    def _join_with(self, side: str, access: JoinSide, delta: pl.DataFrame, delta_is_left: bool,
-                   other: JoinSide | None = None) -> pl.DataFrame:
+    def _join_with(self, side: str, access: InputSide, delta: pl.DataFrame, delta_is_left: bool,
+                   other: InputSide | None = None) -> pl.DataFrame:
         """``delta`` joined with ``side``'s contents, using (and lazily building) the side's cache."""
         if self.caches[side] is None:
             self._build(side, access, other)
@@ -276,10 +233,10 @@ class JoinOp(StatefulOperator):
             keep = cache[1].may_contain(self._keys(own, delta))
             delta = delta.filter(pl.Series(keep))
             if delta.height == 0:
-                return self.empty_output()  # no delta row can have a partner: no join at all
+                return self.empty_delta()  # no delta row can have a partner: no join at all
         return access.join_delta(delta, delta_is_left)
 
-    def _join_partners(self, side: str, access: JoinSide, index: PartnerIndex, delta: pl.DataFrame,
+    def _join_partners(self, side: str, access: InputSide, index: PartnerIndex, delta: pl.DataFrame,
                        delta_is_left: bool) -> pl.DataFrame:
         """``delta`` (of the other side) joined through ``side``'s partner index; then the index follows the other
         side's keys: new keys come with their fetched partners, keys whose count reaches 0 leave."""
@@ -311,7 +268,7 @@ class JoinOp(StatefulOperator):
         self._follow_keys(side, index, dkeys, delta.get_column(MULT), fetched)
         parts = [p for p in parts if p.height]
         if not parts:
-            return self.empty_output()
+            return self.empty_delta()
         return pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0]
 
     def _follow_keys(self, side: str, index: PartnerIndex, dkeys: pl.DataFrame, mult: pl.Series,
@@ -379,8 +336,8 @@ class JoinOp(StatefulOperator):
         return {}  # caches are built lazily: they are not part of the state a capture must reproduce
 
     def join_frames(self, left: pl.DataFrame, right: pl.DataFrame) -> pl.DataFrame:
-        """In-memory ``left ⋈ right`` of two annotated relations (both with ``__mult`` and annotations)."""
-        right = rename_for_join(left, right).rename({MULT: "__mult_r"})
+        """In memory, ``left ⋈ right`` of two annotated frames (deltas or relations alike: the join is bilinear)."""
+        right = rename_for_join(left, right).rename({MULT: RIGHT_MULT})
         if self.left_keys:
             lk, rk = self.left_keys, self.right_keys
             casts_l, casts_r = {}, {}
@@ -403,11 +360,10 @@ class JoinOp(StatefulOperator):
             out = left.join(right, how="cross")
         if self.residual is not None and out.height:
             out = out.filter(compile_expr(self.residual).fill_null(False))
-        out = out.with_columns((pl.col(MULT) * pl.col("__mult_r")).alias(MULT)).drop("__mult_r")
+        out = out.with_columns((pl.col(MULT) * pl.col(RIGHT_MULT)).alias(MULT)).drop(RIGHT_MULT)
         out = after_join(out)
-        # interval columns of order-dependent sums (``order_dependence``) do not cross a join
-        return out.select([*self.left_names, *self.right_names, MULT, *ann_cols(out)])
+        return out.select(join_columns(self.left_names, self.right_names, out.columns))
 
-    def empty_output(self) -> pl.DataFrame:
+    def empty_delta(self) -> pl.DataFrame:
         """No change: every output column of the join (both sides), even when only one side had a delta."""
         return pl.DataFrame(schema={**{f.name: polars_type(f.dtype) for f in self.node.schema}, MULT: pl.Int64})

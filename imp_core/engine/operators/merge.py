@@ -1,36 +1,25 @@
-"""Merge μ (paper 5.1): per-fragment counts over the query result, emitting the sketch delta.
+"""Merge μ (paper 5.1), the sink: per-fragment counts over the query result, emitting the sketch delta.
 
 State ``S[ρ]`` = number of result rows (with multiplicity) whose annotation contains ρ. A fragment enters the sketch
-when its count goes 0 → non-zero (``Δ+ ρ``) and leaves it when it goes non-zero → 0 (``Δ− ρ``).
+when its count goes 0 → non-zero (``Δ+ ρ``) and leaves it when it goes non-zero → 0 (``Δ− ρ``). See
+docs/ARCHITECTURE.md, "Operators".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow.compute as pc
 
-from imp_core.engine.annotation import MULT, SET, ann_cols
-from imp_core.engine.operators.base import StatefulOperator
+from imp_core.engine.annotation import ann_cols
+from imp_core.engine.operators.base import SinkOperator, SketchDelta, StatefulOperator
+from imp_core.engine.schema import MULT, SET
 from imp_core.errors import StateError
 
 
-@dataclass(frozen=True)
-class SketchDelta:
-    """Global fragment ids entering (``added``) and leaving (``removed``) the sketch."""
-
-    added: tuple[int, ...]
-    removed: tuple[int, ...]
-
-    @property
-    def empty(self) -> bool:
-        return not self.added and not self.removed
-
-
-class Merge(StatefulOperator):
+class Merge(SinkOperator, StatefulOperator):
     kind = "merge"
 
     def __init__(self, op_id: str, total_fragments: int, fingerprint: str = "") -> None:
@@ -62,6 +51,7 @@ class Merge(StatefulOperator):
         return self.apply_counts(change)
 
     def apply_counts(self, change: np.ndarray) -> SketchDelta:
+        """Add per-fragment count changes (a capture of a query without stateful operators counts on the backend)."""
         before = self.counts
         after = before + change
         if (after < 0).any():
@@ -85,3 +75,6 @@ class Merge(StatefulOperator):
 
     def canonical(self) -> dict[str, pl.DataFrame]:
         return {"counts": pl.DataFrame({"count": self.counts})}
+
+
+__all__ = ["Merge", "SketchDelta"]

@@ -1,9 +1,7 @@
 """Selection (paper 5.2.3): stateless; passes the delta rows that satisfy the condition, annotations unchanged.
 
-A condition over a value Spark computes in an order-dependent way (a float SUM/AVG, see
-``imp_core.engine.order_dependence``) is evaluated *conservatively*: a row passes when the condition is TRUE for some
-value in the intervals its input carries, so the sketch keeps every group that some summation order lets through.
-Such a selection also records in ``__certain`` which rows pass for every value (what a top-k above needs).
+A condition over an order-dependent float SUM/AVG is decided conservatively from the intervals its input carries
+(``imp_core.engine.order_dependence``). See docs/ARCHITECTURE.md, "Operators".
 """
 
 from __future__ import annotations
@@ -11,18 +9,22 @@ from __future__ import annotations
 import polars as pl
 
 from imp_core.engine.evaluate import compile_expr
-from imp_core.engine.operators.base import Operator
-from imp_core.engine.order_dependence import CERTAIN, IntervalCompiler
+from imp_core.engine.operators.base import UnaryOperator
+from imp_core.engine.operators.context import BuildContext
+from imp_core.engine.order_dependence import IntervalCompiler
+from imp_core.engine.schema import CERTAIN
 from imp_core.plan.expr import Expr
+from imp_core.plan.nodes import Plan, Select
 
 
-class Selection(Operator):
-    kind = "selection"
+class Selection(UnaryOperator):
+    kind = "select"
 
     def __init__(self, op_id: str, predicate: Expr, bounded: frozenset[str] | set[str] = frozenset(),
                  conservative: bool = False, flagged_input: bool = False, flagged_output: bool = False) -> None:
-        """``bounded``: the input columns that carry intervals; with ``conservative`` the condition is decided from
-        them; ``flagged_*``: whether the input/output carries ``__certain``."""
+        """``bounded``: the input columns that carry intervals; with ``conservative`` a row passes when the
+        condition is TRUE for some value in them; ``flagged_*``: whether the input/output carries ``__certain``
+        (the rows that pass for every value)."""
         super().__init__(op_id)
         self.predicate = predicate
         self.conservative = conservative
@@ -35,6 +37,13 @@ class Selection(Operator):
                 surely = pl.col(CERTAIN) & surely
             self._cols = [may_true.alias("__may")] + ([surely.alias(CERTAIN)] if flagged_output else [])
 
+    @classmethod
+    def from_node(cls, node: Plan, ctx: BuildContext) -> Selection:
+        assert isinstance(node, Select)
+        role = ctx.role(node)
+        return cls(ctx.op_id(cls.kind), node.predicate, ctx.bounded_input(node), role.conservative,
+                   role.flagged_input, role.flagged_output)
+
     def process(self, delta: pl.DataFrame) -> pl.DataFrame:
         if not self.conservative:
             return delta if delta.height == 0 else delta.filter(self._expr)
@@ -43,3 +52,6 @@ class Selection(Operator):
             lazy = lazy.with_columns(stage)
         out = lazy.with_columns(self._cols).filter(pl.col("__may")).drop(["__may", *self._ic.temps()])
         return out.collect(engine="in-memory")
+
+
+__all__ = ["Selection"]

@@ -1,49 +1,39 @@
 """Top-k (paper 5.2.7): the first ``k`` rows in an order, with bag semantics and ties as in the paper's Fig. 4.
 
 ``τ_{k,O}(R) = {t^m | pos(t) < k, m = min(R(t), k − pos(t))}`` where ``pos(t)`` is the multiplicity of rows strictly
-before ``t`` in the order, so rows tied on the order keys share one position (every tied row is kept: a safe
-superset for any tie-breaking a SQL engine may choose). ``R(t)`` counts every copy of the tuple ``t`` whatever its
-annotation: copies of ``t`` from different fragments are one output row ``t^m`` annotated with the union of their
-fragments (a safe superset), not ``m`` copies each, which would inflate what an aggregation or join above counts.
-
-State: every input row with its annotation and multiplicity (the paper's ordered map ``S[o][⟨t, P⟩]``), as one
-frame. Changes: fold the delta into the state (``S'[o][⟨t,P⟩] = S[o][⟨t,P⟩] + n − m``), then emit ``Δ− τ(S)`` and
-``Δ+ τ(S')`` with the rows common to both cancelled out.
-With a bounded buffer (``buffer`` = l ≥ k, paper 7.2 / 8.4.3) only the best rows are kept: every input row ranked
-up to a *boundary* order key, whole tie groups included, at least l rows. Rows ranked after the boundary are
-unknown, so changes to them are dropped before any state update (aggregate selection, Liu et al.): an insert there
-cannot enter the top-k while the buffer holds k rows, a delete there touches nothing kept. When deletions leave
-fewer than k rows in a cut buffer, the top-k can no longer be known: ``BufferExhaustedError``, and the maintenance
-service recaptures (recording why). The sketch is never wrong in between.
-
-Conservative top-k (``imp_core.engine.order_dependence``): when an ORDER BY key is a value Spark computes in an
-order-dependent way (a float SUM/AVG, carried with its interval) or the input holds rows a conservative selection
-below may have kept without Spark (flagged by ``__certain``), a row is kept when fewer than ``k`` rows are *surely*
-before it: rows that surely exist and whose key interval lies entirely before the row's (keys before the first
-uncertain one compared exactly, keys after it ignored). That keeps every row some summation order could rank within
-``k``; the output values are unchanged, only membership grows. Such a top-k keeps its whole input (no buffer).
+before ``t``, so rows tied on the order keys share one position (every tied row is kept). Copies of a tuple ``t``
+from different fragments are one output row annotated with the union of their fragments. State: every input row with
+its annotation and multiplicity (the paper's ordered map), optionally a bounded buffer (paper 7.2); an order-dependent
+ORDER BY key makes the ranking conservative (``imp_core.engine.order_dependence``). See docs/ARCHITECTURE.md,
+"Operators" and "Optimizations".
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import polars as pl
 
-import numpy as np
-
-from imp_core.engine.annotation import FRAG_DTYPE, MULT, SET, SET_DTYPE, as_sets
-from imp_core.engine.evaluate import compile_expr
-from imp_core.engine.operators.base import StatefulOperator
-from imp_core.engine.order_dependence import CERTAIN, IntervalCompiler
+from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE, as_sets
+from imp_core.engine.evaluate import compile_expr, polars_type
+from imp_core.engine.operators.base import OutputStateOperator
+from imp_core.engine.operators.context import BuildContext
+from imp_core.engine.order_dependence import IntervalCompiler
+from imp_core.engine.schema import CERTAIN, COUNT, MULT, SET, hi_name, lo_name
 from imp_core.errors import BufferExhaustedError, StateError
-from imp_core.plan.nodes import SortKey
+from imp_core.plan.nodes import Plan, SortKey, TopK
 
-N = "__n"
+N = COUNT
 SKEY = "__skey"
 
 
-class TopKOp(StatefulOperator):
+class TopKOp(OutputStateOperator):
+    """The state frame ``rows`` holds every input row (or the buffer's) with its annotation ``__sk``, the
+    annotation as text ``__skey`` (a grouping key) and its multiplicity ``__n``. With a cut buffer, ``boundary`` is
+    the worst order key kept: changes ranked after it are dropped; deletions that leave fewer than ``k`` rows raise
+    ``BufferExhaustedError`` (the service recaptures)."""
+
     kind = "topk"
 
     def __init__(self, op_id: str, order: tuple[SortKey, ...], k: int, schema: dict[str, pl.DataType],
@@ -67,6 +57,19 @@ class TopKOp(StatefulOperator):
                 iv = self._ic.interval(order[self._first_uncertain].expr)
                 self._interval_exprs = [iv.lo.alias("__klo"), iv.hi.alias("__khi")]
         self.reset()
+
+    @classmethod
+    def from_node(cls, node: Plan, ctx: BuildContext) -> TopKOp:
+        assert isinstance(node, TopK)
+        role = ctx.role(node)
+        bounded = ctx.bounded_input(node)
+        schema = {f.name: polars_type(f.dtype) for f in node.schema}
+        for c in sorted(bounded):  # intervals and the certain flag the input carries stay with each row
+            schema[lo_name(c)] = schema[hi_name(c)] = pl.Float64
+        if role.flagged_input:
+            schema[CERTAIN] = pl.Boolean
+        return cls(ctx.op_id(cls.kind), node.order, node.k, schema, ctx.fingerprint, buffer=ctx.topk_buffer,
+                   bounded=bounded, conservative=role.conservative)
 
     def reset(self) -> None:
         self.rows = pl.DataFrame(schema={**self.schema, SET: SET_DTYPE, SKEY: pl.String, N: pl.Int64})
@@ -111,27 +114,32 @@ class TopKOp(StatefulOperator):
             return rows.head(0).select([*self.data_cols, SET, SKEY]).with_columns(pl.lit(0, pl.Int64).alias(MULT))
         if self.conservative:
             return self._conservative_top(rows)
-        s = self._sorted(rows)
-        by = [f"__o{i}" for i in range(len(self.order))]
-        change = pl.lit(False)
-        for c in by:
-            change = change | pl.col(c).ne_missing(pl.col(c).shift(1))
-        s = s.with_columns(change.fill_null(True).cum_sum().alias("__grp"))
-        grp = s.group_by("__grp", maintain_order=True).agg(pl.col(N).sum().alias("__gn"))
-        grp = grp.with_columns((pl.col("__gn").cum_sum() - pl.col("__gn")).alias("__pos"))
-        s = s.join(grp.select("__grp", "__pos"), on="__grp", how="left")
-        s = s.filter(pl.col("__pos") < self.k)
-        # one output row per tuple t: R(t) over all its annotations, the union of those annotations
+        s, groups = self._tie_groups(self._sorted(rows))
+        s = s.join(groups.select("__grp", "__pos"), on="__grp", how="left").filter(pl.col("__pos") < self.k)
+        return self._one_row_per_tuple(s, pl.col("__pos").first())
+
+    def _tie_groups(self, s: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """A sorted frame with each row's tie group ``__grp``, and per group its rows ``__gn`` and position
+        ``__pos`` (the rows strictly before it)."""
+        s = s.with_columns(_group_number([f"__o{i}" for i in range(len(self.order))]).alias("__grp"))
+        groups = s.group_by("__grp", maintain_order=True).agg(pl.col(N).sum().alias("__gn"))
+        return s, groups.with_columns((pl.col("__gn").cum_sum() - pl.col("__gn")).alias("__pos"))
+
+    def _one_row_per_tuple(self, s: pl.DataFrame, position: pl.Expr) -> pl.DataFrame:
+        """The kept rows ``s`` as output rows: one per tuple t, with ``min(R(t), k − pos)`` copies (``R(t)`` over all
+        its annotations) and the union of those annotations."""
         s = (s.group_by(self.data_cols, maintain_order=True)
              .agg(pl.col(N).sum(), pl.col(SET).list.explode(keep_nulls=False, empty_as_null=False)
-                  .unique().sort().cast(FRAG_DTYPE), pl.col("__pos").first()))
+                  .unique().sort().cast(FRAG_DTYPE), position))
         s = s.with_columns(pl.min_horizontal(pl.col(N), pl.lit(self.k) - pl.col("__pos")).alias(MULT),
                            pl.col(SET).cast(pl.List(pl.String)).list.join(",").alias(SKEY))
         return s.select([*self.data_cols, SET, SKEY, MULT])
 
     def _conservative_top(self, rows: pl.DataFrame) -> pl.DataFrame:
-        """Rows with fewer than ``k`` rows surely before them (see the module docstring), with ``min(R(t), k − pos)``
-        copies, ``pos`` counting only the surely earlier rows."""
+        """Rows with fewer than ``k`` rows surely before them, with ``min(R(t), k − pos)`` copies, ``pos`` counting
+        only the surely earlier rows: rows that surely exist (``__certain``) and whose key interval lies entirely
+        before the row's (keys before the first uncertain one compared exactly, keys after it ignored). That keeps
+        every row some summation order could rank within ``k``; values are unchanged, only membership grows."""
         j = self._first_uncertain
         prefix = [f"__o{i}" for i in range(j)]
         r = rows.with_columns(self._order_exprs[:j])
@@ -142,10 +150,7 @@ class TopKOp(StatefulOperator):
             s = r.select(prefix).with_row_index("__i").sort(
                 by=prefix, descending=[x.descending for x in self.order[:j]],
                 nulls_last=[not x.effective_nulls_first for x in self.order[:j]], maintain_order=True)
-            change = pl.lit(False)
-            for c in prefix:
-                change = change | pl.col(c).ne_missing(pl.col(c).shift(1))
-            s = s.with_columns((change.fill_null(True).cum_sum() - 1).alias("__pr"))
+            s = s.with_columns((_group_number(prefix) - 1).alias("__pr"))
             group = np.empty(r.height, dtype=np.int64)
             group[s.get_column("__i").to_numpy()] = s.get_column("__pr").to_numpy()
         else:
@@ -173,25 +178,20 @@ class TopKOp(StatefulOperator):
         cum = np.concatenate([[0], np.cumsum(weight[order])])
         pos = cum[np.searchsorted(as_earlier[order], as_later, side="left")]
         s = rows.with_columns(pl.Series("__pos", pos, dtype=pl.Int64)).filter(pl.col("__pos") < self.k)
-        s = (s.group_by(self.data_cols, maintain_order=True)
-             .agg(pl.col(N).sum(), pl.col(SET).list.explode(keep_nulls=False, empty_as_null=False)
-                  .unique().sort().cast(FRAG_DTYPE), pl.col("__pos").min()))
-        s = s.with_columns(pl.min_horizontal(pl.col(N), pl.lit(self.k) - pl.col("__pos")).alias(MULT),
-                           pl.col(SET).cast(pl.List(pl.String)).list.join(",").alias(SKEY))
-        return s.select([*self.data_cols, SET, SKEY, MULT])
+        return self._one_row_per_tuple(s, pl.col("__pos").min())
 
     # -- incremental maintenance -----------------------------------------------------------------------------------
 
     def process(self, delta: pl.DataFrame) -> pl.DataFrame:
         if delta.height == 0:
-            return self._empty()
+            return self.empty_delta()
         d = as_sets(delta)
         d = d.with_columns(pl.col(SET).cast(pl.List(pl.String)).list.join(",").alias(SKEY))
         d = d.group_by([*self.data_cols, SKEY]).agg(pl.col(MULT).sum().alias("__dn"), pl.col(SET).first())
         if self.truncated:
             d = self._within_boundary(d)
             if d.height == 0:
-                return self._empty()
+                return self.empty_delta()
         old_top = self.top()
         keys = [*self.data_cols, SKEY]
         # fold by grouping, not joining: polars joins do not match NaN with NaN reliably, its group-by does
@@ -232,14 +232,8 @@ class TopKOp(StatefulOperator):
         if total <= self.buffer:
             return
         by = [f"__o{i}" for i in range(len(self.order))]
-        s = self._sorted(self.rows)
-        change = pl.lit(False)
-        for c in by:
-            change = change | pl.col(c).ne_missing(pl.col(c).shift(1))
-        s = s.with_columns(change.fill_null(True).cum_sum().alias("__grp"))
-        grp = s.group_by("__grp", maintain_order=True).agg(pl.col(N).sum().alias("__gn"))
-        grp = grp.with_columns((pl.col("__gn").cum_sum() - pl.col("__gn")).alias("__pos"))
-        last = int(grp.filter(pl.col("__pos") < self.buffer).get_column("__grp").max())  # type: ignore[arg-type]
+        s, groups = self._tie_groups(self._sorted(self.rows))
+        last = int(groups.filter(pl.col("__pos") < self.buffer).get_column("__grp").max())  # type: ignore[arg-type]
         kept = s.filter(pl.col("__grp") <= last)
         if kept.height == s.height:
             return
@@ -254,8 +248,19 @@ class TopKOp(StatefulOperator):
         out = out.filter(pl.col(MULT) != 0)
         return out.select([*self.data_cols, MULT, SET])
 
-    def current_output(self) -> pl.DataFrame:
+    def output_relation(self) -> pl.DataFrame:
         return self.top().select([*self.data_cols, MULT, SET])
 
-    def _empty(self) -> pl.DataFrame:
+    def empty_delta(self) -> pl.DataFrame:
         return pl.DataFrame(schema={**self.schema, MULT: pl.Int64, SET: SET_DTYPE})
+
+
+def _group_number(by: list[str]) -> pl.Expr:
+    """In a sorted frame, the 1-based number of each row's group of equal ``by`` values."""
+    change = pl.lit(False)
+    for c in by:
+        change = change | pl.col(c).ne_missing(pl.col(c).shift(1))
+    return change.fill_null(True).cum_sum()
+
+
+__all__ = ["TopKOp"]

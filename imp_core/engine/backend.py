@@ -1,0 +1,91 @@
+"""What the engine asks of the engine that holds the tables: capture inputs, joins of a delta with an input, and
+(optionally) look-ups that build join caches.
+
+A backend receives a plan subtree as a ``Relation`` (the node, how its scans are annotated, and the current contents
+of its parts that follow from operator state) and the table versions to read; it never calls back into the
+pipeline. See docs/ARCHITECTURE.md, "Passes and backends".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import polars as pl
+
+from imp_core.engine.annotation import AnnotationLayout
+from imp_core.engine.operators.partials import PartialLayout, Partials
+from imp_core.plan.nodes import Join, Plan
+
+Versions = dict[str, int]
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A plan subtree as a backend computes it: ``node``, the annotation of the plan's scans, and ``from_state``:
+    the subtrees below ``node`` whose current annotated contents follow from operator state alone, with those
+    contents (the backend uses them instead of computing the subtrees; matched by identity)."""
+
+    node: Plan
+    annotations: AnnotationLayout
+    from_state: tuple[tuple[Plan, pl.DataFrame], ...] = ()
+
+    def state_of(self, node: Plan) -> pl.DataFrame | None:
+        """The contents of ``node`` if it is one of ``from_state``."""
+        return next((frame for n, frame in self.from_state if n is node), None)
+
+
+class CaptureBackend(Protocol):
+    """Full relations at pinned versions, for a capture (full maintenance)."""
+
+    def aggregate_input(self, child: Relation, layout: PartialLayout, versions: Versions) -> Partials:
+        """The whole input of a frontier aggregation (``child``, which reads only tables), folded per group and
+        fragment in the aggregation's ``layout``."""
+        ...
+
+    def relation(self, rel: Relation, versions: Versions) -> pl.DataFrame:
+        """``rel``'s full annotated contents as an all-insert frame (the input of a frontier top-k)."""
+        ...
+
+    def fragment_counts(self, rel: Relation, versions: Versions) -> np.ndarray:
+        """Per global fragment, the number of rows of ``rel`` whose annotation contains it (a query without
+        stateful operators)."""
+        ...
+
+
+class JoinBackend(Protocol):
+    """Joins of a delta with one input of a join at the versions a pass has reached."""
+
+    def join_delta(self, join: Join, delta: pl.DataFrame, delta_is_left: bool, other: Relation,
+                   versions: Versions) -> pl.DataFrame:
+        """``delta ⋈ other`` (or ``other ⋈ delta``) under ``join``'s condition: the join's output columns
+        (``imp_core.engine.schema.join_columns``) with ``__mult`` the product of both multiplicities."""
+        ...
+
+
+@runtime_checkable
+class JoinCacheBackend(Protocol):
+    """Optional: the look-ups that build join side caches (a backend without them gets no caches)."""
+
+    def side_summary(self, side: Relation, keys: list[str], max_rows: int,
+                     versions: Versions) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+        """``side``'s annotated rows if at most ``max_rows``, else its join-key counts (key columns, ``__n``)."""
+        ...
+
+    def rows_with_keys(self, side: Relation, keys: list[str], values: pl.DataFrame, max_rows: int,
+                       versions: Versions) -> pl.DataFrame | None:
+        """``side``'s annotated rows whose ``keys`` match a row of ``values``; None beyond ``max_rows`` (0: no
+        limit)."""
+        ...
+
+    def key_counts(self, side: Relation, keys: list[str], max_keys: int, versions: Versions) -> pl.DataFrame | None:
+        """``side``'s rows per join key (key columns, ``__n``); None beyond ``max_keys`` keys."""
+        ...
+
+
+class Backend(CaptureBackend, JoinBackend, Protocol):
+    """A backend a capture and any maintenance pass can use."""
+
+
+__all__ = ["Backend", "CaptureBackend", "JoinBackend", "JoinCacheBackend", "Relation", "Versions"]

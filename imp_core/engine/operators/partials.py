@@ -1,0 +1,304 @@
+"""The partial-aggregate layout of an aggregation, as data: which accumulator columns exist, their types, and what
+each row contributes to them.
+
+An aggregation's state and every batch it folds in share one layout (``PartialLayout``): per group, the row count
+and, per aggregate, accumulator columns each of which adds up one ``Term`` of the group's rows times their
+multiplicity. Backends compile the layout (the Spark backend maps every ``Term`` to a Spark column); the engine
+computes it with polars for deltas, with exact float sums (``imp_core.engine.exact_sum``). See
+docs/ARCHITECTURE.md, "Operators".
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import NamedTuple
+
+import polars as pl
+import pyarrow as pa
+
+from imp_core.engine.annotation import FRAG_DTYPE, pairs_lazy
+from imp_core.engine.evaluate import compile_expr, polars_type
+from imp_core.engine.exact_sum import fold_levels, split_contributions
+from imp_core.engine.float_keys import float_order_key, nan_free, normalize_float
+from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, NO_GROUP, VALUE, nan_flag
+from imp_core.plan.expr import AggCall, Expr
+
+Frame = pl.DataFrame | pl.LazyFrame
+
+
+class Term(enum.Enum):
+    """What one row contributes to an accumulator column, before it is multiplied by the row's multiplicity."""
+
+    ROWS = "rows"  # 1: the group's row count
+    NON_NULL = "non_null"  # 1 where the argument is not NULL
+    NAN = "nan"  # 1 where the float argument is NaN
+    POS_INF = "pos_inf"  # 1 where it is +inf
+    NEG_INF = "neg_inf"  # 1 where it is -inf
+    FINITE = "finite"  # the float argument where finite (0 otherwise), summed exactly, with a compensation column
+    FINITE_ABS = "finite_abs"  # its absolute value, likewise (the interval of an order-dependent sum needs it)
+    WRAPPED = "wrapped"  # the integer argument as BIGINT: the sum wraps around like Spark's (non-ANSI) bigint SUM
+    EXACT = "exact"  # the argument as DECIMAL(38, s): an exact sum
+    EXACT_ABS = "exact_abs"  # its absolute value as DECIMAL(38, s)
+
+
+COUNTS = (Term.ROWS, Term.NON_NULL, Term.NAN, Term.POS_INF, Term.NEG_INF)
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    """One accumulator column: ``name`` adds up ``term`` of aggregate ``agg``'s argument (None: of the row) times
+    the multiplicity. A ``FINITE``/``FINITE_ABS`` sum has a ``compensation`` column next to it in the state (and in
+    partials that carry their error term)."""
+
+    name: str
+    term: Term
+    agg: int | None
+    dtype: pl.DataType
+    compensation: str | None = None
+
+
+
+class AggColumns(NamedTuple):
+    """The state columns of aggregate j: its non-NULL count, its sum with the sum's compensation term, Σ|x| with
+    its compensation (for the interval of an order-dependent sum), the current MIN/MAX, and the float argument's
+    NaN, +inf and -inf counts."""
+
+    non_null: str
+    sum: str
+    compensation: str
+    abs_sum: str
+    abs_compensation: str
+    extreme: str
+    nan: str
+    pos_inf: str
+    neg_inf: str
+
+
+def agg_columns(j: int) -> AggColumns:
+    return AggColumns(*(f"__{prefix}{j}" for prefix in ("n", "s", "c", "a", "ac", "m", "nan", "inf", "ninf")))
+
+def accumulator_type(a: AggCall) -> pl.DataType:
+    """The accumulator of a SUM/AVG: Int64 (wrapping like Spark's bigint SUM), DECIMAL(38, 0) for an integer AVG
+    (exact), DECIMAL(38, s), or Float64 (finite part, with a compensation term)."""
+    assert a.arg is not None
+    t = a.arg.dtype
+    if pa.types.is_integer(t):
+        return pl.Decimal(38, 0) if a.func == "avg" else pl.Int64
+    if pa.types.is_decimal(t):
+        return pl.Decimal(38, t.scale)
+    return pl.Float64
+
+
+def _accumulators(j: int, a: AggCall, bounded: bool) -> list[Accumulator]:
+    if a.arg is None:
+        return []
+    cols = agg_columns(j)
+    out = [Accumulator(cols.non_null, Term.NON_NULL, j, pl.Int64)]
+    if a.func not in ("sum", "avg"):
+        return out
+    acc = accumulator_type(a)
+    if acc == pl.Float64:
+        out.append(Accumulator(cols.sum, Term.FINITE, j, pl.Float64, cols.compensation))
+        out += [Accumulator(cols.nan, Term.NAN, j, pl.Int64), Accumulator(cols.pos_inf, Term.POS_INF, j, pl.Int64),
+                Accumulator(cols.neg_inf, Term.NEG_INF, j, pl.Int64)]
+        if bounded:
+            out.append(Accumulator(cols.abs_sum, Term.FINITE_ABS, j, pl.Float64, cols.abs_compensation))
+    elif acc == pl.Int64:
+        out.append(Accumulator(cols.sum, Term.WRAPPED, j, acc))
+    else:
+        out.append(Accumulator(cols.sum, Term.EXACT, j, acc))
+        if bounded:  # Σ|x| of an integer AVG (exact: |−2^63| does not fit a bigint)
+            out.append(Accumulator(cols.abs_sum, Term.EXACT_ABS, j, acc))
+    return out
+
+
+@dataclass
+class Partials:
+    """A batch (or a capture's whole input) folded per group: ``groups`` (state keys, ``__cnt`` and accumulator
+    columns), ``fragments`` (changes of ``F_g``: state keys, ``__frag``, ``__n``) and, per MIN/MAX aggregate,
+    ``values`` (value-count changes: state keys, ``__v``, ``__n``). ``groups`` and ``fragments`` may be lazy."""
+
+    groups: Frame
+    fragments: Frame
+    values: dict[int, pl.DataFrame] = field(default_factory=dict)
+
+
+class PartialLayout:
+    """The layout of one aggregation's groups: state key columns and accumulator columns.
+
+    Float GROUP BY keys are stored NaN-free (``imp_core.engine.float_keys``); without GROUP BY there is one group
+    with the constant key ``__gk``. ``bounded`` are the aggregates whose interval an operator above reads.
+    """
+
+    def __init__(self, keys: tuple[tuple[str, Expr], ...], aggs: tuple[tuple[str, AggCall], ...],
+                 key_types: dict[str, pl.DataType], bounded: frozenset[int] = frozenset()) -> None:
+        self.keys = keys
+        self.aggs = aggs
+        self.float_keys = [n for n, _ in keys if key_types[n] in (pl.Float32, pl.Float64)]
+        self.plain_keys = [n for n, _ in keys] if keys else [NO_GROUP]
+        self.key_names = [*self.plain_keys, *[nan_flag(n) for n in self.float_keys]]
+        self.key_types: dict[str, pl.DataType] = ({**key_types, **{nan_flag(n): pl.Boolean for n in self.float_keys}}
+                                                  if keys else {NO_GROUP: pl.Int8})
+        self.minmax = [j for j, (_, a) in enumerate(aggs) if a.func in ("min", "max")]
+        self.accumulators = [Accumulator(GROUP_ROWS, Term.ROWS, None, pl.Int64)]
+        for j, (_, a) in enumerate(aggs):
+            self.accumulators += _accumulators(j, a, j in bounded)
+
+    def of_agg(self, j: int) -> list[Accumulator]:
+        return [c for c in self.accumulators if c.agg == j]
+
+    @property
+    def compensated(self) -> list[Accumulator]:
+        """The exactly summed float accumulators (each with a compensation column)."""
+        return [c for c in self.accumulators if c.compensation is not None]
+
+    def float_values(self, j: int) -> bool:
+        """Whether MIN/MAX ``j`` is over floats (its multiset keeps them as order keys)."""
+        arg = self.aggs[j][1].arg
+        return arg is not None and polars_type(arg.dtype) == pl.Float64
+
+    def value_type(self, j: int) -> pl.DataType:
+        """The type of MIN/MAX ``j``'s multiset values."""
+        arg = self.aggs[j][1].arg
+        assert arg is not None
+        return pl.Int64 if self.float_values(j) else polars_type(arg.dtype)
+
+    # -- plain values (a backend's output) in the state's layout ----------------------------------------------------
+
+    def encode_keys(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """A frame with the plain key columns cast to the state's key types and float keys NaN-free."""
+        casts = {k: self.key_types[k] for k in self.plain_keys if frame.schema[k] != self.key_types[k]}
+        frame = frame.cast(casts, strict=False) if casts else frame  # type: ignore[arg-type]
+        if not self.float_keys:
+            return frame
+        return frame.with_columns([x for n in self.float_keys for x in nan_free(pl.col(n), n)])
+
+    def encode_values(self, j: int, vals: pl.DataFrame) -> pl.DataFrame:
+        """MIN/MAX value counts (``__v`` plain values) in the multiset's layout (doubles as order keys)."""
+        if not self.float_values(j):
+            return vals
+        v = vals.get_column(VALUE).cast(pl.Float64).to_numpy()
+        return vals.with_columns(pl.Series(VALUE, float_order_key(v), dtype=pl.Int64))
+
+    def from_grouped(self, rows: pl.DataFrame, fragment_columns: list[str],
+                     values: dict[int, pl.DataFrame]) -> Partials:
+        """Partials from rows grouped by (state keys, fragment columns) with the accumulator columns summed."""
+        keys = self.key_names
+        summed = [c.name for c in self.accumulators if c.name in rows.columns]
+        groups = rows.group_by(keys).agg([pl.col(c).sum() for c in summed])
+        parts = [rows.select([*keys, pl.col(c).cast(FRAG_DTYPE).alias(FRAG), pl.col(GROUP_ROWS).alias(COUNT)])
+                 for c in fragment_columns]
+        if parts:
+            fragments = pl.concat(parts).group_by([*keys, FRAG]).agg(pl.col(COUNT).sum())
+        else:
+            fragments = pl.DataFrame(schema={**{k: self.key_types[k] for k in keys}, FRAG: FRAG_DTYPE,
+                                             COUNT: pl.Int64})
+        return Partials(groups, fragments, values)
+
+    # -- partials of an annotated delta, with polars --------------------------------------------------------------
+
+    @cached_property
+    def _inputs(self) -> list[pl.Expr]:
+        """The state keys and every aggregate's argument (``__arg{j}``) of a delta row."""
+        if self.keys:
+            keys = [x for n, e in self.keys for x in
+                    (nan_free(compile_expr(e), n) if n in self.float_keys else [compile_expr(e).alias(n)])]
+        else:
+            keys = [pl.lit(0, dtype=pl.Int8).alias(NO_GROUP)]
+        args = []
+        for j, (_, a) in enumerate(self.aggs):
+            if a.arg is None:
+                continue
+            x = compile_expr(a.arg)
+            if a.func in ("min", "max") and self.float_values(j):
+                x = normalize_float(x)
+            args.append(x.alias(f"__arg{j}"))
+        return keys + args
+
+    @cached_property
+    def _sources(self) -> tuple[list[tuple[int, Term]], dict[str, int]]:
+        """The distinct exactly summed float sources (the aggregate whose argument is read, and the term), and the
+        source each compensated accumulator adds up: SUM(x) and AVG(x) share the split of x."""
+        distinct: list[tuple[Expr | None, Term]] = []
+        sources: list[tuple[int, Term]] = []
+        source_of: dict[str, int] = {}
+        for c in self.compensated:
+            assert c.agg is not None
+            key = (self.aggs[c.agg][1].arg, c.term)
+            if key not in distinct:
+                distinct.append(key)
+                sources.append((c.agg, c.term))
+            source_of[c.name] = distinct.index(key)
+        return sources, source_of
+
+    @cached_property
+    def _row_terms(self) -> tuple[list[pl.Expr], list[str]]:
+        """Per-row terms of the partial aggregates (computed before the group-by, so it only adds columns up: polars
+        evaluates any other expression inside an aggregation once per group), and the names it adds up."""
+        m = pl.col(MULT)
+        cols = [*[pl.col(k) for k in self.key_names]]
+        sums = []
+        for c in self.accumulators:
+            if c.compensation is not None:
+                continue
+            arg = pl.col(f"__arg{c.agg}")
+            x = arg.cast(pl.Float64)
+            term = {Term.ROWS: m,
+                    Term.NON_NULL: pl.when(arg.is_not_null()).then(m).otherwise(0),
+                    Term.NAN: pl.when(x.is_nan()).then(m).otherwise(0),
+                    Term.POS_INF: pl.when(x == float("inf")).then(m).otherwise(0),
+                    Term.NEG_INF: pl.when(x == float("-inf")).then(m).otherwise(0)}.get(c.term)
+            if term is None:  # WRAPPED, EXACT, EXACT_ABS: in the accumulator's own type
+                v = arg.cast(c.dtype)
+                term = (v.abs() if c.term == Term.EXACT_ABS else v) * m.cast(c.dtype)
+            cols.append(term.alias(c.name))
+            sums.append(c.name)
+        if self.compensated:
+            # NULL, NaN and ±inf contribute nothing to the finite part (they are counted apart)
+            for i, (j, term) in enumerate(self._sources[0]):
+                x = pl.col(f"__arg{j}").cast(pl.Float64)
+                x = pl.when(x.is_finite()).then(x.abs() if term == Term.FINITE_ABS else x).otherwise(0.0)
+                cols.append(x.fill_null(0.0).alias(f"__v{i}"))
+            keys = self.key_names
+            cols.append((pl.col(keys[0]).hash() if len(keys) == 1 else pl.struct(keys).hash()).alias("__h"))
+        return cols, sums
+
+    def of_delta(self, delta: pl.DataFrame) -> Partials:
+        """Fold an annotated delta per group."""
+        keys = self.key_names
+        d = delta.with_columns(self._inputs)
+        fragments = (pairs_lazy(d.lazy(), keys).group_by([*keys, FRAG])
+                     .agg(pl.col(MULT).sum().alias(COUNT)).collect(engine="in-memory"))
+        values = {j: self.encode_values(j, d.select([*keys, pl.col(f"__arg{j}").alias(VALUE), MULT])
+                                        .filter(pl.col(VALUE).is_not_null())
+                                        .group_by([*keys, VALUE]).agg(pl.col(MULT).sum().alias(COUNT)))
+                  for j in self.minmax}
+        return Partials(self._groups_of(d), fragments, values)
+
+    def _groups_of(self, d: pl.DataFrame) -> pl.DataFrame:
+        keys = self.key_names
+        cols, sums = self._row_terms
+        base = d.select(cols)
+        if not self.compensated:
+            return base.group_by(keys).agg([pl.col(c).sum() for c in sums])
+        sources, source_of = self._sources
+        split = split_contributions([base.get_column(f"__v{i}").to_numpy() for i in range(len(sources))],
+                                    base.get_column(GROUP_ROWS).to_numpy(), base.get_column("__h").to_numpy())
+        levels = [pl.Series(f"__x{i}_{level}", x, dtype=pl.Float64)
+                  for i, parts in enumerate(split) for level, x in enumerate(parts)]
+        out = base.hstack(levels).group_by(keys).agg([pl.col(c).sum() for c in [*sums, *(s.name for s in levels)]])
+        folded = []
+        for c in self.compensated:
+            i = source_of[c.name]
+            head = out.get_column(f"__x{i}_0").to_numpy()
+            rest = out.get_column(f"__x{i}_1").to_numpy() + out.get_column(f"__x{i}_2").to_numpy()
+            total, err = fold_levels(head, rest)
+            folded += [pl.Series(c.name, total, dtype=pl.Float64),
+                       pl.Series(c.compensation, err, dtype=pl.Float64)]
+        return out.select([*keys, *sums]).hstack(folded)
+
+
+__all__ = ["COUNTS", "Accumulator", "AggColumns", "PartialLayout", "Partials", "Term", "accumulator_type",
+           "agg_columns"]

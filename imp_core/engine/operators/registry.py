@@ -1,0 +1,43 @@
+"""Which operator class maintains each kind of plan node, and what building one needs besides the node.
+
+See docs/ARCHITECTURE.md, "How to add an operator".
+"""
+
+from __future__ import annotations
+
+from imp_core.engine.operators.aggregation import Aggregation
+from imp_core.engine.operators.base import Operator
+from imp_core.engine.operators.context import BuildContext
+from imp_core.engine.operators.distinct import DistinctOp
+from imp_core.engine.operators.join import JoinOp
+from imp_core.engine.operators.projection import Projection
+from imp_core.engine.operators.selection import Selection
+from imp_core.engine.operators.table_access import TableAccess
+from imp_core.engine.operators.topk import TopKOp
+from imp_core.errors import UnsupportedError
+from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK
+
+OPERATORS: dict[type[Plan], type[Operator]] = {
+    Scan: TableAccess,
+    Select: Selection,
+    Project: Projection,
+    Join: JoinOp,
+    Aggregate: Aggregation,
+    Distinct: DistinctOp,
+    TopK: TopKOp,
+}
+
+
+def build_operator(node: Plan, ctx: BuildContext) -> Operator:
+    """The incremental operator for ``node``.
+
+    Raises:
+        UnsupportedError: No operator maintains this kind of node.
+    """
+    cls = OPERATORS.get(type(node))
+    if cls is None:
+        raise UnsupportedError(f"plan node {type(node).__name__} has no incremental operator")
+    return cls.from_node(node, ctx)
+
+
+__all__ = ["OPERATORS", "build_operator"]

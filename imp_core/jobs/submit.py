@@ -59,6 +59,7 @@ def run(service: SketchService, job: Job) -> dict[str, Any]:
         out["unusable"] = group.unusable
         out["change_feed_reads"] = group.feed_reads
         out["spark_started"] = group.spark_started
+        out["sketch_seconds"] = group.seconds
         error = group.error()
         if error is not None:
             out["status"], out["error"] = "failed", str(error)

@@ -14,6 +14,7 @@ sketch without stopping the others. See docs/ARCHITECTURE.md "Grouped maintenanc
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -99,6 +100,7 @@ class GroupResult:
     unusable: dict[str, str] = field(default_factory=dict)  # found unusable on the way: marked so in the catalog
     feed_reads: dict[str, int] = field(default_factory=dict)
     spark_started: bool = False
+    seconds: dict[str, float] = field(default_factory=dict)  # per sketch, and "planning" for the shared reads' plan
 
     def error(self) -> GroupFailedError | None:
         """The job's error when any sketch failed (listing them), else None."""
@@ -134,10 +136,13 @@ def maintain_group(parts: Parts, sketches: Sequence[str], strategy: str | None =
     newest = catalog.runs(limit=1)
     watermark = newest[0].id if newest else 0
     with parts.shared_reads(ChangeFeeds()) as feeds:
+        started = time.perf_counter()
         if chosen is not Strategy.RECAPTURE:
             for name in sketches:
                 _plan_reads(parts, feeds, name)
+        out.seconds["planning"] = round(time.perf_counter() - started, 3)
         for name in sketches:
+            started = time.perf_counter()
             try:
                 out.results[name] = maintain.maintain(parts, name, chosen, batch_size, trigger, allow_recapture)
             except SketchUnusableError as e:  # marked unusable (queries run without it): not this job's failure
@@ -147,6 +152,7 @@ def maintain_group(parts: Parts, sketches: Sequence[str], strategy: str | None =
                 out.failed[name] = first_line(e)
                 log.error("sketch %s failed: %s", name, out.failed[name])
                 _record_failure(catalog, name, chosen, trigger, out.failed[name], watermark)
+            out.seconds[name] = round(time.perf_counter() - started, 3)
         out.feed_reads = dict(feeds.reads)
     out.spark_started = parts.spark_started
     return out

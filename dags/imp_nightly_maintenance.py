@@ -1,11 +1,15 @@
-"""Nightly batched eager maintenance of every stale sketch, one spark-submit job per sketch.
+"""Nightly batched eager maintenance of every stale sketch, one job per group of sketches.
 
-Wiring only: ``imp_core.airflow.tasks`` lists the stale sketches and reads the report back from the catalog;
-``imp_core/jobs/submit.py maintain`` does the work under spark-submit.
+Wiring only: ``imp_core.airflow.tasks`` groups the stale sketches by the tables they read and reads the report back
+from the catalog; ``imp_core/jobs/submit.py maintain-group`` maintains a group in one Spark application, each table's
+change feed read once for all of its sketches.
 
 Environment: ``IMP_NIGHTLY_CRON`` (default ``0 2 * * *``), ``IMP_NIGHTLY_BATCH_SIZE`` (default 1000 change rows per
-committed version), ``IMP_MAINTENANCE_CONCURRENCY`` (jobs at once, default 2). Connections: ``spark_default``
-(the Spark master) and optionally ``imp_catalog`` (else ``IMP_CATALOG_URL`` or the embedded catalog).
+committed version), ``IMP_MAINTENANCE_GROUP_SIZE`` (sketches per job, default 25; 1: one job per sketch),
+``IMP_MAINTENANCE_CONCURRENCY`` (jobs at once, default 2), ``IMP_MAINTENANCE_RUNNER`` (``spark-submit``, default,
+or ``connect``: jobs on a running Spark Connect server). Connections: ``spark_default`` (the Spark master) or
+``spark_connect_default`` (the Connect server), and optionally ``imp_catalog`` (else ``IMP_CATALOG_URL`` or the
+embedded catalog). See docs/AIRFLOW.md.
 """
 
 from __future__ import annotations
@@ -16,9 +20,9 @@ from typing import Any
 
 from airflow.sdk import Param, dag, task
 
-from imp_core.airflow import CHECK_TIMEOUT, JOB_TIMEOUT, tasks
-from imp_core.airflow.operators import ImpSparkSubmitOperator
-from imp_core.jobs import sketch_of
+from imp_core.airflow import CHECK_TIMEOUT, JOB_TIMEOUT, group_size, tasks
+from imp_core.airflow.operators import job_operator
+from imp_core.jobs import group_label, sketches_of
 from imp_core.maintenance.strategy import Strategy
 
 
@@ -29,26 +33,30 @@ from imp_core.maintenance.strategy import Strategy
     catchup=False,
     max_active_runs=1,
     default_args={"retries": 2, "retry_delay": timedelta(minutes=5)},
+    user_defined_macros={"group_label": group_label, "sketches_of": sketches_of},
     params={
         "batch_size": Param(int(os.environ.get("IMP_NIGHTLY_BATCH_SIZE", "1000")), type="integer", minimum=1,
                             title="Batch size",
                             description="Eager maintenance commits one sketch version per batch of at least this "
                                         "many change rows."),
+        "group_size": Param(group_size(), type="integer", minimum=1, title="Group size",
+                            description="Most sketches one job (one Spark application) maintains; sketches reading "
+                                        "the same tables share a job and their change feeds. 1: a job per sketch."),
     },
     tags=["imp"],
     doc_md=__doc__,
-    user_defined_macros={"sketch_of": sketch_of},
 )
 def imp_nightly_maintenance() -> None:
     @task(execution_timeout=CHECK_TIMEOUT)
-    def list_stale_sketches(**context: Any) -> list[list[str]]:
-        return tasks.stale_maintenance_args(context, Strategy.EAGER, context["params"]["batch_size"])
+    def list_stale_groups(**context: Any) -> list[list[str]]:
+        params = context["params"]
+        return tasks.stale_group_args(context, params["group_size"], Strategy.EAGER, params["batch_size"])
 
-    submitted = list_stale_sketches()
-    maintained = ImpSparkSubmitOperator.partial(
-        task_id="maintain_sketch",
+    submitted = list_stale_groups()
+    maintained = job_operator().partial(
+        task_id="maintain_group",
         max_active_tis_per_dag=int(os.environ.get("IMP_MAINTENANCE_CONCURRENCY", "2")),
-        map_index_template="{{ sketch_of(task.application_args) }}",
+        map_index_template="{{ group_label(sketches_of(task.application_args)) }}",
         execution_timeout=JOB_TIMEOUT,
     ).expand(application_args=submitted)
 

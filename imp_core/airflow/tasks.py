@@ -8,16 +8,17 @@ an ordinary error, so the task's retries apply. See docs/AIRFLOW.md.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from imp_core.airflow import CATALOG_CONN_ID
 from imp_core.airflow.hooks import ImpCatalogHook
-from imp_core.errors import CatalogError, ImpError, NotFoundError, first_line
-from imp_core.jobs import MaintainJob, airflow_trigger, sketch_of
+from imp_core.errors import CatalogError, ImpError, NotFoundError, UsageError, first_line
+from imp_core.jobs import MaintainGroupJob, MaintainJob, airflow_trigger, parse_job, sketches_of
 from imp_core.maintenance.strategy import Strategy
 from imp_core.security.redact import scrub
 
@@ -42,14 +43,47 @@ def _user_errors() -> Iterator[None]:
         raise AirflowFailException(scrub(first_line(e))) from e
 
 
-def stale_maintenance_args(context: Mapping[str, Any], strategy: str = Strategy.EAGER,
-                           batch_size: int | None = None, conn_id: str = CATALOG_CONN_ID) -> list[list[str]]:
-    """One ``maintain`` job's argv per stale sketch (table observations refreshed first), for dynamic task mapping."""
+def stale_group_args(context: Mapping[str, Any], size: int, strategy: str = Strategy.EAGER,
+                     batch_size: int | None = None, conn_id: str = CATALOG_CONN_ID) -> list[list[str]]:
+    """One ``maintain-group`` job's argv per group of stale sketches (table observations refreshed first; sketches
+    grouped by the tables they read, at most ``size`` per job), for dynamic task mapping."""
     with _user_errors():
-        stale = ImpCatalogHook(conn_id).get_conn().stale_sketches()
+        groups = ImpCatalogHook(conn_id).get_conn().stale_groups(size)
+    stale = [name for group in groups for name in group]
     log.info("stale sketches: %s", ", ".join(stale) if stale else "none")
+    log.info("%d job(s) of at most %d sketches: %s", len(groups), size, "; ".join(", ".join(g) for g in groups))
     trigger = trigger_for(context)
-    return [MaintainJob(name, Strategy.parse(strategy), batch_size, trigger).argv() for name in stale]
+    return [MaintainGroupJob(group, Strategy.parse(strategy), batch_size, trigger).argv() for group in groups]
+
+
+def on_demand_args(context: Mapping[str, Any], conn_id: str = CATALOG_CONN_ID) -> list[str]:
+    """Check an on-demand request and return its job's argv.
+
+    The request names one sketch or several (``sketch``: names separated by commas or spaces), or a ``table``
+    whose stale sketches are all maintained; each sketch is checked (exists, usable), as are the strategy and the
+    batch size, before any Spark job.
+    """
+    params = context["params"]
+    names = [n for n in re.split(r"[,\s]+", str(params.get("sketch") or "")) if n]
+    table = str(params.get("table") or "").strip()
+    strategy, batch_size = params.get("strategy"), params.get("batch_size")
+    with _user_errors():
+        if bool(names) == bool(table):
+            raise UsageError("give the sketch(es) to maintain (parameter `sketch`) or a table whose stale sketches to "
+                             "maintain (parameter `table`), not both")
+        service = ImpCatalogHook(conn_id).get_conn()
+        if table:
+            service.catalog.get_table(table)  # NotFoundError naming the registered tables
+            names = [n for group in service.stale_groups(10**6, table) for n in group]
+        checked = [service.check_maintenance_request(n, strategy, batch_size) for n in dict.fromkeys(names)]
+    log.info("maintenance request is valid: %s", checked)
+    if not checked:
+        raise AirflowSkipException(f"table {table} has no stale sketch: nothing to maintain")
+    trigger = trigger_for(context)
+    sketches = tuple(c["sketch"] for c in checked)
+    if len(sketches) == 1:
+        return MaintainJob(sketches[0], strategy, batch_size, trigger).argv()
+    return MaintainGroupJob(sketches, strategy, batch_size, trigger).argv()
 
 
 def validate_maintenance(params: Mapping[str, Any], conn_id: str = CATALOG_CONN_ID) -> dict[str, Any]:
@@ -78,7 +112,7 @@ def report_runs(context: Mapping[str, Any], submitted: Sequence[Sequence[str]] |
     Raises:
         AirflowFailException: A sketch that was submitted has no succeeded run (the report is logged first).
     """
-    expected = [sketch_of(argv) for argv in submitted or ()]
+    expected = [name for argv in submitted or () for name in sketches_of(argv)]
     with _user_errors():
         report = ImpCatalogHook(conn_id).get_conn().run_report(trigger_for(context), expected)
     log.info("maintained %d sketch(es): %d new version(s) from %d change rows", len(report["succeeded"]),
@@ -89,8 +123,32 @@ def report_runs(context: Mapping[str, Any], submitted: Sequence[Sequence[str]] |
                  f" ({run['error']})" if run["error"] else "")
     if report["failed"]:
         raise AirflowFailException(f"maintenance failed for sketch(es) {', '.join(report['failed'])}; "
-                                   f"see the maintain_sketch task logs")
+                                   f"see the maintenance job tasks' logs")
     return report
 
 
-__all__ = ["report_runs", "stale_maintenance_args", "trigger_for", "validate_maintenance", "validate_registration"]
+def report_job(application_args: Sequence[str], conn_id: str = CATALOG_CONN_ID) -> dict[str, Any] | None:
+    """What a finished maintenance job did to each of its sketches, read back from the catalog's runs and logged
+    (the mapped task's XCom); None for jobs that maintain no named sketches."""
+    try:
+        job = parse_job(application_args)
+        sketches = sketches_of(application_args)
+    except (ImpError, SystemExit):
+        return None
+    try:
+        report = ImpCatalogHook(conn_id).get_conn().run_report(job.trigger, list(sketches))
+    except ImpError as e:
+        log.warning("cannot read the runs of this job back from the catalog: %s", scrub(first_line(e)))
+        return None
+    runs = [r for r in report["runs"] if r["sketch"] in sketches]
+    outcome = {name: "failed" if name in report["failed"] else "succeeded" for name in sketches}
+    log.info("this job's sketches: %d succeeded, %d failed", sum(v == "succeeded" for v in outcome.values()),
+             sum(v != "succeeded" for v in outcome.values()))
+    for run in runs:
+        log.info("  sketch %s: %s v%s -> v%s, %s change rows%s", run["sketch"], run["status"], run["from_version"],
+                 run["to_version"], run["delta_rows"], f" ({scrub(run['error'])})" if run["error"] else "")
+    return {"trigger": job.trigger, "sketches": outcome, "runs": runs}
+
+
+__all__ = ["on_demand_args", "report_job", "report_runs", "stale_group_args", "trigger_for", "validate_maintenance",
+           "validate_registration"]

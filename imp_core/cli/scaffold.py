@@ -101,9 +101,10 @@ def run_main(prog: str, argv: Sequence[str] | None, parser: Callable[[], argpars
              internal_hint: str = "") -> int:
     """Parse ``argv``, run ``handler`` and turn every failure into one line ``PROG: error: ...`` and an exit code.
 
-    Exit codes: the ``ImpError``'s own (2 usage, 3 plan, 4 source, 5 state, 6 catalog, 7 not found, 8 unusable),
-    130 when interrupted, 70 for anything else (the traceback only with ``-v``). Logging goes to stderr at
-    ``quiet_level`` (``INFO`` with ``-v``); every line that leaves the process is scrubbed of secrets.
+    Exit codes: the ``ImpError``'s own (2 usage, 3 plan, 4 source, 5 state, 6 catalog, 7 not found, 8 unusable,
+    9 some sketches of a group failed), 130 when interrupted, 70 for anything else (the traceback only with ``-v``).
+    Logging goes to stderr at ``quiet_level`` (``INFO`` with ``-v``); every line that leaves the process is scrubbed
+    of secrets.
     """
     args_in = list(sys.argv[1:] if argv is None else argv)
     verbose = "-v" in args_in or "--verbose" in args_in

@@ -79,6 +79,34 @@ class MaintainJob:
 
 
 @dataclass(frozen=True)
+class MaintainGroupJob:
+    """Maintain several sketches in one Spark application, each table's change feed read once for all of them."""
+
+    COMMAND: ClassVar[str] = "maintain-group"
+    sketches: tuple[str, ...]
+    strategy: Strategy | str | None = None  # None: each sketch's own
+    batch_size: int | str | None = None
+    trigger: str = DEFAULT_TRIGGER
+    no_recapture: bool = False
+
+    def argv(self) -> list[str]:
+        return _argv(self.COMMAND, sketch=tuple(self.sketches), strategy=self.strategy, batch_size=self.batch_size,
+                     trigger=self.trigger, no_recapture=self.no_recapture)
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--sketch", required=True, action="append", type=sketch_name,
+                            help="a sketch of the group (repeat the option for each)")
+        strategy_option(parser, help="default: each sketch's strategy")
+        batch_size_option(parser)
+        recapture_option(parser)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> MaintainGroupJob:
+        return cls(tuple(args.sketch), args.strategy, args.batch_size, args.trigger, args.no_recapture)
+
+
+@dataclass(frozen=True)
 class MaintainAllJob:
     """Maintain every stale sketch."""
 
@@ -155,8 +183,8 @@ class RegisterJob:
                    args.dialect, args.trigger)
 
 
-Job = MaintainJob | MaintainAllJob | RecaptureJob | RegisterJob
-JOBS: tuple[type[Job], ...] = (MaintainJob, MaintainAllJob, RecaptureJob, RegisterJob)
+Job = MaintainJob | MaintainGroupJob | MaintainAllJob | RecaptureJob | RegisterJob
+JOBS: tuple[type[Job], ...] = (MaintainJob, MaintainGroupJob, MaintainAllJob, RecaptureJob, RegisterJob)
 COMMANDS = tuple(job.COMMAND for job in JOBS)
 """Subcommands of :data:`SUBMIT_PATH`."""
 
@@ -193,6 +221,31 @@ def sketch_of(argv: Sequence[str]) -> str:
     return MaintainJob.parse(argv).sketch
 
 
+def sketches_of(argv: Sequence[str]) -> tuple[str, ...]:
+    """The sketches a ``maintain`` or ``maintain-group`` job's argv names."""
+    job = parse_job(argv)
+    if isinstance(job, MaintainJob):
+        return (job.sketch,)
+    if isinstance(job, MaintainGroupJob):
+        return job.sketches
+    raise UsageError(f"{list(argv)!r} is a {job.COMMAND} job, not a maintain or maintain-group job")
+
+
+def group_label(sketches: Sequence[str], limit: int = 200) -> str:
+    """A task's name listing its sketches (``a, b, c``), cut with ``(+N more)`` to fit ``limit`` characters (the
+    length Airflow keeps of a mapped task's name)."""
+    label = ", ".join(sketches)
+    if len(label) <= limit:
+        return label
+    shown: list[str] = []
+    for i, name in enumerate(sketches):
+        more = f" (+{len(sketches) - i} more)"
+        if len(", ".join([*shown, name])) + len(f" (+{len(sketches) - i - 1} more)") > limit:
+            return ", ".join(shown) + more
+        shown.append(name)
+    return label
+
+
 def _argv(command: str, **options: Any) -> list[str]:
     """``command --option=VALUE ...`` in the given order; None and "" are left out, True is a bare flag, a tuple
     repeats the option."""
@@ -211,5 +264,5 @@ def _argv(command: str, **options: Any) -> list[str]:
 
 
 __all__ = ["AIRFLOW_TRIGGER", "COMMANDS", "DEFAULT_TRIGGER", "JOBS", "SUBMIT_PATH", "Job", "MaintainAllJob",
-           "MaintainJob", "RecaptureJob", "RegisterJob", "airflow_trigger", "job_from_args", "job_parser",
-           "parse_job", "sketch_of"]
+           "MaintainGroupJob", "MaintainJob", "RecaptureJob", "RegisterJob", "airflow_trigger", "group_label",
+           "job_from_args", "job_parser", "parse_job", "sketch_of", "sketches_of"]

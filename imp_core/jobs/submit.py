@@ -2,7 +2,8 @@
 
 Contract (the DAGs and tests rely on it): progress is logged on stderr; on success one JSON line with a ``job`` key
 goes to stdout and the exit code is 0; on failure one line ``imp-job: error: ...`` goes to stderr and the exit code is
-the error's (:func:`imp_core.cli.scaffold.run_main`), which spark-submit passes on. (Spark's Python runner merges the
+the error's (:func:`imp_core.cli.scaffold.run_main`), which spark-submit passes on. A group job whose sketches partly
+failed writes its JSON line (what each sketch did) and then fails with exit code 9. (Spark's Python runner merges the
 driver's stderr into spark-submit's stdout.) The catalog URL comes from ``IMP_CATALOG_URL`` or the private file named
 by ``IMP_CATALOG_URL_FILE``. See docs/AIRFLOW.md.
 """
@@ -18,10 +19,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from imp_core.cli.scaffold import run_main, settings_from
+from imp_core.errors import GroupFailedError
 from imp_core.inputs import check_batch_size
 from imp_core.jobs import (
     Job,
     MaintainAllJob,
+    MaintainGroupJob,
     MaintainJob,
     RecaptureJob,
     RegisterJob,
@@ -46,6 +49,20 @@ def run(service: SketchService, job: Job) -> dict[str, Any]:
         result = service.maintain(job.sketch, job.strategy, _count(job.batch_size), trigger=job.trigger,
                                   allow_recapture=not job.no_recapture)
         out.update(_result(result))
+    elif isinstance(job, MaintainGroupJob):
+        log.info("maintaining %d sketches as one group: %s (strategy %s, batch size %s)", len(job.sketches),
+                 ", ".join(job.sketches), job.strategy or "each sketch's own", job.batch_size or "default")
+        group = service.maintain_group(job.sketches, job.strategy, _count(job.batch_size), trigger=job.trigger,
+                                       allow_recapture=not job.no_recapture)
+        out["sketches"] = [_result(group.results[n]) for n in job.sketches if n in group.results]
+        out["failed"] = group.failed
+        out["unusable"] = group.unusable
+        out["change_feed_reads"] = group.feed_reads
+        out["spark_started"] = group.spark_started
+        out["sketch_seconds"] = group.seconds
+        error = group.error()
+        if error is not None:
+            out["status"], out["error"] = "failed", str(error)
     elif isinstance(job, MaintainAllJob):
         log.info("maintaining every stale sketch (strategy %s, batch size %s)", job.strategy,
                  job.batch_size or "default")
@@ -91,7 +108,7 @@ def _result(result: MaintenanceResult) -> dict[str, Any]:
 def _handle(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     job = job_from_args(args)
-    if isinstance(job, (MaintainJob, MaintainAllJob)) and job.batch_size is not None:
+    if isinstance(job, (MaintainJob, MaintainGroupJob, MaintainAllJob)) and job.batch_size is not None:
         check_batch_size(_count(job.batch_size), "--batch-size")  # before the catalog is opened
     service = SketchService(settings_from(args, log.warning), progress=log.info)
     try:
@@ -101,6 +118,8 @@ def _handle(args: argparse.Namespace) -> int:
     summary["seconds"] = round(time.perf_counter() - started, 3)
     sys.stdout.write(scrub(json.dumps(summary, default=str)) + "\n")
     sys.stdout.flush()
+    if summary["status"] == "failed":  # the summary above says which sketches; the error line lists them too
+        raise GroupFailedError(summary["error"])
     return 0
 
 

@@ -7,6 +7,7 @@ import polars as pl
 
 from imp_core.config import Optimizations
 from imp_core.engine.evaluate import compile_expr
+from imp_core.maintenance.feeds import ChangeFeeds
 from imp_core.plan.nodes import Plan
 from imp_core.plan.pushdown import change_filter, to_datafusion
 from imp_core.sources.delta import DeltaSource
@@ -20,13 +21,18 @@ def used_columns(plan: Plan, table: str) -> list[str]:
     return cols
 
 
-def read_changes(source: DeltaSource, plan: Plan, after: int, upto: int,
-                 opts: Optimizations | None = None) -> pl.DataFrame:
-    """Change rows of ``(after, upto]`` (plain column names, ``__mult``, ``__version``)."""
+def read_changes(source: DeltaSource, plan: Plan, after: int, upto: int, opts: Optimizations | None = None,
+                 feeds: ChangeFeeds | None = None) -> pl.DataFrame:
+    """Change rows of ``(after, upto]`` (plain column names, ``__mult``, ``__version``), through ``feeds`` when a
+    grouped job shares its tables' change feeds."""
     opts = opts or Optimizations()
     pred = change_filter(plan, source.name) if opts.selection_pushdown else None
-    raw = source.changes(after, upto, used_columns(plan, source.name),
-                         predicate=to_datafusion(pred) if pred is not None else None)
+    hint = to_datafusion(pred) if pred is not None else None
+    columns = used_columns(plan, source.name)
+    if feeds is not None:
+        raw = feeds.changes(source, after, upto, columns, predicate=hint)
+    else:
+        raw = source.changes(after, upto, columns, predicate=hint)
     changes = pl.from_arrow(raw)
     assert isinstance(changes, pl.DataFrame)
     if pred is not None and changes.height:

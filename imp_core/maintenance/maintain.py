@@ -16,10 +16,11 @@ from typing import Any
 from imp_core import faults, inputs
 from imp_core.catalog import VersionRecord
 from imp_core.engine.pipeline import Pipeline
-from imp_core.errors import ChangeFeedUnavailableError, SketchUnusableError, StateError, UsageError, first_line
+from imp_core.errors import ChangeFeedUnavailableError, StateError, UsageError, first_line
 from imp_core.maintenance import guards
 from imp_core.maintenance.batches import PendingVersion, plan_batches
 from imp_core.maintenance.changes import read_changes
+from imp_core.maintenance.feeds import ChangeFeeds
 from imp_core.maintenance.loading import LoadedSketch, load_sketch, load_state, pipeline
 from imp_core.maintenance.options import state_options
 from imp_core.maintenance.parts import Parts
@@ -90,7 +91,7 @@ def _incremental_batches(parts: Parts, loaded: LoadedSketch, latest: VersionReco
     if strategy is Strategy.LAZY:
         batches = [target]
     else:
-        batches = eager_batches(loaded, latest.table_versions, target, batch_size or DEFAULT_BATCH)
+        batches = eager_batches(loaded, latest.table_versions, target, batch_size or DEFAULT_BATCH, parts.feeds)
     operators: Pipeline | None = None
     for i, batch_target in enumerate(batches):
         parts.progress(f"sketch {loaded.name}: maintaining batch {i + 1}/{len(batches)} -> {batch_target}")
@@ -122,7 +123,8 @@ def incremental(parts: Parts, loaded: LoadedSketch, operators: Pipeline, latest:
         start, end = reached.get(table, -1), target[table]
         if end <= start:
             continue
-        changes = read_changes(loaded.sources[table], loaded.plan, start, end, parts.settings.optimizations)
+        changes = read_changes(loaded.sources[table], loaded.plan, start, end, parts.settings.optimizations,
+                               feeds=parts.feeds)
         faults.point("after_cdf_read")
         guards.check_changes(parts.catalog, loaded, table, changes)
         reached[table] = end
@@ -158,7 +160,7 @@ def recapture(parts: Parts, loaded: LoadedSketch, latest: VersionRecord, target:
 
 
 def eager_batches(loaded: LoadedSketch, start: Mapping[str, int], target: Mapping[str, int],
-                  batch_size: int) -> list[dict[str, int]]:
+                  batch_size: int, feeds: ChangeFeeds | None = None) -> list[dict[str, int]]:
     """Pending table versions in commit order, cut into batches of at least ``batch_size`` change rows."""
     pending: list[PendingVersion] = []
     for table, source in loaded.sources.items():
@@ -166,28 +168,12 @@ def eager_batches(loaded: LoadedSketch, start: Mapping[str, int], target: Mappin
         if hi <= lo:
             continue
         source.check_cdf_range(lo, hi)
-        counts = rows_per_version(source, lo, hi)
+        counts = rows_per_version(source, lo, hi, feeds)
         stamps = {c.version: c.timestamp for c in source.commits(lo, hi)}
         for v in range(lo + 1, hi + 1):
             ts = stamps.get(v)
             pending.append(PendingVersion(table, v, ts.timestamp() if ts else float(v), counts.get(v, 0)))
     return plan_batches(dict(start), pending, batch_size)
-
-
-def maintain_all(parts: Parts, strategy: str = Strategy.EAGER, batch_size: int | None = None,
-                 trigger: str = "cli") -> list[MaintenanceResult]:
-    """Maintain every live, usable, stale sketch; one found unusable on the way is marked and skipped."""
-    out = []
-    for record in parts.catalog.list_sketches():
-        if not record.usable:
-            parts.progress(f"skipping sketch {record.name}: unusable ({record.unusable_reason})")
-            continue
-        if is_stale(parts, record.name):
-            try:
-                out.append(maintain(parts, record.name, strategy, batch_size, trigger))
-            except SketchUnusableError as e:  # found unusable now: marked, the others still run
-                parts.progress(first_line(e))
-    return out
 
 
 def is_stale(parts: Parts, name: str) -> bool:
@@ -219,4 +205,4 @@ def check_request(parts: Parts, name: Any, strategy: Any = None, batch_size: Any
 
 
 __all__ = ["DEFAULT_BATCH", "MaintenanceResult", "check_request", "eager_batches", "incremental", "is_stale",
-           "maintain", "maintain_all", "recapture"]
+           "maintain", "recapture"]

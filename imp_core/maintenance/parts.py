@@ -7,11 +7,13 @@ See docs/ARCHITECTURE.md, "Where each part lives".
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from imp_core.catalog import Catalog
 from imp_core.config import Settings
+from imp_core.maintenance.feeds import ChangeFeeds
 from imp_core.sources.delta import DeltaSource
 
 if TYPE_CHECKING:
@@ -33,6 +35,8 @@ class Parts:
         self._catalog = catalog
         self._spark = spark
         self.progress: Progress = progress or log.info
+        self.feeds: ChangeFeeds | None = None  # set while a grouped job shares its tables' change feeds
+        self._shared: dict[tuple[str, str], DeltaSource] | None = None
 
     @property
     def catalog(self) -> Catalog:
@@ -51,6 +55,11 @@ class Parts:
             self._spark = get_spark(self.settings)
         return self._spark
 
+    @property
+    def spark_started(self) -> bool:
+        """Whether this process has a Spark session (steps that read only Delta logs never start one)."""
+        return self._spark is not None
+
     def stop_spark(self) -> None:
         """Stop the session this service holds, if any (a ``spark-submit`` job then exits promptly)."""
         if self._spark is not None:
@@ -58,8 +67,25 @@ class Parts:
             self._spark = None
 
     def source(self, table: str) -> DeltaSource:
-        """The registered table ``table`` (scans go through this service's Spark session)."""
-        return DeltaSource(table, self.catalog.get_table(table).path, spark=lambda: self.spark)
+        """The registered table ``table`` (scans go through this service's Spark session); inside
+        :meth:`shared_reads`, one object per table, so its log is read once for all sketches."""
+        path = self.catalog.get_table(table).path
+        if self._shared is None:
+            return DeltaSource(table, path, spark=lambda: self.spark)
+        return self._shared.setdefault((table, path), DeltaSource(table, path, spark=lambda: self.spark))
+
+    @contextmanager
+    def shared_reads(self, feeds: ChangeFeeds) -> Iterator[ChangeFeeds]:
+        """Within the block, sketches share their tables' sources and change feeds (one grouped job).
+
+        Scoped to one job: a source caches the table versions it opened, which is right while one job runs and
+        wrong across a table being re-created later at the same path.
+        """
+        self.feeds, self._shared = feeds, {}
+        try:
+            yield feeds
+        finally:
+            self.feeds, self._shared = None, None
 
     def sources(self, tables: Iterable[str]) -> dict[str, DeltaSource]:
         return {t: self.source(t) for t in sorted(tables)}

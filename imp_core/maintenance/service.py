@@ -7,11 +7,13 @@ See docs/ARCHITECTURE.md, "Where each part lives".
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from imp_core.catalog import Catalog, SketchRecord, TableRecord, VersionRecord
 from imp_core.config import Settings
-from imp_core.maintenance import maintain, registration, reports, sketch_use
+from imp_core.maintenance import groups, maintain, registration, reports, sketch_use
+from imp_core.maintenance.groups import GroupResult
 from imp_core.maintenance.guards import check_usable
 from imp_core.maintenance.loading import LoadedSketch, load_sketch
 from imp_core.maintenance.maintain import MaintenanceResult
@@ -117,8 +119,17 @@ class SketchService:
 
     def maintain_all(self, strategy: str = Strategy.EAGER, batch_size: int | None = None,
                      trigger: str = "cli") -> list[MaintenanceResult]:
-        """Maintain every stale, usable sketch."""
-        return maintain.maintain_all(self.parts, strategy, batch_size, trigger)
+        """Maintain every stale, usable sketch, as one group (:func:`groups.maintain_all`)."""
+        return groups.maintain_all(self.parts, strategy, batch_size, trigger)
+
+    def maintain_group(self, sketches: Sequence[str], strategy: str | None = None, batch_size: int | None = None,
+                       trigger: str = "cli", allow_recapture: bool = True) -> GroupResult:
+        """Maintain ``sketches`` in this process, sharing their tables' change feeds (:func:`groups.maintain_group`)."""
+        return groups.maintain_group(self.parts, sketches, strategy, batch_size, trigger, allow_recapture)
+
+    def stale_groups(self, size: int, table: str | None = None) -> list[tuple[str, ...]]:
+        """The stale sketches (of ``table``) in groups of at most ``size`` (:func:`groups.stale_groups`)."""
+        return groups.stale_groups(self.parts, size, table)
 
     def is_stale(self, name: str) -> bool:
         return maintain.is_stale(self.parts, name)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from imp_core.maintenance.feeds import ChangeFeeds
 from imp_core.plan.safety import SignAssumption
 from imp_core.sources.delta import MULT, VERSION, DeltaSource
 
@@ -116,9 +117,10 @@ def equi_depth(spark: SparkSession, source: DeltaSource, version: int, column: s
     return equi_depth_bounds(df, column, fragments, kind, source.column_stats(version, column))
 
 
-def rows_per_version(source: DeltaSource, after: int, upto: int) -> dict[int, int]:
-    """Change rows of each table version in ``(after, upto]`` (versions without change rows are left out)."""
-    table = source.changes(after, upto, columns=[])
+def rows_per_version(source: DeltaSource, after: int, upto: int, feeds: ChangeFeeds | None = None) -> dict[int, int]:
+    """Change rows of each table version in ``(after, upto]`` (versions without change rows are left out), through
+    ``feeds`` when a grouped job shares its tables' change feeds."""
+    table = feeds.changes(source, after, upto, []) if feeds is not None else source.changes(after, upto, columns=[])
     if table.num_rows == 0:
         return {}
     counts = pl.from_arrow(table.select([VERSION])).group_by(VERSION).len()  # type: ignore[union-attr]

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from imp_core.errors import ConfigError
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -27,7 +29,14 @@ class ScanMetrics:
 
 
 def scan_metrics(df: DataFrame) -> ScanMetrics:
-    """Files read and rows produced by the file scans of ``df``'s last execution (zeros before it ran)."""
+    """Files read and rows produced by the file scans of ``df``'s last execution (zeros before it ran).
+
+    Raises:
+        ConfigError: ``df`` belongs to a Spark Connect session (its executed plan is on the server).
+    """
+    if not hasattr(df, "_jdf"):
+        raise ConfigError("imp query reports the files its scans read from the executed plan, which needs a Spark of "
+                          "its own: unset IMP_SPARK_REMOTE for imp query (maintenance jobs use Spark Connect)")
     plan = df._jdf.queryExecution().executedPlan()
     files = rows = scans = 0
     stack: list[Any] = [plan]

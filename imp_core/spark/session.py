@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 
 LOG4J_CONF = Path(__file__).parent / "conf" / "log4j2.properties"
 ENV_METASTORE = "IMP_SPARK_METASTORE"  # in-memory (default) | hive: where `imp table register --table` names live
+ENV_REMOTE = "IMP_SPARK_REMOTE"  # sc://host:port of a running Spark Connect server: no JVM in this process
 
 _SEMANTICS = {
     "spark.sql.ansi.enabled": "false",
@@ -39,6 +41,9 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
     """Return the active session or start one for ``settings.spark_master``."""
     from pyspark.sql import SparkSession  # this module imports without starting (or loading) Spark
 
+    remote = remote_url()
+    if remote:
+        return _connect(remote)  # the session on that server, checked with one quick call
     active = SparkSession.getActiveSession()
     if active is not None:
         connector.require_loaded(active.conf.get)
@@ -88,6 +93,71 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
     spark.sparkContext.setLogLevel("ERROR")
     storage.configure_spark(spark)
     apply_semantics(spark)
+    return spark
+
+
+def remote_url() -> str | None:
+    """The Spark Connect server this process uses (``IMP_SPARK_REMOTE``), or None for a JVM of its own."""
+    return os.environ.get(ENV_REMOTE) or None
+
+
+def connect_address(url: str) -> str:
+    """``sc://host:port`` of a Spark Connect URL, without its parameters (a token among them)."""
+    return url.partition("/;")[0].partition(";")[0].rstrip("/")
+
+
+def is_remote(spark: SparkSession) -> bool:
+    """True for a Spark Connect session (no JVM in this process: no Py4J handles, no SparkContext)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _connect(url: str) -> SparkSession:
+    """A session on a running Spark Connect server (``docs/AIRFLOW.md`` "Spark Connect").
+
+    The server was started with the connector jars and the object-storage settings (``python -m
+    imp_core.spark.connect_server``); this process only checks that Delta's connector is loaded there and sets the
+    session's semantics.
+    """
+    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    from imp_core.errors import ConfigError, first_line
+    from imp_core.security.redact import register_secret
+    from imp_core.spark import connector
+
+    shown = connect_address(url)
+    for param in url.partition("/;")[2].split(";"):  # ;token=...;user_id=...: the token is a secret
+        if param.startswith("token="):
+            register_secret(param[len("token="):])
+    if not url.startswith("sc://"):
+        raise ConfigError(f"{ENV_REMOTE} must be a Spark Connect URL (sc://host:port), got {shown!r}")
+    host, _, port = shown[len("sc://"):].rpartition(":")
+    try:  # Spark Connect's client retries an unreachable server for minutes: fail fast instead
+        socket.create_connection((host or "localhost", int(port or 15002)), timeout=5).close()
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"no Spark Connect server answers at {shown} ({e}); start it with `python -m "
+                          f"imp_core.spark.connect_server start` or unset {ENV_REMOTE}") from e
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    client = spark.client  # type: ignore[attr-defined]
+    patient = client.get_retry_policies()
+    # the first call says whether the server admits us: fail in seconds, not after the client's 10 minutes of retries
+    client.set_retry_policies([DefaultPolicy(max_retries=2, max_backoff=1000)])
+    try:
+        connector.require_loaded(spark.conf.get)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - gRPC and Spark Connect raise many kinds
+        text = str(e)
+        hint = ("the server refused the token (IMP_SPARK_CONNECT_TOKEN of the server, token= of the URL)"
+                if "UNAUTHENTICATED" in text or "authentication token" in text else
+                "with a token, pyspark uses TLS unless the host is localhost" if "SSL" in text else
+                first_line(text))
+        raise ConfigError(f"cannot use the Spark Connect server at {shown}: {hint}; start it with `python -m "
+                          f"imp_core.spark.connect_server start` or unset {ENV_REMOTE}") from e
+    finally:
+        client.set_retry_policies(patient)
+    apply_semantics(spark)
+    log.info("using Spark Connect at %s", shown)
     return spark
 
 

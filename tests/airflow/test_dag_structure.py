@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -37,37 +38,45 @@ def test_dag_folder_imports_without_errors(dagbag) -> None:  # noqa: ANN001
 def test_nightly_maintenance(dagbag, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+    from imp_core.airflow.operators import ImpConnectJobOperator
     from imp_core.jobs import SUBMIT_PATH
 
     dag = dagbag.dags["imp_nightly_maintenance"]
     assert dag.schedule == "0 2 * * *"
     assert dag.catchup is False and dag.max_active_runs == 1
-    assert {t.task_id for t in dag.tasks} == {"list_stale_sketches", "maintain_sketch", "summarize"}
+    assert {t.task_id for t in dag.tasks} == {"list_stale_groups", "maintain_group", "summarize"}
 
-    listing, maintain, summary = (dag.get_task(t) for t in ("list_stale_sketches", "maintain_sketch", "summarize"))
-    # dynamic task mapping: one spark-submit per stale sketch, expanded over the listing task's result
+    listing, maintain, summary = (dag.get_task(t) for t in ("list_stale_groups", "maintain_group", "summarize"))
+    # dynamic task mapping: one spark-submit per group of stale sketches, expanded over the listing task's result
     assert maintain.is_mapped
     assert issubclass(maintain.operator_class, SparkSubmitOperator)
     assert "application_args" in maintain.expand_input.value
+    assert "group_label(sketches_of(task.application_args))" in maintain.partial_kwargs["map_index_template"]
     default = maintain.operator_class(task_id="probe")
     assert default.application == SUBMIT_PATH and default._conn_id == "spark_default"
     assert maintain.partial_kwargs["retries"] >= 1
     assert maintain.partial_kwargs["max_active_tis_per_dag"] >= 1
-    assert maintain.upstream_task_ids == {"list_stale_sketches"}
-    assert "maintain_sketch" in summary.upstream_task_ids and summary.trigger_rule == "all_done"
-    assert listing.downstream_task_ids == {"maintain_sketch", "summarize"}
+    assert maintain.upstream_task_ids == {"list_stale_groups"}
+    assert "maintain_group" in summary.upstream_task_ids and summary.trigger_rule == "all_done"
+    assert listing.downstream_task_ids == {"maintain_group", "summarize"}
     assert _schema(dag, "batch_size")["type"] == "integer" and _schema(dag, "batch_size")["minimum"] == 1
-    assert dag.params.get_param("batch_size").description
+    assert _schema(dag, "group_size")["minimum"] == 1 and dag.params["group_size"] == 25
+    for name in dag.params:
+        assert dag.params.get_param(name).description, f"param {name} has no description"
 
-    # the cron comes from IMP_NIGHTLY_CRON
+    # the cron, the group size and the runner come from the environment
     monkeypatch.setenv("IMP_NIGHTLY_CRON", "30 3 * * 1-5")
-    assert _dagbag().dags["imp_nightly_maintenance"].schedule == "30 3 * * 1-5"
+    monkeypatch.setenv("IMP_MAINTENANCE_GROUP_SIZE", "1")
+    monkeypatch.setenv("IMP_MAINTENANCE_RUNNER", "connect")
+    dag = _dagbag().dags["imp_nightly_maintenance"]
+    assert dag.schedule == "30 3 * * 1-5" and dag.params["group_size"] == 1
+    assert dag.get_task("maintain_group").operator_class is ImpConnectJobOperator
+    monkeypatch.setenv("IMP_MAINTENANCE_RUNNER", "yarn")
+    assert "IMP_MAINTENANCE_RUNNER must be one of spark-submit, connect" in str(_dagbag().import_errors)
 
 
 def test_maintain_on_demand(dagbag) -> None:  # noqa: ANN001
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-
-    from imp_core.jobs import SUBMIT_PATH
 
     dag = dagbag.dags["imp_maintain_on_demand"]
     assert dag.schedule is None  # no schedule: triggered from the UI
@@ -75,14 +84,18 @@ def test_maintain_on_demand(dagbag) -> None:  # noqa: ANN001
     validate, maintain = dag.get_task("validate_request"), dag.get_task("maintain_sketch")
     assert maintain.upstream_task_ids == {"validate_request"}
     assert validate.retries == 0  # a bad request fails at once
-    assert isinstance(maintain, SparkSubmitOperator)
-    assert maintain.application == SUBMIT_PATH and maintain._conn_id == "spark_default"
-    # one value per argument (--sketch=NAME): a name or value starting with '-' cannot become an option
-    assert maintain.application_args[:2] == ["maintain", "--sketch={{ params.sketch }}"]
-    assert any(a.startswith("--trigger=") for a in maintain.application_args)
+    # the job's argv is built by the validating task (one job: one sketch, or a group) and rendered as a list
+    assert isinstance(maintain, SparkSubmitOperator) and dag.render_template_as_native_obj
+    assert maintain.application_args == "{{ ti.xcom_pull(task_ids='validate_request') }}"
 
-    assert list(dag.params.keys()) == ["sketch", "strategy", "batch_size"]
-    assert _schema(dag, "sketch")["type"] == "string" and _schema(dag, "sketch")["minLength"] == 1
+    assert list(dag.params.keys()) == ["sketch", "table", "strategy", "batch_size"]
+    # either may be left empty in the form (the UI sends null for an empty field)
+    assert _schema(dag, "sketch")["type"] == _schema(dag, "table")["type"] == ["null", "string"]
+    pattern = re.compile(_schema(dag, "sketch")["pattern"])
+    for ok in ("top", "a, b", "a,b c", ""):
+        assert pattern.match(ok), ok
+    for bad in ("-x", "a;b", "a, -b"):
+        assert not pattern.match(bad), bad
     assert _schema(dag, "strategy")["enum"] == ["lazy", "eager", "recapture"]
     assert dag.params["strategy"] == "lazy"
     assert _schema(dag, "batch_size")["type"] == "integer" and _schema(dag, "batch_size")["minimum"] == 1

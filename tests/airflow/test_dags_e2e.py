@@ -57,7 +57,10 @@ def test_nightly_maintenance_maintains_every_stale_sketch(imp: Imp, airflow_cli:
     [listed] = re.findall(r"stale sketches: ([\w, ]+)", done.stdout)
     stale = {name.strip() for name in listed.split(",")}
     assert {"nt_top", "nt_count"} <= stale  # (other tests leave nothing stale, but do not rely on it)
-    assert done.stdout.count(SPARK_SUBMIT_STARTED) == len(stale)  # one mapped spark-submit task per stale sketch
+    # one job for the group (every stale sketch fits in the default group of 25), its task named by its sketches
+    assert done.stdout.count(SPARK_SUBMIT_STARTED) == 1
+    assert "imp_core/jobs/submit.py maintain-group --sketch=" in done.stdout
+    assert f"this job's sketches: {len(stale)} succeeded, 0 failed" in done.stdout
     trigger = f"airflow:imp_nightly_maintenance/{run_id_of(done.stdout, 'imp_nightly_maintenance')}"
 
     for name in ("nt_top", "nt_count"):
@@ -112,3 +115,40 @@ def test_validate_task_rejects_bad_batch_sizes_itself(imp: Imp) -> None:
         imp.service.check_maintenance_request("nope", "eager", 10)
     ok = imp.service.check_maintenance_request("val_top", "eager", 10)
     assert ok == {"sketch": "val_top", "strategy": "eager", "batch_size": 10, "stale": False}
+
+
+def test_on_demand_group_with_a_failing_sketch(imp: Imp, airflow_cli: AirflowCli) -> None:
+    """Several sketches in one job: the failing one is recorded, the others commit, and the task fails at the end."""
+    from deltalake import DeltaTable, write_deltalake
+
+    imp.table("grp_sales")
+    bad_path = imp.table("grp_other")
+    imp.sketch("grp_top", "grp_sales")
+    imp.sketch("grp_count", "grp_sales", sql=COUNT_SQL)
+    imp.sketch("grp_bad", "grp_other")
+    imp.append("grp_sales", APPLE_ROW)
+    imp.append("grp_other", APPLE_ROW)
+    table = DeltaTable(str(bad_path)).to_pyarrow_table()  # a used column changes type: grp_bad cannot be maintained
+    write_deltalake(str(bad_path), table.set_column(table.schema.get_field_index("price"), "price",
+                                                    table.column("price").cast("string")),
+                    mode="overwrite", schema_mode="overwrite")
+    before = {name: imp.latest(name).version for name in ("grp_top", "grp_count", "grp_bad")}
+
+    done = airflow_cli.dags_test("imp_maintain_on_demand", {"sketch": "grp_top, grp_bad grp_count"})
+    assert done.returncode != 0
+    assert "maintain-group --sketch=grp_top --sketch=grp_bad --sketch=grp_count" in done.stdout
+    assert "1 of 3 sketches failed" in done.stdout and "changed column price" in done.stdout
+    assert "this job's sketches: 2 succeeded, 1 failed" in done.stdout
+    for name in ("grp_top", "grp_count"):
+        assert imp.latest(name).version == before[name] + 1
+        imp.assert_equals_recapture(name)
+    assert imp.latest("grp_bad").version == before["grp_bad"]
+    [run] = imp.runs("grp_bad")[:1]
+    assert run.status == "failed" and "changed column price" in run.error
+    assert run.trigger.startswith("airflow:imp_maintain_on_demand/")
+
+    # a table instead of sketches: its stale sketches (none left here) make no job
+    done = airflow_cli.dags_test("imp_maintain_on_demand", {"table": "grp_sales"})
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "table grp_sales has no stale sketch: nothing to maintain" in done.stdout
+    assert SPARK_SUBMIT_STARTED not in done.stdout

@@ -8,18 +8,23 @@ from imp_core.errors import UsageError
 from imp_core.jobs import (
     AIRFLOW_TRIGGER,
     MaintainAllJob,
+    MaintainGroupJob,
     MaintainJob,
     RecaptureJob,
     RegisterJob,
     airflow_trigger,
+    group_label,
     parse_job,
     sketch_of,
+    sketches_of,
 )
 from imp_core.maintenance.strategy import Strategy
 
 JOBS = [
     MaintainJob("top", Strategy.EAGER, 500, "airflow:d/r", no_recapture=True),
     MaintainJob("top"),
+    MaintainGroupJob(("a", "b-2", "c_3"), Strategy.EAGER, 1000, "airflow:d/r"),
+    MaintainGroupJob(("only",), no_recapture=True),
     MaintainAllJob(Strategy.LAZY, 10),
     RecaptureJob("top", "cli"),
     RegisterJob("top", "-- a comment first\nSELECT brand FROM sales", ("sales.price", "other.x"),
@@ -67,3 +72,17 @@ def test_a_bad_argv_is_one_usage_error(argv: list[str], message: str) -> None:
 def test_maintain_job_parse_refuses_another_job() -> None:
     with pytest.raises(UsageError, match="is a recapture job, not a maintain job"):
         MaintainJob.parse(RecaptureJob("top").argv())
+
+
+def test_group_jobs_name_their_sketches_and_tasks_list_them() -> None:
+    argv = MaintainGroupJob(("a", "b")).argv()
+    assert argv[:3] == ["maintain-group", "--sketch=a", "--sketch=b"]
+    assert sketches_of(argv) == ("a", "b") and sketches_of(MaintainJob("t").argv()) == ("t",)
+    with pytest.raises(UsageError, match="not a maintain or maintain-group job"):
+        sketches_of(RecaptureJob("t").argv())
+    names = [f"sketch_{i:03d}" for i in range(40)]
+    label = group_label(names)
+    assert len(label) <= 200 and label.startswith("sketch_000, sketch_001") and label.endswith(" more)")
+    shown = label.split(" (+")[0].split(", ")
+    assert label.endswith(f"(+{len(names) - len(shown)} more)") and shown == names[:len(shown)]
+    assert group_label(["a", "b"]) == "a, b"

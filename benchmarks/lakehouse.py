@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from pyspark.sql import SparkSession
 
 from benchmarks import data
 from benchmarks.harness import Experiment, scaled
@@ -103,6 +105,38 @@ def connector(quick: bool, runs: int) -> Experiment:
     return exp
 
 
+def write_cdf_table(path: Path, n: int) -> None:
+    """A Delta table with the change feed on: version 0 holds 10 rows, version 1 appends ``n`` (seeded by ``n``)."""
+    from deltalake import write_deltalake
+
+    rng = np.random.default_rng(n)
+
+    def rows(k: int) -> pa.Table:
+        return pa.table({"id": np.arange(k, dtype=np.int64), "g": rng.integers(0, 5000, k), "v": rng.random(k)})
+
+    write_deltalake(str(path), rows(10), configuration={"delta.enableChangeDataFeed": "true"})
+    write_deltalake(str(path), rows(n), mode="append")
+
+
+def cdf_readers(spark: SparkSession, path: Path, n: int) -> dict[str, Callable[[], None]]:
+    """Three ways to read version 1's change feed of the table at ``path``, each checking it read ``n`` rows."""
+    source = DeltaSource(f"t_{n}", path)
+    cols = ["id", "g", "v"]
+    schema = source.schema(1)
+
+    def rs() -> None:
+        assert source._changes_from_delta_rs(0, 1, cols, None).num_rows == n
+
+    def sp() -> None:
+        assert read_change_feed(spark, str(path), 0, 1, cols).num_rows == n
+
+    def fast() -> None:
+        t = changelog.read_range(Path(path), 0, 1, cols, schema, [])
+        assert t is not None and t.num_rows == n
+
+    return {"delta-rs": rs, "Spark readChangeFeed": sp, "log fast path": fast}
+
+
 def cdf(quick: bool, runs: int) -> Experiment:
     spark = spark_session()
     exp = Experiment("lakehouse_cdf", "Change feed of one commit of N inserted rows: delta-rs vs Spark "
@@ -110,34 +144,11 @@ def cdf(quick: bool, runs: int) -> Experiment:
                      x_label="change rows", y_label="seconds")
     sizes = [scaled(s) for s in CDF_ROWS if not quick or s <= 100_000]
     root = data.DATA / "lakehouse_cdf"
-    from deltalake import write_deltalake
-
     for n in sizes:
         path = root / f"t_{n}"
         if not (path / "_delta_log").exists():
-            rng = np.random.default_rng(n)
-
-            def rows(k: int) -> pa.Table:
-                return pa.table({"id": np.arange(k, dtype=np.int64), "g": rng.integers(0, 5000, k),
-                                 "v": rng.random(k)})
-
-            write_deltalake(str(path), rows(10), configuration={"delta.enableChangeDataFeed": "true"})
-            write_deltalake(str(path), rows(n), mode="append")
-        source = DeltaSource(f"t_{n}", path)
-        cols = ["id", "g", "v"]
-        schema = source.schema(1)
-
-        def rs() -> None:
-            assert source._changes_from_delta_rs(0, 1, cols, None).num_rows == n
-
-        def sp() -> None:
-            assert read_change_feed(spark, str(path), 0, 1, cols).num_rows == n
-
-        def fast() -> None:
-            t = changelog.read_range(Path(path), 0, 1, cols, schema, [])
-            assert t is not None and t.num_rows == n
-
-        variants = {"delta-rs": rs, "Spark readChangeFeed": sp, "log fast path": fast}
+            write_cdf_table(path, n)
+        variants = cdf_readers(spark, path, n)
         exp.measure(f"{n:,} rows", variants, runs if n < 10_000_000 else max(2, runs - 2), x=n)
     return exp
 

@@ -14,6 +14,7 @@ Every IMP result is checked against the FM sketch: a mismatch aborts the benchma
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks import data
@@ -120,29 +121,37 @@ class Setup:
         self.sketch = pipe.sketch()
 
 
+def timed_imp(setup: Setup, target: dict[str, int], last: dict[str, Pipeline], key: str) -> Callable[[], float]:
+    """One timed IMP run of ``setup`` to the table versions ``target``; its pipeline is kept in ``last[key]``."""
+    def run_once() -> float:
+        elapsed, pipe, _ = setup.imp(target)
+        last[key] = pipe
+        return elapsed
+    return run_once
+
+
+def timed_fm(setup: Setup, target: dict[str, int], last: dict[str, Pipeline], key: str) -> Callable[[], float]:
+    """One timed full maintenance (FM) run of ``setup`` to ``target``; its pipeline is kept in ``last[key]``."""
+    def run_once() -> float:
+        elapsed, pipe = setup.fm(target)
+        last[key] = pipe
+        return elapsed
+    return run_once
+
+
 def imp_vs_fm(exp: Experiment, setup: Setup, table: str, batches: list[int], runs: int, groups: int,
               label: str = "", delete_share: float = 0.5) -> None:
     """Measure IMP and FM for each change size, interleaved; check IMP's sketch equals FM's."""
     for i, size in enumerate(batches):
         target = setup.commit_change(table, size, seed=1000 + i, groups=groups, delete_share=delete_share)
-        last: dict[str, object] = {}
-
-        def imp() -> float:
-            elapsed, pipe, rows = setup.imp(target)
-            last["imp"], last["rows"] = pipe, rows
-            return elapsed
-
-        def fm() -> float:
-            elapsed, pipe = setup.fm(target)
-            last["fm"] = pipe
-            return elapsed
-
+        last: dict[str, Pipeline] = {}
         case = f"{label}{size:,}" if label else f"{size:,} rows"
-        exp.measure(case, {"IMP": imp, "FM": fm}, runs, x=size)
+        exp.measure(case, {"IMP": timed_imp(setup, target, last, "imp"), "FM": timed_fm(setup, target, last, "fm")},
+                    runs, x=size)
         imp_pipe, fm_pipe = last["imp"], last["fm"]
-        if imp_pipe.sketch() != fm_pipe.sketch():  # type: ignore[attr-defined]
+        if imp_pipe.sketch() != fm_pipe.sketch():
             raise AssertionError(f"{exp.name} {case}: IMP sketch differs from FM sketch")
-        setup.advance(target, imp_pipe)  # type: ignore[arg-type]
+        setup.advance(target, imp_pipe)
 
 
 MEMORY = Experiment("memory", "Memory (paper 8.6): operator state after capture, sketch bitset and bounds, per query",
@@ -261,21 +270,14 @@ def joinsel_optimizations(spark, quick: bool, runs: int) -> Experiment:  # noqa:
             target = first.commit_change(big, size, seed=5000 + i, groups=groups)
             for setup in setups.values():
                 setup.versions = dict(first.versions)
-            last: dict[str, object] = {}
-
-            def variant(name: str):  # noqa: ANN202
-                def run_once() -> float:
-                    elapsed, pipe, _ = setups[name].imp(target)
-                    last[name] = pipe
-                    return elapsed
-                return run_once
-
-            exp.measure(f"{pct}% sel, n={size:,}", {name: variant(name) for name in configs}, runs, x=size)
-            sketches = {name: last[name].sketch() for name in configs}  # type: ignore[attr-defined]
+            last: dict[str, Pipeline] = {}
+            variants = {name: timed_imp(setups[name], target, last, name) for name in configs}
+            exp.measure(f"{pct}% sel, n={size:,}", variants, runs, x=size)
+            sketches = {name: last[name].sketch() for name in configs}
             if len({frozenset(v) for v in sketches.values()}) != 1:
                 raise AssertionError("the join optimizations changed the sketch")
             for name, setup in setups.items():
-                setup.advance(target, last[name])  # type: ignore[arg-type]
+                setup.advance(target, last[name])
     for r in exp.rows:
         r.x = None
     return exp
@@ -343,20 +345,11 @@ def q_selpd(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
         off = Setup(spark, sql, {name: path}, (name, "a"), 1000, Optimizations(selection_pushdown=False))
         target = on.commit_change(name, int(rows * 0.025), seed=int(share * 1000), groups=groups)
         off.versions = dict(on.versions)
-        holder: dict[str, object] = {}
-
-        def run_on() -> float:
-            elapsed, pipe, rows_read = on.imp(target)
-            holder["on"] = pipe
-            return elapsed
-
-        def run_off() -> float:
-            elapsed, pipe, rows_read = off.imp(target)
-            holder["off"] = pipe
-            return elapsed
-
-        exp.measure(f"{share:.0%}", {"IMP push-down on": run_on, "IMP push-down off": run_off}, runs, x=share)
-        if holder["on"].sketch() != holder["off"].sketch():  # type: ignore[attr-defined]
+        holder: dict[str, Pipeline] = {}
+        variants = {"IMP push-down on": timed_imp(on, target, holder, "on"),
+                    "IMP push-down off": timed_imp(off, target, holder, "off")}
+        exp.measure(f"{share:.0%}", variants, runs, x=share)
+        if holder["on"].sketch() != holder["off"].sketch():
             raise AssertionError("selection push-down changed the sketch")
     return exp
 

@@ -119,6 +119,9 @@ def eager_vs_lazy(service: SketchService, quick: bool, runs: int) -> Experiment:
     return exp
 
 
+_METHODS = ("IMP", "FM", "NS")  # the mixed workload's methods, in the order the first query is answered
+
+
 def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
                    cases: list[tuple[int, int, int, int]] | None = None) -> Experiment:
     """Queries and updates interleaved (paper 8.1). The time of the queries counts, with whatever each method does to
@@ -149,7 +152,6 @@ def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
                      f"with sketch creation and maintenance), IMP = lazy maintenance + use, FM = recapture + use, "
                      f"NS = no sketch", ratios=[("NS", "IMP"), ("FM", "IMP")], log_y=True, y_label="seconds (total)",
                      timed=False)
-    methods = ("IMP", "FM", "NS")
     update_s: dict[int, list[float]] = {}
     # warm-up, not counted: the first query and the first capture of the session pay Spark's start-up (JIT, caches)
     data.reset(path)
@@ -164,42 +166,63 @@ def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
         for service in services.values():
             service.register_table(name, str(path), replace=True)
             _drop_sketch(service, "mixed")
-        next_id = data.max_id(path) + 1
-        spent = dict.fromkeys(methods, 0.0)
-        created: set[str] = set()
-        answers: dict[str, list] = {}
-        queries = 0
-        for i in range(n_ops):
-            if i % (q + u) >= q:  # an update, executed once for all methods
-                t0 = time.perf_counter()
-                next_id = data.change(path, size, seed=i, groups=groups, next_id=next_id)
-                update_s.setdefault(size, []).append(time.perf_counter() - t0)
-                continue
-            for method in methods[queries % 3:] + methods[:queries % 3]:
-                service = services["FM" if method == "FM" else "IMP"]
-                t0 = time.perf_counter()
-                if method == "NS":
-                    result = service.query(sql, use_sketch=False)
-                else:
-                    if method not in created:
-                        service.create_sketch("mixed", sql, [f"{name}.a"], fragments=1000)
-                        created.add(method)
-                    elif method == "FM" and service.is_stale("mixed"):
-                        service.maintain("mixed", strategy="recapture")
-                    result = service.query(sql)
-                spent[method] += time.perf_counter() - t0
-                answers[method] = _answer(result)
-            queries += 1
-            if len({repr(a) for a in answers.values()}) != 1:
-                raise AssertionError(f"mixed workload {case}, operation {i}: the methods' answers differ")
-        for method in methods:
+        spent, queries, updates = _mixed_case(services, sql, name, path, (q, u, size, n_ops), case, groups)
+        if updates:
+            update_s.setdefault(size, []).extend(updates)
+        for method in _METHODS:
             exp.add(case, method, 0, spent[method], queries=queries, updates=n_ops - queries)
-        print(f"   mixed workload {case}: " + ", ".join(f"{m} {spent[m]:.1f} s" for m in methods), flush=True)
+        print(f"   mixed workload {case}: " + ", ".join(f"{m} {spent[m]:.1f} s" for m in _METHODS), flush=True)
     for size, times in sorted(update_s.items()):
         exp.notes.append(f"- executing the updates (not counted): size {size}: median {statistics.median(times):.2f} s "
                          f"per update, {len(times)} updates")
     exp.notes.append("- one sequence per case; the three methods answer each query in turn over the same updates")
     return exp
+
+
+def _mixed_case(services: dict[str, SketchService], sql: str, table: str, path: Path,
+                case: tuple[int, int, int, int], label: str, groups: int) -> tuple[dict[str, float], int, list[float]]:
+    """One case (queries, updates, change size, operations) of the mixed workload on a freshly reset table, checking
+    after every query that the methods' answers agree.
+
+    Returns:
+        Each method's total query time, the number of queries, and the time of each update.
+    """
+    q, u, size, n_ops = case
+    spent = dict.fromkeys(_METHODS, 0.0)
+    update_s: list[float] = []
+    next_id = data.max_id(path) + 1
+    created: set[str] = set()
+    answers: dict[str, list] = {}
+    queries = 0
+    for i in range(n_ops):
+        if i % (q + u) >= q:  # an update, executed once for all methods
+            t0 = time.perf_counter()
+            next_id = data.change(path, size, seed=i, groups=groups, next_id=next_id)
+            update_s.append(time.perf_counter() - t0)
+            continue
+        for method in _METHODS[queries % 3:] + _METHODS[:queries % 3]:
+            service = services["FM" if method == "FM" else "IMP"]
+            t0 = time.perf_counter()
+            result = _answer_by(method, service, sql, table, created)
+            spent[method] += time.perf_counter() - t0
+            answers[method] = _answer(result)
+        queries += 1
+        if len({repr(a) for a in answers.values()}) != 1:
+            raise AssertionError(f"mixed workload {label}, operation {i}: the methods' answers differ")
+    return spent, queries, update_s
+
+
+def _answer_by(method: str, service: SketchService, sql: str, table: str, created: set[str]) -> Any:
+    """``sql`` answered as ``method`` does: NS without a sketch; IMP and FM with the sketch, created on the method's
+    first query (noted in ``created``), FM recapturing it first whenever it is stale (IMP maintains lazily on use)."""
+    if method == "NS":
+        return service.query(sql, use_sketch=False)
+    if method not in created:
+        service.create_sketch("mixed", sql, [f"{table}.a"], fragments=1000)
+        created.add(method)
+    elif method == "FM" and service.is_stale("mixed"):
+        service.maintain("mixed", strategy="recapture")
+    return service.query(sql)
 
 
 def compaction(service: SketchService, quick: bool, runs: int, path: Path | None = None) -> Experiment:
@@ -262,6 +285,23 @@ def _job_error(output: str) -> str:
     return lines[-1] if lines else output.strip()[-500:]
 
 
+def _timed_job(service: SketchService, variant: str, command: list[str], env: dict[str, str], show: list[str],
+               start: int, sketches: dict[str, list[int]]) -> Callable[[], float]:
+    """One timed run of the job ``command`` on a fresh clone ``wj_run`` of sketch ``wj`` at version ``start``; the
+    fragments it committed (read with ``show``) are kept in ``sketches[variant]``."""
+    def run_once() -> float:
+        _clone_at_start(service, "wj", "wj_run", start)
+        t0 = time.perf_counter()
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        elapsed = time.perf_counter() - t0
+        if done.returncode != 0:
+            raise RuntimeError(f"{variant} failed: {_job_error(done.stdout + done.stderr)}")
+        shown = json.loads(subprocess.run(show, env=env, capture_output=True, text=True, check=True).stdout)
+        sketches[variant] = shown["partitions"][0]["fragments"]
+        return elapsed
+    return run_once
+
+
 def whole_job(service: SketchService, quick: bool, runs: int) -> Experiment:
     """Maintenance as the whole job an Airflow task runs (process start to catalog commit), IMP vs FM.
 
@@ -291,29 +331,15 @@ def whole_job(service: SketchService, quick: bool, runs: int) -> Experiment:
         "FM job": [*submit, *RecaptureJob("wj_run").argv(), "--home", home],
         "IMP CLI": [str(bin_dir / "imp"), "--home", home, "sketch", "maintain", "wj_run", "--strategy", Strategy.LAZY],
     }
+    show = [str(bin_dir / "imp"), "--home", home, "sketch", "show", "wj_run", "--json"]
     next_id = data.max_id(path) + 1
     record = service.catalog.get_sketch("wj")
     for i, size in enumerate([10, 1000] if not quick else [10]):
         next_id = data.change(path, size, seed=7000 + i, groups=groups, next_id=next_id)
         start = service.catalog.latest_version(record.id).version
         sketches: dict[str, list[int]] = {}
-
-        def job(variant: str):  # noqa: ANN202
-            def run_once() -> float:
-                _clone_at_start(service, "wj", "wj_run", start)
-                t0 = time.perf_counter()
-                done = subprocess.run(commands[variant], env=env, capture_output=True, text=True)
-                elapsed = time.perf_counter() - t0
-                if done.returncode != 0:
-                    raise RuntimeError(f"{variant} failed: {_job_error(done.stdout + done.stderr)}")
-                shown = json.loads(subprocess.run([str(bin_dir / "imp"), "--home", home, "sketch", "show", "wj_run",
-                                                   "--json"], env=env, capture_output=True, text=True,
-                                                  check=True).stdout)
-                sketches[variant] = shown["partitions"][0]["fragments"]
-                return elapsed
-            return run_once
-
-        exp.measure(f"{size:,} change rows", {v: job(v) for v in commands}, runs if quick else max(3, runs - 2), x=size)
+        variants = {v: _timed_job(service, v, command, env, show, start, sketches) for v, command in commands.items()}
+        exp.measure(f"{size:,} change rows", variants, runs if quick else max(3, runs - 2), x=size)
         if len({tuple(f) for f in sketches.values()}) != 1:
             raise AssertionError(f"whole_job: the jobs committed different sketches: {sketches}")
         service.maintain("wj", strategy="lazy")

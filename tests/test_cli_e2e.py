@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,7 +22,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory):
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     home = tmp_path_factory.mktemp("imp-home")
     e = dict(os.environ, IMP_HOME=str(home), IMP_SPARK_MASTER="local[2]", IMP_SHUFFLE_PARTITIONS="2",
              PYSPARK_PYTHON=sys.executable)

@@ -53,6 +53,18 @@ def polars_type(t: pa.DataType) -> pl.DataType:
     return value_type(t)
 
 
+# Arrow types whose polars value type takes no parameter, tried in order (float32 before the other floats)
+_PLAIN_VALUE_TYPES: tuple[tuple[Callable[[pa.DataType], bool], pl.DataType], ...] = (
+    (lambda t: pa.types.is_float32(t) or pa.types.is_float16(t), pl.Float32()),
+    (pa.types.is_floating, pl.Float64()),
+    (is_string, pl.String()),
+    (pa.types.is_boolean, pl.Boolean()),
+    (pa.types.is_date, pl.Date()),
+    (lambda t: t == NULL, pl.Null()),
+    (pa.types.is_binary, pl.Binary()),
+)
+
+
 def value_type(t: pa.DataType) -> pl.DataType:
     """The polars dtype an expression computes values of an Arrow type in: Spark's width (INT + INT wraps at 32
     bits, FLOAT * FLOAT rounds to 32 bits, a DECIMAL(p, s) overflows past p digits)."""
@@ -60,24 +72,13 @@ def value_type(t: pa.DataType) -> pl.DataType:
         if pa.types.is_signed_integer(t):
             return {8: pl.Int8(), 16: pl.Int16(), 32: pl.Int32()}.get(t.bit_width, pl.Int64())
         return pl.Int64()
-    if pa.types.is_float32(t) or pa.types.is_float16(t):
-        return pl.Float32()
-    if pa.types.is_floating(t):
-        return pl.Float64()
     if pa.types.is_decimal(t):
         return pl.Decimal(t.precision, t.scale)
-    if is_string(t):
-        return pl.String()
-    if pa.types.is_boolean(t):
-        return pl.Boolean()
-    if pa.types.is_date(t):
-        return pl.Date()
     if pa.types.is_timestamp(t):
         return pl.Datetime("us", t.tz) if t.tz else pl.Datetime("us")
-    if t == NULL:
-        return pl.Null()
-    if pa.types.is_binary(t):
-        return pl.Binary()
+    for matches, dtype in _PLAIN_VALUE_TYPES:
+        if matches(t):
+            return dtype
     raise UnsupportedError(f"columns of type {t} are not supported by the incremental engine")
 
 
@@ -256,47 +257,56 @@ class PolarsCompiler:
         if is_string(dst):
             return self._to_string(x, src)
         if pa.types.is_boolean(dst):
-            if is_string(src):
-                return K.string_to_bool(x)
-            return x != 0  # NaN is TRUE
+            return K.string_to_bool(x) if is_string(src) else x != 0  # NaN is TRUE
         if pa.types.is_integer(dst):
-            bits = dst.bit_width
-            if pa.types.is_boolean(src):
-                return x.cast(out)
-            if pa.types.is_integer(src):
-                return x.cast(out) if src.bit_width <= dst.bit_width else K.wrap_integral(x, bits)
-            if pa.types.is_floating(src):
-                return K.float_to_integral(x, bits)
-            if pa.types.is_decimal(src):
-                return K.decimal_to_integral(x, src, bits)
-            return K.string_to_integral(x, bits)
+            return self._to_integral(x, src, dst)
         if pa.types.is_floating(dst):
-            if pa.types.is_decimal(src):
-                return K.decimal_to_float(x, src, out)
-            if is_string(src):
-                return K.string_to_float(x, out)
-            return x.cast(out)
+            return self._to_float(x, src, out)
         if pa.types.is_decimal(dst):
-            if pa.types.is_decimal(src):
-                return K.rescale_decimal(x, src, dst)
-            if pa.types.is_integer(src) or pa.types.is_boolean(src):
-                return K.integral_to_decimal(x.cast(pl.Int64), dst)
-            if pa.types.is_floating(src):
-                return K.float_to_decimal(x, dst)
-            return K.string_to_decimal(x, dst)
+            return self._to_decimal(x, src, dst)
         if pa.types.is_date(dst):
-            if is_string(src):
-                return K.string_to_date(x)
-            return self._utc(x, src).dt.date()
+            return K.string_to_date(x) if is_string(src) else self._utc(x, src).dt.date()
         if pa.types.is_timestamp(dst):
-            if pa.types.is_date(src):
-                x = x.cast(pl.Datetime("us"))
-            elif pa.types.is_timestamp(src):
-                x = self._utc(x, src)
-            else:
-                raise UnsupportedError(f"CAST of {src} to {dst} is not supported by the incremental engine")
-            return x.dt.replace_time_zone("UTC").dt.convert_time_zone(dst.tz) if dst.tz else x
+            return self._to_timestamp(x, src, dst)
         raise UnsupportedError(f"CAST of {src} to {dst} is not supported by the incremental engine")
+
+    @staticmethod
+    def _to_integral(x: pl.Expr, src: pa.DataType, dst: pa.DataType) -> pl.Expr:
+        bits = dst.bit_width
+        if pa.types.is_boolean(src):
+            return x.cast(value_type(dst))
+        if pa.types.is_integer(src):
+            return x.cast(value_type(dst)) if src.bit_width <= bits else K.wrap_integral(x, bits)
+        if pa.types.is_floating(src):
+            return K.float_to_integral(x, bits)
+        if pa.types.is_decimal(src):
+            return K.decimal_to_integral(x, src, bits)
+        return K.string_to_integral(x, bits)
+
+    @staticmethod
+    def _to_float(x: pl.Expr, src: pa.DataType, out: pl.DataType) -> pl.Expr:
+        if pa.types.is_decimal(src):
+            return K.decimal_to_float(x, src, out)
+        return K.string_to_float(x, out) if is_string(src) else x.cast(out)
+
+    @staticmethod
+    def _to_decimal(x: pl.Expr, src: pa.DataType, dst: pa.DataType) -> pl.Expr:
+        if pa.types.is_decimal(src):
+            return K.rescale_decimal(x, src, dst)
+        if pa.types.is_integer(src) or pa.types.is_boolean(src):
+            return K.integral_to_decimal(x.cast(pl.Int64), dst)
+        if pa.types.is_floating(src):
+            return K.float_to_decimal(x, dst)
+        return K.string_to_decimal(x, dst)
+
+    def _to_timestamp(self, x: pl.Expr, src: pa.DataType, dst: pa.DataType) -> pl.Expr:
+        if pa.types.is_date(src):
+            x = x.cast(pl.Datetime("us"))
+        elif pa.types.is_timestamp(src):
+            x = self._utc(x, src)
+        else:
+            raise UnsupportedError(f"CAST of {src} to {dst} is not supported by the incremental engine")
+        return x.dt.replace_time_zone("UTC").dt.convert_time_zone(dst.tz) if dst.tz else x
 
     @staticmethod
     def _utc(x: pl.Expr, t: pa.DataType) -> pl.Expr:

@@ -143,83 +143,54 @@ class OrderDependence:
         if isinstance(node, Scan):
             return Facts()
         if isinstance(node, Aggregate):
-            (c,) = kids
-            maybe = Maybe.UNFLAGGED if c.maybe != Maybe.NO else Maybe.NO
-            unreliable: set[str] = set()
-            bounded: set[str] = set()
-            for name, e in node.keys:
-                if e.columns() & c.uncertain:
-                    unreliable.add(name)  # groups split or merge with the value: some may exist only here
-                    maybe = Maybe.UNFLAGGED
-            for name, a in node.aggs:
-                if c.maybe != Maybe.NO or (a.arg is not None and a.arg.columns() & c.uncertain):
-                    unreliable.add(name)
-                elif is_order_dependent(a):
-                    bounded.add(name)
-            if maybe != Maybe.NO:  # counts and sums over rows that may not exist say nothing
-                unreliable |= {n for n, _ in node.aggs}
-                bounded -= unreliable
-            return Facts(frozenset(bounded), frozenset(unreliable), maybe)
+            return _aggregate_facts(node, *kids)
         if isinstance(node, Distinct):
-            (c,) = kids
-            if c.uncertain:
-                return Facts(frozenset(), c.uncertain, Maybe.UNFLAGGED)
-            return Facts(maybe=Maybe.UNFLAGGED if c.maybe != Maybe.NO else Maybe.NO)
+            return _distinct_facts(*kids)
         if isinstance(node, Project):
-            (c,) = kids
-            bounded, unreliable = set(), set()
-            for name, e in node.items:
-                cols = e.columns()
-                if cols & c.unreliable:
-                    unreliable.add(name)
-                elif cols & c.bounded:
-                    if _boundable(e, c.bounded):
-                        bounded.add(name)
-                    else:
-                        unreliable.add(name)
-            return Facts(frozenset(bounded), frozenset(unreliable), c.maybe)
+            return _project_facts(node, *kids)
         if isinstance(node, Select):
-            (c,) = kids
-            cols = node.predicate.columns()
-            if cols & c.unreliable:
-                raise UnsupportedError(
-                    f"the condition {node.predicate} tests a value that depends on the order in which Spark adds "
-                    f"numbers, through an operation the sketch cannot bound; {FIX_HINT}")
-            if cols & c.bounded:
-                _check_predicate(node.predicate, c.bounded)
-                self.role(node).conservative = True
-                return Facts(c.bounded, c.unreliable, Maybe.FLAGGED if c.maybe != Maybe.UNFLAGGED
-                             else Maybe.UNFLAGGED)
-            return Facts(c.bounded, c.unreliable, c.maybe)
+            return self._select_facts(node, *kids)
         if isinstance(node, Join):
-            left, right = kids
-            if node.condition is not None and node.condition.columns() & (left.uncertain | right.uncertain):
-                raise UnsupportedError(
-                    f"the join condition {node.condition} uses a value that depends on the order in which Spark "
-                    f"adds numbers; {FIX_HINT}")
-            maybe = Maybe.NO if left.maybe == right.maybe == Maybe.NO else Maybe.UNFLAGGED
-            # interval columns and flags do not cross a join
-            return Facts(frozenset(), left.uncertain | right.uncertain, maybe)
+            return _join_facts(node, *kids)
         if isinstance(node, TopK):
-            (c,) = kids
-            cols = set().union(*(k.expr.columns() for k in node.order))
-            if c.maybe == Maybe.UNFLAGGED:
-                raise UnsupportedError(
-                    "ORDER BY ... LIMIT over rows that a floating-point SUM/AVG condition may or may not keep "
-                    f"(through a join, an aggregation or another LIMIT) cannot be sketched safely; {FIX_HINT}")
-            if cols & c.unreliable:
-                raise UnsupportedError(
-                    "ORDER BY ... LIMIT orders by a value that depends on the order in which Spark adds numbers, "
-                    f"through an operation the sketch cannot bound; {FIX_HINT}")
-            if cols & c.bounded:
-                for k in node.order:
-                    if k.expr.columns() & c.bounded and not _boundable(k.expr, c.bounded):
-                        raise UnsupportedError(f"ORDER BY {k.expr} cannot be bounded; {FIX_HINT}")
-            if cols & c.bounded or c.maybe == Maybe.FLAGGED:
-                self.role(node).conservative = True
-                return Facts(c.bounded, c.unreliable, Maybe.UNFLAGGED)
-            return Facts(c.bounded, c.unreliable, c.maybe)
+            return self._topk_facts(node, *kids)
         raise UnsupportedError(f"plan node {type(node).__name__} is not supported")
+
+    def _select_facts(self, node: Select, c: Facts) -> Facts:
+        """A condition on a bounded value keeps rows conservatively (flagged when not sure); on an unreliable one it
+        is refused."""
+        cols = node.predicate.columns()
+        if cols & c.unreliable:
+            raise UnsupportedError(
+                f"the condition {node.predicate} tests a value that depends on the order in which Spark adds "
+                f"numbers, through an operation the sketch cannot bound; {FIX_HINT}")
+        if cols & c.bounded:
+            _check_predicate(node.predicate, c.bounded)
+            self.role(node).conservative = True
+            return Facts(c.bounded, c.unreliable, Maybe.FLAGGED if c.maybe != Maybe.UNFLAGGED
+                         else Maybe.UNFLAGGED)
+        return Facts(c.bounded, c.unreliable, c.maybe)
+
+    def _topk_facts(self, node: TopK, c: Facts) -> Facts:
+        """A top-k ordered by a bounded value, or over flagged rows, keeps rows conservatively; over rows that may or
+        may not exist unflagged, or ordered by an unreliable value, it is refused."""
+        cols = set().union(*(k.expr.columns() for k in node.order))
+        if c.maybe == Maybe.UNFLAGGED:
+            raise UnsupportedError(
+                "ORDER BY ... LIMIT over rows that a floating-point SUM/AVG condition may or may not keep "
+                f"(through a join, an aggregation or another LIMIT) cannot be sketched safely; {FIX_HINT}")
+        if cols & c.unreliable:
+            raise UnsupportedError(
+                "ORDER BY ... LIMIT orders by a value that depends on the order in which Spark adds numbers, "
+                f"through an operation the sketch cannot bound; {FIX_HINT}")
+        if cols & c.bounded:
+            for k in node.order:
+                if k.expr.columns() & c.bounded and not _boundable(k.expr, c.bounded):
+                    raise UnsupportedError(f"ORDER BY {k.expr} cannot be bounded; {FIX_HINT}")
+        if cols & c.bounded or c.maybe == Maybe.FLAGGED:
+            self.role(node).conservative = True
+            return Facts(c.bounded, c.unreliable, Maybe.UNFLAGGED)
+        return Facts(c.bounded, c.unreliable, c.maybe)
 
     # -- top-down: which interval columns each operator must carry -------------------------------------------------
 
@@ -253,6 +224,59 @@ class OrderDependence:
         elif isinstance(node, TopK):
             own = set().union(*(k.expr.columns() for k in node.order)) & child_facts.bounded
         self._needs(child, role.carry | own, child_flag)
+
+
+def _aggregate_facts(node: Aggregate, c: Facts) -> Facts:
+    """Order-dependent aggregates over sure rows are bounded; anything over uncertain values or rows is unreliable,
+    and groups keyed by an uncertain value may exist only here."""
+    maybe = Maybe.UNFLAGGED if c.maybe != Maybe.NO else Maybe.NO
+    unreliable: set[str] = set()
+    bounded: set[str] = set()
+    for name, e in node.keys:
+        if e.columns() & c.uncertain:
+            unreliable.add(name)  # groups split or merge with the value: some may exist only here
+            maybe = Maybe.UNFLAGGED
+    for name, a in node.aggs:
+        if c.maybe != Maybe.NO or (a.arg is not None and a.arg.columns() & c.uncertain):
+            unreliable.add(name)
+        elif is_order_dependent(a):
+            bounded.add(name)
+    if maybe != Maybe.NO:  # counts and sums over rows that may not exist say nothing
+        unreliable |= {n for n, _ in node.aggs}
+        bounded -= unreliable
+    return Facts(frozenset(bounded), frozenset(unreliable), maybe)
+
+
+def _distinct_facts(c: Facts) -> Facts:
+    """Rows with an uncertain value may or may not be duplicates: their existence becomes uncertain."""
+    if c.uncertain:
+        return Facts(frozenset(), c.uncertain, Maybe.UNFLAGGED)
+    return Facts(maybe=Maybe.UNFLAGGED if c.maybe != Maybe.NO else Maybe.NO)
+
+
+def _project_facts(node: Project, c: Facts) -> Facts:
+    """An output is bounded when its expression can carry its inputs' intervals, else unreliable."""
+    bounded, unreliable = set(), set()
+    for name, e in node.items:
+        cols = e.columns()
+        if cols & c.unreliable:
+            unreliable.add(name)
+        elif cols & c.bounded:
+            if _boundable(e, c.bounded):
+                bounded.add(name)
+            else:
+                unreliable.add(name)
+    return Facts(frozenset(bounded), frozenset(unreliable), c.maybe)
+
+
+def _join_facts(node: Join, left: Facts, right: Facts) -> Facts:
+    """A join on an uncertain value is refused; interval columns and flags do not cross a join."""
+    if node.condition is not None and node.condition.columns() & (left.uncertain | right.uncertain):
+        raise UnsupportedError(
+            f"the join condition {node.condition} uses a value that depends on the order in which Spark "
+            f"adds numbers; {FIX_HINT}")
+    maybe = Maybe.NO if left.maybe == right.maybe == Maybe.NO else Maybe.UNFLAGGED
+    return Facts(frozenset(), left.uncertain | right.uncertain, maybe)
 
 
 # --- expressions over intervals -----------------------------------------------------------------------------------
@@ -355,19 +379,8 @@ class IntervalCompiler:
         if isinstance(e, Unary) and e.op == "neg":
             a = self.interval(e.arg)
             return Iv(-a.hi, -a.lo)
-        if isinstance(e, Binary):
-            a, b = self.interval(e.left), self.interval(e.right)
-            if e.op == "+":
-                return _fix(a.lo + b.lo, a.hi + b.hi, [a, b])
-            if e.op == "-":
-                return _fix(a.lo - b.hi, a.hi - b.lo, [a, b])
-            if e.op == "*":
-                return _corners([a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi], [a, b])
-            if e.op == "/":
-                # Spark: x / 0 is NULL; a divisor that may be 0 leaves the quotient unknown
-                zero = (b.lo <= 0.0) & (b.hi >= 0.0) | b.lo.is_nan() | b.hi.is_nan()
-                c = _corners([a.lo / b.lo, a.lo / b.hi, a.hi / b.lo, a.hi / b.hi], [a, b])
-                return Iv(pl.when(zero).then(-INF).otherwise(c.lo), pl.when(zero).then(NAN).otherwise(c.hi))
+        if isinstance(e, Binary) and e.op in ("+", "-", "*", "/"):
+            return _arithmetic(e.op, self.interval(e.left), self.interval(e.right))
         if isinstance(e, Func) and e.name == "abs":
             a = self.interval(e.args[0])
             lo = pl.when(a.lo >= 0.0).then(a.lo).when(a.hi <= 0.0).then(-a.hi).otherwise(0.0)
@@ -453,6 +466,20 @@ class IntervalCompiler:
             t2, f2 = IntervalCompiler._compare("=", a, b)
             return f2, t2
         return t.fill_null(False), f.fill_null(False)
+
+
+def _arithmetic(op: str, a: Iv, b: Iv) -> Iv:
+    """The interval of ``a op b`` for one of ``+ - * /``."""
+    if op == "+":
+        return _fix(a.lo + b.lo, a.hi + b.hi, [a, b])
+    if op == "-":
+        return _fix(a.lo - b.hi, a.hi - b.lo, [a, b])
+    if op == "*":
+        return _corners([a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi], [a, b])
+    # Spark: x / 0 is NULL; a divisor that may be 0 leaves the quotient unknown
+    zero = (b.lo <= 0.0) & (b.hi >= 0.0) | b.lo.is_nan() | b.hi.is_nan()
+    c = _corners([a.lo / b.lo, a.lo / b.hi, a.hi / b.lo, a.hi / b.hi], [a, b])
+    return Iv(pl.when(zero).then(-INF).otherwise(c.lo), pl.when(zero).then(NAN).otherwise(c.hi))
 
 
 def _unknown(ivs: list[Iv]) -> pl.Expr:

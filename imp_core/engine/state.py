@@ -61,6 +61,23 @@ def encode(kind: str, op_id: str, fingerprint: str, meta: dict[str, Any], frames
 def decode(blob: bytes, *, kind: str | None = None, op_id: str | None = None,
            fingerprint: str | None = None) -> StatePayload:
     where = f"operator {op_id}" if op_id else "operator state"
+    header, raw = _read_header(blob, where)
+    if kind is not None and header.get("kind") != kind:
+        raise StateError(f"{where}: state belongs to a {header.get('kind')} operator, expected {kind}; "
+                         f"recapture the sketch")
+    if op_id is not None and header.get("op_id") != op_id:
+        raise StateError(f"{where}: state belongs to operator {header.get('op_id')}; recapture the sketch")
+    if fingerprint is not None and header.get("fingerprint") != fingerprint:
+        raise StateError(f"{where}: state was built for a different plan; recapture the sketch")
+    frames = _read_frames(header["frames"], raw, where)
+    if not all(isinstance(header.get(k), str) for k in ("kind", "op_id", "fingerprint")):
+        raise StateError(f"{where}: state header is malformed (kind, op_id or fingerprint missing); recapture the "
+                         f"sketch")
+    return StatePayload(header["kind"], header["op_id"], header["fingerprint"], header.get("meta", {}), frames)
+
+
+def _read_header(blob: bytes, where: str) -> tuple[dict[str, Any], memoryview]:
+    """A blob's header, checked for shape, and its payload, checked against the header's checksum."""
     if len(blob) < 10 or blob[:4] != MAGIC:
         raise StateError(f"{where}: not an IMP state blob (bad magic); recapture the sketch")
     blob = bytes(blob) if not isinstance(blob, (bytes, memoryview)) else blob
@@ -81,17 +98,15 @@ def decode(blob: bytes, *, kind: str | None = None, op_id: str | None = None,
     raw = memoryview(blob)[10 + hlen:]  # no copy of a state of many MB
     if hashlib.sha256(raw).hexdigest() != header.get("sha256"):
         raise StateError(f"{where}: state payload is corrupt (checksum mismatch); recapture the sketch")
-    if kind is not None and header.get("kind") != kind:
-        raise StateError(f"{where}: state belongs to a {header.get('kind')} operator, expected {kind}; "
-                         f"recapture the sketch")
-    if op_id is not None and header.get("op_id") != op_id:
-        raise StateError(f"{where}: state belongs to operator {header.get('op_id')}; recapture the sketch")
-    if fingerprint is not None and header.get("fingerprint") != fingerprint:
-        raise StateError(f"{where}: state was built for a different plan; recapture the sketch")
+    return header, raw
+
+
+def _read_frames(names: list[str], raw: memoryview, where: str) -> dict[str, pl.DataFrame]:
+    """The frames ``names`` from the payload, each a length-prefixed Arrow IPC stream, filling it exactly."""
     frames: dict[str, pl.DataFrame] = {}
     pos = 0
     try:
-        for name in header["frames"]:
+        for name in names:
             (n,) = struct.unpack("<Q", raw[pos:pos + 8])
             pos += 8
             if pos + n > len(raw):
@@ -104,10 +119,7 @@ def decode(blob: bytes, *, kind: str | None = None, op_id: str | None = None,
         raise StateError(f"{where}: state frames do not match the header; recapture the sketch") from e
     if pos != len(raw):
         raise StateError(f"{where}: state has {len(raw) - pos} bytes after its last frame; recapture the sketch")
-    if not all(isinstance(header.get(k), str) for k in ("kind", "op_id", "fingerprint")):
-        raise StateError(f"{where}: state header is malformed (kind, op_id or fingerprint missing); recapture the "
-                         f"sketch")
-    return StatePayload(header["kind"], header["op_id"], header["fingerprint"], header.get("meta", {}), frames)
+    return frames
 
 
 def check_frames(frames: dict[str, pl.DataFrame], expected: dict[str, pl.DataFrame],

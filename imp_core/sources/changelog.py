@@ -36,24 +36,9 @@ def read_range(root: Path, after: int, upto: int, columns: list[str], schema: pa
     parts: list[pa.Table] = []
     for version in range(after + 1, upto + 1):
         actions = _commit(root, version)
-        if actions is None:
+        files = _change_files(actions) if actions is not None else None
+        if files is None:
             return None
-        cdc, adds, removes = [], [], []
-        for action in actions:
-            if "metaData" in action or "protocol" in action:
-                return None  # the caller re-checks CDF settings and schema the slow, exact way
-            if "cdc" in action:
-                cdc.append(action["cdc"])
-            elif "add" in action and action["add"].get("dataChange", True):
-                adds.append(action["add"])
-            elif "remove" in action and action["remove"].get("dataChange", True):
-                removes.append(action["remove"])
-        if cdc:  # the commit's change rows are exactly its cdc files (Delta protocol), deletion vectors or not
-            files = [(f, None) for f in cdc]
-        else:
-            if any(a.get("deletionVector") for a in adds + removes):
-                return None  # rows deleted by a deletion vector: delta-rs computes them from the vectors
-            files = [(f, "insert") for f in adds] + [(f, "delete") for f in removes]
         for f, change_type in files:
             table = _read(root, f, columns, schema, partition_columns, change_type)
             if table is None:
@@ -65,6 +50,26 @@ def read_range(root: Path, after: int, upto: int, columns: list[str], schema: pa
         return pa.schema(fields + [pa.field("_change_type", pa.string()),
                                    pa.field("_commit_version", pa.int64())]).empty_table()
     return pa.concat_tables(parts)
+
+
+def _change_files(actions: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]] | None:
+    """The files holding one commit's change rows, each with the change type its rows get (None: the file's own
+    ``_change_type`` column), or None when only the slow, exact way can tell."""
+    cdc, adds, removes = [], [], []
+    for action in actions:
+        if "metaData" in action or "protocol" in action:
+            return None  # the caller re-checks CDF settings and schema the slow, exact way
+        if "cdc" in action:
+            cdc.append(action["cdc"])
+        elif "add" in action and action["add"].get("dataChange", True):
+            adds.append(action["add"])
+        elif "remove" in action and action["remove"].get("dataChange", True):
+            removes.append(action["remove"])
+    if cdc:  # the commit's change rows are exactly its cdc files (Delta protocol), deletion vectors or not
+        return [(f, None) for f in cdc]
+    if any(a.get("deletionVector") for a in adds + removes):
+        return None  # rows deleted by a deletion vector: delta-rs computes them from the vectors
+    return [(f, "insert") for f in adds] + [(f, "delete") for f in removes]
 
 
 def confined(root: Path, raw: Any) -> Path:

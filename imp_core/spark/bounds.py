@@ -57,17 +57,7 @@ def equi_depth_bounds(df: DataFrame, column: str, fragments: int, kind: str,
     if not n or lo is None or hi is None:
         raise UsageError(f"column {column} has no non-NULL{', non-NaN' if floating else ''} values to compute bounds "
                          f"from; give --bounds")
-    inner: list[Bound] = []
-    if fragments > 1:
-        target = min(SAMPLE_MAX, max(SAMPLE_ROWS, 200 * fragments))
-        sample = df.select(c.alias("v")).where(c.isNotNull() & number)
-        if n > target:
-            sample = sample.sample(fraction=min(1.0, target / n), seed=7)
-        sampled = sample.limit(target).toArrow().column("v")  # limit: a Bernoulli sample may overshoot its target
-        values = sampled.take(pc.sort_indices(sampled)) if len(sampled) else sampled
-        if len(values):
-            picks = np.minimum(len(values) - 1, (len(values) * np.arange(1, fragments, dtype=np.int64)) // fragments)
-            inner = values.take(pa.array(np.unique(picks))).to_pylist()
+    inner = _sample_quantiles(df.select(c.alias("v")).where(c.isNotNull() & number), n, fragments)
     if kind == "decimal":
         inner = [decimal.Decimal(str(v)) for v in inner]
         lo, hi = decimal.Decimal(str(lo)), decimal.Decimal(str(hi))
@@ -81,6 +71,22 @@ def equi_depth_bounds(df: DataFrame, column: str, fragments: int, kind: str,
         # a single distinct value: one fragment [v, next) covers it (and, open-ended, everything else)
         out = list(_one_fragment(hi, kind, df.schema[column].dataType))
     return tuple(out)
+
+
+def _sample_quantiles(values: DataFrame, n: int, fragments: int) -> list[Bound]:
+    """The ``fragments - 1`` inner quantiles (duplicates dropped) of column ``v`` of ``values`` (``n`` rows), taken
+    from a sorted sample of about ``max(200K, 200 x fragments)`` values."""
+    if fragments <= 1:
+        return []
+    target = min(SAMPLE_MAX, max(SAMPLE_ROWS, 200 * fragments))
+    if n > target:
+        values = values.sample(fraction=min(1.0, target / n), seed=7)
+    sampled = values.limit(target).toArrow().column("v")  # limit: a Bernoulli sample may overshoot its target
+    if not len(sampled):
+        return []
+    ordered = sampled.take(pc.sort_indices(sampled))
+    picks = np.minimum(len(ordered) - 1, (len(ordered) * np.arange(1, fragments, dtype=np.int64)) // fragments)
+    return ordered.take(pa.array(np.unique(picks))).to_pylist()
 
 
 def _one_fragment(v: Any, kind: str, spark_type: T.DataType) -> tuple[Bound, Bound]:

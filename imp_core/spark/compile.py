@@ -92,6 +92,21 @@ class SparkExpressionCompiler:
         x, y = self.to(a, t), self.to(b, t)
         return {"=": x == y, "<>": x != y, "<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[op]
 
+    def _plus_interval(self, e: ex.Binary) -> Column:
+        """A date or timestamp plus or minus an interval literal (either side)."""
+        base, iv = (e.left, e.right) if isinstance(e.right, ex.Interval) else (e.right, e.left)
+        assert isinstance(iv, ex.Interval)
+        n = iv.value if e.op == "+" else -iv.value
+        b = self.to(base, e.dtype if base.dtype == NULL else base.dtype)
+        if pa.types.is_date(base.dtype):
+            if iv.unit == "day":
+                return F.date_add(b, F.lit(n))
+            if iv.unit == "week":
+                return F.date_add(b, F.lit(7 * n))
+            if iv.unit in ("month", "year"):
+                return F.add_months(b, F.lit(n * (12 if iv.unit == "year" else 1)))
+        return b + F.expr(f"INTERVAL {n} {iv.unit.upper()}")
+
     def visit_Binary(self, e: ex.Binary) -> Column:
         op = e.op
         if op == "and":
@@ -101,18 +116,7 @@ class SparkExpressionCompiler:
         if op in ("=", "<>", "<", "<=", ">", ">="):
             return self.compare(op, e.left, e.right)
         if isinstance(e.right, ex.Interval) or isinstance(e.left, ex.Interval):
-            base, iv = (e.left, e.right) if isinstance(e.right, ex.Interval) else (e.right, e.left)
-            assert isinstance(iv, ex.Interval)
-            n = iv.value if op == "+" else -iv.value
-            b = self.to(base, e.dtype if base.dtype == NULL else base.dtype)
-            if pa.types.is_date(base.dtype):
-                if iv.unit == "day":
-                    return F.date_add(b, F.lit(n))
-                if iv.unit == "week":
-                    return F.date_add(b, F.lit(7 * n))
-                if iv.unit in ("month", "year"):
-                    return F.add_months(b, F.lit(n * (12 if iv.unit == "year" else 1)))
-            return b + F.expr(f"INTERVAL {n} {iv.unit.upper()}")
+            return self._plus_interval(e)
         lt, rt = e.left.dtype, e.right.dtype
         if pa.types.is_date(lt) and pa.types.is_date(rt):
             return F.datediff(self.compile(e.left), self.compile(e.right))

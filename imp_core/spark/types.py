@@ -2,41 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pyarrow as pa
 from pyspark.sql import types as T
 
 from imp_core.errors import UnsupportedError
 
+# Arrow types whose Spark type takes no parameter, tried in order (the sized integers and float32 before the rest)
+_PLAIN_TYPES: tuple[tuple[Callable[[pa.DataType], bool], type[T.DataType]], ...] = (
+    (pa.types.is_int8, T.ByteType),
+    (pa.types.is_int16, T.ShortType),
+    (pa.types.is_int32, T.IntegerType),
+    (pa.types.is_integer, T.LongType),
+    (pa.types.is_float32, T.FloatType),
+    (pa.types.is_floating, T.DoubleType),
+    (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t) or t == pa.string_view(), T.StringType),
+    (pa.types.is_boolean, T.BooleanType),
+    (pa.types.is_date, T.DateType),
+    (lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t), T.BinaryType),
+    (pa.types.is_null, T.NullType),
+)
+
 
 def arrow_to_spark(t: pa.DataType) -> T.DataType:
-    if pa.types.is_int8(t):
-        return T.ByteType()
-    if pa.types.is_int16(t):
-        return T.ShortType()
-    if pa.types.is_int32(t):
-        return T.IntegerType()
-    if pa.types.is_integer(t):
-        return T.LongType()
-    if pa.types.is_float32(t):
-        return T.FloatType()
-    if pa.types.is_floating(t):
-        return T.DoubleType()
     if pa.types.is_decimal(t):
         return T.DecimalType(t.precision, t.scale)
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or t == pa.string_view():
-        return T.StringType()
-    if pa.types.is_boolean(t):
-        return T.BooleanType()
-    if pa.types.is_date(t):
-        return T.DateType()
     if pa.types.is_timestamp(t):
         return T.TimestampType() if t.tz else T.TimestampNTZType()
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return T.BinaryType()
-    if pa.types.is_null(t):
-        return T.NullType()
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return T.ArrayType(arrow_to_spark(t.value_type))
+    for matches, spark_type in _PLAIN_TYPES:
+        if matches(t):
+            return spark_type()
     raise UnsupportedError(f"columns of Arrow type {t} are not supported")
 
 

@@ -72,12 +72,7 @@ def file_may_match(f: FileStats, partition: Partition, ranges: list[Range]) -> b
     if f.num_records == 0:
         return False
     if column in f.partition_values:
-        value = _partition_value(f.partition_values[column], partition)
-        if value is None:
-            return any(nulls for _, _, nulls in ranges)
-        if value is _UNKNOWN:
-            return True
-        return any(_in_range(value, lo, hi) for lo, hi, _ in ranges)
+        return _partition_may_match(_partition_value(f.partition_values[column], partition), ranges)
     nulls = f.null_counts.get(column)
     if any(n for _, _, n in ranges) and (nulls is None or nulls > 0):
         return True
@@ -85,8 +80,22 @@ def file_may_match(f: FileStats, partition: Partition, ranges: list[Range]) -> b
         return False  # only NULLs, and no range holds NULL
     if partition.kind == "float" and any(hi is None for _, hi, _ in ranges):
         return True  # NaN is in the last fragment and never in float statistics: no file can be proved NaN-free
+    return _min_max_may_match(f.min_values.get(column), f.max_values.get(column), partition, ranges)
+
+
+def _partition_may_match(value: Any, ranges: list[Range]) -> bool:
+    """Whether a file whose rows all hold the partition value ``value`` may have a row in a range."""
+    if value is None:
+        return any(nulls for _, _, nulls in ranges)
+    if value is _UNKNOWN:
+        return True
+    return any(_in_range(value, lo, hi) for lo, hi, _ in ranges)
+
+
+def _min_max_may_match(lo_raw: Any, hi_raw: Any, partition: Partition, ranges: list[Range]) -> bool:
+    """Whether a file with the column statistics ``[lo_raw, hi_raw]`` may have a non-NULL row in a range."""
     try:
-        lo_stat, hi_stat = _widened(f.min_values.get(column), f.max_values.get(column), partition)
+        lo_stat, hi_stat = _widened(lo_raw, hi_raw, partition)
         if lo_stat is None or hi_stat is None:
             return True
         for lo, hi, _ in ranges:

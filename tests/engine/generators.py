@@ -249,7 +249,8 @@ def _pick(draw: st.DrawFn, options: list[str]) -> str:
     return draw(st.sampled_from(options))
 
 
-def gen_num(draw: st.DrawFn, cols: Sequence[X], depth: int, exact: bool = False) -> X:
+# a grammar: one branch per production, picked by a drawn name (hence the noqa)
+def gen_num(draw: st.DrawFn, cols: Sequence[X], depth: int, exact: bool = False) -> X:  # noqa: C901
     """A numeric expression; with ``exact`` only dyadic-valued operations (fit for SUM/AVG)."""
     atoms = [c for c in cols if c.kind in NUM and (c.exact or not exact)]
     strs = [c for c in cols if c.kind == "str"]
@@ -332,7 +333,8 @@ def gen_num(draw: st.DrawFn, cols: Sequence[X], depth: int, exact: bool = False)
     return X("ROUND({0}, 1)", (a,), "float", False)
 
 
-def gen_str(draw: st.DrawFn, cols: Sequence[X], depth: int) -> X:
+# a grammar: one branch per production, picked by a drawn name (hence the noqa)
+def gen_str(draw: st.DrawFn, cols: Sequence[X], depth: int) -> X:  # noqa: C901
     atoms = [c for c in cols if c.kind == "str"]
     opts = ["lit"] + ["col"] * (4 if atoms else 0)
     if depth > 0:
@@ -411,7 +413,8 @@ def gen_ts(draw: st.DrawFn, cols: Sequence[X]) -> X:
     return X(f"TIMESTAMP '{draw(st.sampled_from(TIMESTAMPS)).isoformat(sep=' ')}'", (), "ts")
 
 
-def gen_pred(draw: st.DrawFn, cols: Sequence[X], depth: int) -> X:
+# a grammar: one branch per production, picked by a drawn name (hence the noqa)
+def gen_pred(draw: st.DrawFn, cols: Sequence[X], depth: int) -> X:  # noqa: C901
     """A boolean condition (SQL three-valued logic) over ``cols``."""
     opts = ["cmp", "cmp", "cmp", "isnull", "in", "between"]
     if any(c.kind == "str" for c in cols):
@@ -685,6 +688,31 @@ def _duck_decimal_avg(scale: int) -> str:
             f"// (2 * {n})) AS DECIMAL(38, 0)) * {step} END)")
 
 
+def _agg_call(draw: st.DrawFn, block: Block, cols: list[X]) -> X:
+    """One aggregate call of a generated aggregation (marks ``block`` when only a recapture can judge it)."""
+    func = draw(st.sampled_from(["SUM", "COUNT", "COUNT(*)", "AVG", "MIN", "MAX"]))
+    if func == "COUNT(*)":
+        return X("COUNT(*)", (), "int", True, agg=True)
+    if func not in ("SUM", "AVG"):
+        arg = gen_value(draw, cols, 1)
+        return X(func + "({0})", (arg,), "int" if func == "COUNT" else arg.kind, arg.exact, agg=True,
+                 special=arg.special and func != "COUNT")
+    if draw(st.integers(0, 5)) == 0 and any(not c.exact for c in cols):
+        # an order-dependent sum: DuckDB adds in its own order, so this block is judged by a recapture
+        arg = draw(st.sampled_from([c for c in cols if not c.exact]))
+        block.duck = False
+    else:
+        arg = gen_num(draw, cols, 1, exact=True)
+    decimal_column = [c for c in _DECIMAL_COLUMNS if arg.column and arg.fmt.endswith("." + c.name)]
+    if func == "AVG" and arg.kind == "dec" and not decimal_column:
+        func = "SUM"  # AVG of a decimal expression: its scale (Spark's rules) is not rendered for DuckDB
+    if func == "AVG" and arg.kind == "dec":
+        return X("AVG({0})", (arg,), "dec", True, agg=True,
+                 duck_fmt=_duck_decimal_avg(decimal_column[0].scale))  # type: ignore[arg-type]
+    kind = "float" if func == "AVG" else arg.kind
+    return X(func + "({0})", (arg,), kind, func == "SUM" and arg.exact, agg=True, special=arg.special)
+
+
 def _aggregation(draw: st.DrawFn, block: Block, cols: list[X], nested: bool = False) -> None:
     # in a subquery, an aggregation without GROUP BY (one row even over no input) often feeds a join or top-k
     n_keys = draw(st.sampled_from([0, 0, 1, 1, 2] if nested else [0, 1, 1, 1, 2, 2]))
@@ -694,32 +722,7 @@ def _aggregation(draw: st.DrawFn, block: Block, cols: list[X], nested: bool = Fa
         # a constant key adds nothing, and an integer constant would be read as a select-list position
         if has_column(key) and key.sql() not in [k.sql() for k in keys]:
             keys.append(key)
-    aggs: list[X] = []
-    for _ in range(draw(st.integers(1, 3))):
-        func = draw(st.sampled_from(["SUM", "COUNT", "COUNT(*)", "AVG", "MIN", "MAX"]))
-        if func == "COUNT(*)":
-            aggs.append(X("COUNT(*)", (), "int", True, agg=True))
-        elif func in ("SUM", "AVG"):
-            if draw(st.integers(0, 5)) == 0 and any(not c.exact for c in cols):
-                # an order-dependent sum: DuckDB adds in its own order, so this block is judged by a recapture
-                arg = draw(st.sampled_from([c for c in cols if not c.exact]))
-                block.duck = False
-            else:
-                arg = gen_num(draw, cols, 1, exact=True)
-            decimal_column = [c for c in _DECIMAL_COLUMNS if arg.column and arg.fmt.endswith("." + c.name)]
-            if func == "AVG" and arg.kind == "dec" and not decimal_column:
-                func = "SUM"  # AVG of a decimal expression: its scale (Spark's rules) is not rendered for DuckDB
-            if func == "AVG" and arg.kind == "dec":
-                aggs.append(X("AVG({0})", (arg,), "dec", True, agg=True, duck_fmt=_duck_decimal_avg(
-                    decimal_column[0].scale)))  # type: ignore[arg-type]
-            else:
-                kind = "float" if func == "AVG" else arg.kind
-                aggs.append(X(func + "({0})", (arg,), kind, func == "SUM" and arg.exact, agg=True,
-                              special=arg.special))
-        else:
-            arg = gen_value(draw, cols, 1)
-            aggs.append(X(func + "({0})", (arg,), "int" if func == "COUNT" else arg.kind, arg.exact, agg=True,
-                          special=arg.special and func != "COUNT"))
+    aggs = [_agg_call(draw, block, cols) for _ in range(draw(st.integers(1, 3)))]
     atoms = keys + aggs
     items = [k for k in keys if draw(st.booleans())] + [a for a in aggs if draw(st.integers(0, 4))]
     if draw(st.integers(0, 3)) == 0:
@@ -827,6 +830,86 @@ def op_strategy(tables: list[str]) -> st.SearchStrategy[tuple]:
     return gen()
 
 
+# --- change operations on a table's rows: each changes ``rows`` in place and returns the change rows -------------
+
+
+def _insert(rows: list[Row], op: tuple) -> list[tuple[Row, int]]:
+    rows += op[2]
+    return [(r, 1) for r in op[2]]
+
+
+def _unspike(rows: list[Row], spiked: list[Row]) -> list[tuple[Row, int]]:
+    """Deletes the same row objects a spike inserted (NaN equals itself only by identity)."""
+    out = []
+    for r in spiked:
+        hit = next((i for i, x in enumerate(rows) if x is r), None)
+        if hit is not None:
+            out.append((rows.pop(hit), -1))
+    return out
+
+
+def _delete(rows: list[Row], op: tuple) -> list[tuple[Row, int]]:
+    out = []
+    for i in op[2]:
+        if rows:
+            out.append((rows.pop(i % len(rows)), -1))
+    return out
+
+
+def _update(rows: list[Row], op: tuple) -> list[tuple[Row, int]]:
+    out: list[tuple[Row, int]] = []
+    for i, c, new in op[2]:
+        if rows:
+            old = rows.pop(i % len(rows))
+            updated = old[:c] + (new[c],) + old[c + 1:]  # change one column, like an UPDATE
+            rows.append(updated)
+            out += [(old, -1), (updated, 1)]
+    return out
+
+
+def _delete_group(rows: list[Row], op: tuple) -> list[tuple[Row, int]]:
+    if not rows:
+        return []
+    c, value = op[2], rows[op[3] % len(rows)][op[2]]
+    gone = [r for r in rows if r[c] == value]
+    rows[:] = [r for r in rows if r[c] != value]
+    return [(r, -1) for r in gone]
+
+
+def _duplicate(rows: list[Row], op: tuple) -> list[tuple[Row, int]]:
+    if not rows:
+        return []
+    r = rows[op[2] % len(rows)]
+    rows += [r] * op[3]
+    return [(r, 1)] * op[3]
+
+
+def _empty(rows: list[Row], op: tuple) -> list[tuple[Row, int]]:
+    out = [(r, -1) for r in rows]
+    rows.clear()
+    return out
+
+
+def _refill(rows: list[Row], op: tuple) -> list[tuple[Row, int]]:
+    out = [(r, -1) for r in rows] + [(r, 1) for r in op[2]]
+    rows[:] = op[2]
+    return out
+
+
+_CHANGES: dict[str, Callable[[list[Row], tuple], list[tuple[Row, int]]]] = {
+    "insert": _insert, "spike": _insert, "delete": _delete, "update": _update, "group": _delete_group,
+    "dup": _duplicate, "empty": _empty, "refill": _refill,
+}
+
+
+def _net(rows_mult: list[tuple[Row, int]]) -> list[tuple[Row, int]]:
+    """Identical change rows merged into one with their summed multiplicity (zero sums dropped)."""
+    merged: Counter[Row] = Counter()
+    for r, m in rows_mult:
+        merged[r] += m
+    return [(r, m) for r, m in merged.items() if m != 0]
+
+
 class Store:
     """Table versions in memory; applies change operations and returns the change rows they made."""
 
@@ -853,56 +936,19 @@ class Store:
         current = {t: list(v[-1]) for t, v in self.versions.items()}
         changes: dict[str, list[tuple[Row, int]]] = {}
         for op in ops:
-            t = op[1]
-            rows = current[t]
+            kind, t = op[0], op[1]
             out = changes.setdefault(t, [])
-            kind = op[0]
-            if kind in ("insert", "spike"):
-                rows += op[2]
-                out += [(r, 1) for r in op[2]]
-                if kind == "spike":
-                    self._spikes[t] = list(op[2])
-            elif kind == "unspike":  # the same row objects (NaN equals itself only by identity)
-                for r in self._spikes.pop(t, []):
-                    hit = next((i for i, x in enumerate(rows) if x is r), None)
-                    if hit is not None:
-                        out.append((rows.pop(hit), -1))
-            elif kind == "delete":
-                for i in op[2]:
-                    if rows:
-                        out.append((rows.pop(i % len(rows)), -1))
-            elif kind == "update":
-                for i, c, new in op[2]:
-                    if rows:
-                        old = rows.pop(i % len(rows))
-                        updated = old[:c] + (new[c],) + old[c + 1:]  # change one column, like an UPDATE
-                        rows.append(updated)
-                        out += [(old, -1), (updated, 1)]
-            elif kind == "group":
-                if rows:
-                    c, value = op[2], rows[op[3] % len(rows)][op[2]]
-                    gone = [r for r in rows if r[c] == value]
-                    current[t] = rows = [r for r in rows if r[c] != value]
-                    out += [(r, -1) for r in gone]
-            elif kind == "dup":
-                if rows:
-                    r = rows[op[2] % len(rows)]
-                    rows += [r] * op[3]
-                    out += [(r, 1)] * op[3]
-            elif kind == "empty":
-                out += [(r, -1) for r in rows]
-                current[t] = rows = []
-            else:  # refill: empty, then insert
-                out += [(r, -1) for r in rows] + [(r, 1) for r in op[2]]
-                current[t] = list(op[2])
+            if kind == "spike":
+                self._spikes[t] = list(op[2])
+            if kind == "unspike":
+                out += _unspike(current[t], self._spikes.pop(t, []))
+            else:
+                out += _CHANGES[kind](current[t], op)
         result = {}
         for t, rows_mult in changes.items():
             self.versions[t].append(current[t])
             if merge_duplicates:  # a CDF may deliver n identical rows or one row with multiplicity n
-                merged: Counter[Row] = Counter()
-                for r, m in rows_mult:
-                    merged[r] += m
-                rows_mult = [(r, m) for r, m in merged.items() if m != 0]
+                rows_mult = _net(rows_mult)
             result[t] = frame(t, [r for r, _ in rows_mult], [m for _, m in rows_mult])
         return result
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 
 from imp_core.engine.annotation import as_sets
@@ -31,7 +33,7 @@ def build() -> tuple[Pipeline, dict[str, object]]:
     return Pipeline(root, parts), {"r": r, "sel": sel, "join": join, "agg": agg, "having": having}
 
 
-def tables(versions: dict[str, pl.DataFrame]):
+def tables(versions: dict[str, pl.DataFrame]) -> Callable[[str, int], pl.DataFrame]:
     return lambda name, version: versions[f"{name}{version}"]
 
 

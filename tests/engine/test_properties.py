@@ -384,7 +384,8 @@ REGRESSIONS: dict[str, tuple[str, dict[str, list[Row]], tuple[Partition, ...], l
         (Partition("r", "a", (0, 3, 6), "int"),), [[("delete", "r", [2])], [("delete", "r", [0])]]),
     # the same equi-join condition twice (written both ways round) made polars refuse to join on repeated keys
     "repeated_equi_join_condition": (
-        "SELECT r1.a AS c0, s2.e AS c1 FROM r AS r1 JOIN s AS s2 ON ((r1.a = s2.c) AND (s2.c = r1.a) AND (r1.a = s2.e))",
+        "SELECT r1.a AS c0, s2.e AS c1 FROM r AS r1 JOIN s AS s2 "
+        "ON ((r1.a = s2.c) AND (s2.c = r1.a) AND (r1.a = s2.e))",
         {"r": [(1, 2, 0.5, "a", None), (2, 2, 0.5, "a", None)], "s": [(1, 1, 1.0, "b"), (2, 3, 1.0, "b")]},
         (Partition("r", "b", (0, 2, 4), "int"), Partition("s", "e", (0, 2, 4), "int")),
         [[("insert", "s", [(2, 2, 0.5, "c")])], [("delete", "r", [0])]]),

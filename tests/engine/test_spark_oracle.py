@@ -44,7 +44,7 @@ from imp_core.plan.sql import parse_query
 from imp_core.sketch.partition import Partition, PartitionSet, parse_bounds
 from imp_core.sources.delta import DeltaSource
 from imp_core.spark.backend import SparkBackend
-from tests.engine.generators import EXTREME, SCHEMAS, TABLES, Case, Row, Store, cases, property_test
+from tests.engine.generators import EXTREME, TABLES, Case, Row, Store, cases, property_test
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 

@@ -169,7 +169,7 @@ def test_decimal_avg_decides_having_as_spark() -> None:
     assert sketch == set()
 
 
-I = {"g": pa.int64(), "i": pa.int64(), "p": pa.int64()}
+INTS = {"g": pa.int64(), "i": pa.int64(), "p": pa.int64()}
 
 
 def test_integer_avg_does_not_wrap_and_sum_wraps_like_spark() -> None:
@@ -177,10 +177,10 @@ def test_integer_avg_does_not_wrap_and_sum_wraps_like_spark() -> None:
     9.223372036854776e18, not the wrapped sum's -1.0)."""
     top = 2 ** 63 - 1
     rows = [{"g": 1, "i": top, "p": 0}]
-    out, _ = run("SELECT g, SUM(i) AS s, AVG(i) AS a FROM t GROUP BY g", I, rows, PART,
+    out, _ = run("SELECT g, SUM(i) AS s, AVG(i) AS a FROM t GROUP BY g", INTS, rows, PART,
                  later=[{"g": 1, "i": top, "p": 1}])
     assert out.row(0)[1:] == (-2, 9.223372036854776e18)
-    out, _ = run("SELECT g, SUM(i) AS s FROM t GROUP BY g", I, rows, PART, later=[{"g": 1, "i": 1, "p": 1}])
+    out, _ = run("SELECT g, SUM(i) AS s FROM t GROUP BY g", INTS, rows, PART, later=[{"g": 1, "i": 1, "p": 1}])
     assert out.item(0, "s") == -(2 ** 63)
 
 

@@ -142,18 +142,26 @@ def run_batch(spark: Any, cases: list[C]) -> list[Outcome]:
         o.spark = result.column(f"c{i}")[i].as_py()
         values = engine_values[i]
         o.engine = values if isinstance(values, UnsupportedError) else values.slice(i, 1).to_list()[0]
-        if not same(o.spark_sql, c.expected):
-            o.problems.append(f"Spark SQL gives {o.spark_sql!r}, the table says {c.expected!r}")
-        if o.spark_sql_type != o.ir_type and c.sql is None:
-            o.problems.append(f"Spark types it {o.spark_sql_type}, the IR {o.ir_type}")
-        if not same(o.spark, c.expected):
-            o.problems.append(f"the Spark compiler gives {o.spark!r}")
-        if c.engine is REFUSED:
-            if not isinstance(o.engine, UnsupportedError):
-                o.problems.append(f"the engine should refuse it, gives {o.engine!r}")
-        elif isinstance(o.engine, UnsupportedError):
-            o.problems.append(f"the engine refuses it: {o.engine}")
-        elif not same(o.engine, c.expected):
-            o.problems.append(f"the engine gives {o.engine!r}")
+        o.problems = disagreements(o)
         outcomes.append(o)
     return outcomes
+
+
+def disagreements(o: Outcome) -> list[str]:
+    """Where the three evaluations of a case disagree with its expected value (or the engine with its refusal)."""
+    c = o.case
+    found = []
+    if not same(o.spark_sql, c.expected):
+        found.append(f"Spark SQL gives {o.spark_sql!r}, the table says {c.expected!r}")
+    if o.spark_sql_type != o.ir_type and c.sql is None:
+        found.append(f"Spark types it {o.spark_sql_type}, the IR {o.ir_type}")
+    if not same(o.spark, c.expected):
+        found.append(f"the Spark compiler gives {o.spark!r}")
+    if c.engine is REFUSED:
+        if not isinstance(o.engine, UnsupportedError):
+            found.append(f"the engine should refuse it, gives {o.engine!r}")
+    elif isinstance(o.engine, UnsupportedError):
+        found.append(f"the engine refuses it: {o.engine}")
+    elif not same(o.engine, c.expected):
+        found.append(f"the engine gives {o.engine!r}")
+    return found

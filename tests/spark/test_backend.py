@@ -3,9 +3,12 @@ joins a shipped delta with a table at a version (checked against DuckDB joins of
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 import pyarrow as pa
 import pytest
+from pyspark.sql import SparkSession
 
 from imp_core.config import Optimizations
 from imp_core.engine.backend import Relation
@@ -26,7 +29,7 @@ from tests.oracles import canonical, duck, fragments_of, snapshot
 pytestmark = pytest.mark.spark
 
 
-def test_example_5_1_on_spark_and_delta(spark, tmp_path) -> None:
+def test_example_5_1_on_spark_and_delta(spark: SparkSession, tmp_path: Path) -> None:
     write_delta(tmp_path / "R", R0.to_arrow(), mode="overwrite")
     write_delta(tmp_path / "S", S0.to_arrow(), mode="overwrite")
     sources = {"R": DeltaSource("R", tmp_path / "R"), "S": DeltaSource("S", tmp_path / "S")}

@@ -17,8 +17,7 @@ LAZY_STARTS = ("pyspark", "imp_core.spark.", "imp_core.use.query", "pixeltable_p
                "imp_core.maintenance.service")
 # imports inside functions that are not lazy starts, in files being changed on another branch (issue 18's follow-up);
 # each goes to its module's top with that change (imp_core.errors imports nothing; session.py imports it already)
-NOT_YET_MOVED = {("imp_core/airflow/__init__.py", "imp_core.errors"), ("imp_core/spark/session.py", "imp_core.errors"),
-                 ("imp_core/spark/session.py", "imp_core.security.redact")}
+NOT_YET_MOVED: set[tuple[str, str]] = set()
 
 
 def _modules() -> list[Path]:

@@ -33,7 +33,8 @@ def test_quick_harness_writes_every_experiment(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     doc = (out.parent / "BENCHMARKS.md").read_text()
     for name in EXPECTED:
-        rows = list(csv.DictReader(open(out / f"{name}.csv")))
+        with open(out / f"{name}.csv") as f:
+            rows = list(csv.DictReader(f))
         assert rows, name
         assert all(float(r["value"]) >= 0 for r in rows), name
         assert (out / f"{name}.png").stat().st_size > 1000, name

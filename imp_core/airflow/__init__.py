@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
+from imp_core.errors import ConfigError  # imports nothing: DAG files stay light
+
 CATALOG_CONN_ID = "imp_catalog"
 """Airflow connection naming the catalog Postgres; without it, ``IMP_CATALOG_URL`` or the embedded catalog."""
 
@@ -29,8 +31,6 @@ def group_size() -> int:
     25; 1 gives one job per sketch."""
     raw = os.environ.get(ENV_GROUP_SIZE) or str(DEFAULT_GROUP_SIZE)
     if not raw.strip().isdigit() or int(raw) < 1:
-        from imp_core.errors import ConfigError  # import-light: DAG files import this package
-
         raise ConfigError(f"{ENV_GROUP_SIZE} must be an integer of at least 1 (sketches per job), got {raw!r}")
     return int(raw)
 

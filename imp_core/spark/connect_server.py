@@ -27,12 +27,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from imp_core.cli.scaffold import OneLineParser, run_main
 from imp_core.config import Settings
-from imp_core.errors import ConfigError, ImpError
+from imp_core.errors import ConfigError
 from imp_core.sources import storage
 from imp_core.spark import connector
 from imp_core.spark.session import _SEMANTICS, LOG4J_CONF
 
+PROG = "python -m imp_core.spark.connect_server"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 ENV_TOKEN = "IMP_SPARK_CONNECT_TOKEN"
 _SERVER_TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # the server's own variable: the token stays off its argv
@@ -172,29 +174,29 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m imp_core.spark.connect_server",
-                                     description="A long-lived Spark Connect server for imp's maintenance tasks.")
+def _parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=PROG, description="A long-lived Spark Connect server for imp's maintenance tasks.")
     parser.add_argument("command", choices=("start", "stop", "status"))
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--host", default="127.0.0.1")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _handle(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
-    try:
-        if args.command == "start":
-            print(start(settings, args.port, args.host))
-        elif args.command == "stop":
-            print("stopped" if stop(settings) else "not running")
-        else:
-            pid = running_pid(ServerFiles(settings.home))
-            if pid is None:
-                print("not running")
-                return 1
-            print(f"running (pid {pid})")
-    except ImpError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
+    if args.command == "start":
+        print(start(settings, args.port, args.host))
+    elif args.command == "stop":
+        print("stopped" if stop(settings) else "not running")
+    else:
+        pid = running_pid(ServerFiles(settings.home))
+        print("not running" if pid is None else f"running (pid {pid})")
+        return 1 if pid is None else 0
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(PROG, argv, _parser, _handle)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imp_core.config import Settings
-from imp_core.errors import ConfigError
+from imp_core.errors import ConfigError, first_line
+from imp_core.security.redact import register_secret
 from imp_core.sources import storage
 from imp_core.spark import connector
 
@@ -120,10 +121,6 @@ def _connect(url: str) -> SparkSession:
     """
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import DefaultPolicy
-
-    from imp_core.errors import ConfigError, first_line
-    from imp_core.security.redact import register_secret
-    from imp_core.spark import connector
 
     shown = connect_address(url)
     for param in url.partition("/;")[2].split(";"):  # ;token=...;user_id=...: the token is a secret

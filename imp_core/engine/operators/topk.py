@@ -291,13 +291,9 @@ class TopKOp(OutputStateOperator):
         else:
             head_part = changes
         old_top = self.top()
-        keys = [*self.data_cols, SKEY]
-        merged = pl.concat([self.rows, head_part]).group_by(keys, maintain_order=True).agg(
-            pl.col(N).sum(), pl.col(SET).first())
-        if merged.filter(pl.col(N) < 0).height:
-            raise StateError(f"operator {self.op_id}: the change feed deleted rows the top-k state never saw; "
-                             f"recapture the sketch")
-        self.rows = merged.filter(pl.col(N) > 0).select(self.rows.columns)
+        # ``head_part`` has one row per tuple already: into an empty head (a capture) it goes as it is
+        self.rows = self._compacted(pl.concat([self.rows, head_part])) if self.rows.height else \
+            self._compacted(head_part, grouped=True)
         total = int(self.rows.get_column(N).sum() or 0)
         if total < self.k and self.rest.height:
             self._rebuild()  # deletions emptied the head: refill it from the rest
@@ -313,9 +309,11 @@ class TopKOp(OutputStateOperator):
         m = pl.Series(mask)
         return d.filter(m), d.filter(~m)
 
-    def _compacted(self, rows: pl.DataFrame) -> pl.DataFrame:
-        """``rows`` (signed changes) summed per tuple, zero counts dropped; a negative count is a StateError."""
-        merged = rows.group_by([*self.data_cols, SKEY], maintain_order=True).agg(pl.col(N).sum(), pl.col(SET).first())
+    def _compacted(self, rows: pl.DataFrame, grouped: bool = False) -> pl.DataFrame:
+        """``rows`` (signed changes) summed per tuple (unless ``grouped``: one row per tuple already), zero counts
+        dropped; a negative count is a StateError."""
+        merged = rows if grouped else rows.group_by([*self.data_cols, SKEY], maintain_order=True).agg(
+            pl.col(N).sum(), pl.col(SET).first())
         if merged.filter(pl.col(N) < 0).height:
             raise StateError(f"operator {self.op_id}: the change feed deleted rows the top-k state never saw; "
                              f"recapture the sketch")

@@ -43,10 +43,11 @@ COMPACT_MIN = 4096
 
 
 class TopKOp(OutputStateOperator):
-    """The state frame ``rows`` holds every input row (or the buffer's) with its annotation ``__sk``, the
-    annotation as text ``__skey`` (a grouping key) and its multiplicity ``__n``. With a cut buffer, ``boundary`` is
-    the worst order key kept: changes ranked after it are dropped; deletions that leave fewer than ``k`` rows raise
-    ``BufferExhaustedError`` (the service recaptures)."""
+    """The state frame ``rows`` holds input rows with their annotation ``__sk``, the annotation as text ``__skey``
+    (a grouping key) and their multiplicity ``__n``: every row (``index=False``), the buffer's, or the head of the
+    indexed state, whose later rows are in ``rest`` (same columns, signed) and ``boundary`` the head's worst order key.
+    With a cut buffer, ``boundary`` is the worst order key kept: changes ranked after it are dropped; deletions that
+    leave fewer than ``k`` rows raise ``BufferExhaustedError`` (the service recaptures)."""
 
     kind = "topk"
 

@@ -98,6 +98,7 @@ class TopKOp(OutputStateOperator):
         self.boundary: pl.DataFrame | None = None
         self.rest = self.rows.clear()  # indexed: the rows after the boundary, as a log of signed changes
         self._rest_compacted = 0  # rows of the rest log at its last compaction
+        self._top: pl.DataFrame | None = None  # indexed: the current top-k (the next batch's "before")
 
     @property
     def data_cols(self) -> list[str]:
@@ -138,6 +139,7 @@ class TopKOp(OutputStateOperator):
             except (pl.exceptions.PolarsError, TypeError, ValueError) as e:
                 raise StateError(f"operator {self.op_id}: saved top-k frame 'rest' has the wrong shape; "
                                  f"recapture the sketch") from e
+        self._top = None
         if self.indexed and layout == LAYOUT:
             self.rows = frames["rows"]
             self.boundary = frames.get("boundary")
@@ -291,7 +293,7 @@ class TopKOp(OutputStateOperator):
                 return self.empty_delta()
         else:
             head_part = changes
-        old_top = self.top()
+        old_top = self._top if self._top is not None else self.top()
         # ``head_part`` has one row per tuple already: into an empty head (a capture) it goes as it is
         self.rows = self._compacted(pl.concat([self.rows, head_part])) if self.rows.height else \
             self._compacted(head_part, grouped=True)
@@ -300,7 +302,8 @@ class TopKOp(OutputStateOperator):
             self._rebuild()  # deletions emptied the head: refill it from the rest
         elif self.rows.height > 2 * self.head_target:
             self._trim_head()
-        return self._diff(old_top, self.top())
+        self._top = self.top()  # refills and trims move rows between head and rest, never change the answer
+        return self._diff(old_top, self._top)
 
     def _split_at_boundary(self, d: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         """``d``'s rows ranked at or before the boundary (into the head) and after it (into the rest)."""
@@ -399,7 +402,8 @@ class TopKOp(OutputStateOperator):
         return out.select([*self.data_cols, MULT, SET])
 
     def output_relation(self) -> pl.DataFrame:
-        return self.top().select([*self.data_cols, MULT, SET])
+        top = self._top if self.indexed and self._top is not None else self.top()
+        return top.select([*self.data_cols, MULT, SET])
 
     def empty_delta(self) -> pl.DataFrame:
         return pl.DataFrame(schema={**self.schema, MULT: pl.Int64, SET: SET_DTYPE})

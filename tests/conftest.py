@@ -181,6 +181,8 @@ FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
     "embedded_settings": ("postgres",),  # tests/catalog: the embedded server alone
     "imp": ("postgres",),  # tests/airflow: an IMP home with its catalog (and Spark, through `spark`)
     "spark_connect": ("spark",),  # a Spark Connect server (a JVM)
+    "lab": ("postgres",),  # tests/security: an IMP home with its embedded catalog
+    "fresh_home": ("postgres",),  # tests/security: homes with catalogs of their own
 }
 
 

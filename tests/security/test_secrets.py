@@ -54,6 +54,7 @@ def test_cli_never_prints_the_catalog_password(tmp_path: Path, form: str) -> Non
 
 
 @pytest.mark.spark  # spark-submit starts a JVM (which then fails to reach the k8s master)
+@pytest.mark.postgres  # the operator then reads the job's runs back from the (unreachable) catalog
 def test_spark_submit_command_and_log_hold_no_catalog_password(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                                capfd: pytest.CaptureFixture[str]) -> None:
     """A YARN master: the provider turns the job's environment into ``--conf`` values and logs the command."""

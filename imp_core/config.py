@@ -38,6 +38,9 @@ class Optimizations:
     netting: bool = True
     small_side_in_memory: bool = True
     partner_index: bool = True
+    # top-k state as head + rest log (off: every row re-sorted per batch, for comparison). Not a state option
+    # (imp_core.maintenance.options): either layout loads into either operator.
+    topk_index: bool = True
     # bounded buffers (paper 7.2); with them, changes beyond a buffer's bound are dropped before any state update
     # (aggregate selection, Liu et al.). 0 keeps every input row / value (the paper's 5.2.6-5.2.7 state).
     topk_buffer: int = 0
@@ -57,6 +60,7 @@ class Optimizations:
             "netting": "netting",
             "smallside": "small_side_in_memory",
             "partners": "partner_index",
+            "topkindex": "topk_index",
         }
         if text.strip() == "none":
             return replace(opts, **{v: False for v in names.values()})

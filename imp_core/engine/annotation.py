@@ -42,9 +42,15 @@ def set_expr(columns: list[str]) -> pl.Expr:
         return pl.lit([], dtype=SET_DTYPE)
     parts = [pl.col(c) if c == SET else pl.concat_list(pl.col(c)) for c in columns]
     combined = parts[0] if len(parts) == 1 else pl.concat_list(parts)
-    if columns == [SET]:
+    if len(columns) == 1:  # a set column already is a set; one fragment column gives one-element lists
         return combined.cast(SET_DTYPE)
-    return combined.list.unique().list.sort().cast(SET_DTYPE)
+    return _unique_sorted(combined)
+
+
+def _unique_sorted(lists: pl.Expr) -> pl.Expr:
+    """Each list sorted and duplicate-free, as ``SET_DTYPE``. (``list.eval`` rather than ``list.sort``: polars
+    2.1's ``list.sort`` costs about 14 ms per 1,000 short lists on this machine, the ``eval`` form under 1 ms.)"""
+    return lists.list.eval(pl.element().unique().sort()).cast(SET_DTYPE)
 
 
 def as_sets(df: pl.DataFrame) -> pl.DataFrame:
@@ -108,7 +114,7 @@ def after_join(df: pl.DataFrame) -> pl.DataFrame:
     if SET not in cols and RIGHT_SET not in cols:
         return df
     parts = [pl.col(c) if c in (SET, RIGHT_SET) else pl.concat_list(pl.col(c)) for c in cols]
-    expr = (pl.concat_list(parts) if len(parts) > 1 else parts[0]).list.unique().list.sort().cast(SET_DTYPE)
+    expr = _unique_sorted(pl.concat_list(parts) if len(parts) > 1 else parts[0])
     tmp = "__sk_new"
     return df.with_columns(expr.alias(tmp)).drop(cols).rename({tmp: SET})
 

@@ -33,6 +33,7 @@ class BuildContext:
     order_dependence: OrderDependence | None = None
     fingerprint: str = ""
     topk_buffer: int = 0
+    topk_index: bool = True  # False: the first engine's top-k state (every row, re-sorted per batch)
     minmax_buffer: int = 0
     join_caching: JoinCaching | None = None
 

@@ -5,7 +5,16 @@ before ``t``, so rows tied on the order keys share one position (every tied row 
 from different fragments are one output row annotated with the union of their fragments. State: every input row with
 its annotation and multiplicity (the paper's ordered map), optionally a bounded buffer (paper 7.2); an order-dependent
 ORDER BY key makes the ranking conservative (``imp_core.engine.order_dependence``). See docs/ARCHITECTURE.md,
-"Operators" and "Optimizations".
+"Operators", "Cost of a batch" and "Optimizations".
+
+Indexed state (the default for the exact, unbuffered ranking): the state is split at a *boundary* order key into a
+small **head**, the complete tie groups ranked first (at least ``k`` and about ``k + HEAD_MARGIN`` rows), and the
+**rest**, every later row, kept as an unsorted log of signed changes (tombstones are negative rows) that is compacted
+when the log outgrows a fraction of its compacted size. The top-k and its fragments depend on the head only (every
+row before a head row is in the head), so a batch costs its own size plus the head's: changes ranked after the
+boundary are appended to the log and produce no output. The head is refilled from the rest (one full sort) when
+deletions leave it fewer than ``k`` rows, and trimmed back when inserts double it. With ``index=False`` the operator
+keeps every row in one frame and re-sorts it per batch (the first engine's state, kept for side-by-side benchmarks).
 """
 
 from __future__ import annotations
@@ -26,21 +35,29 @@ from imp_core.plan.nodes import Plan, SortKey, TopK
 
 N = COUNT
 SKEY = "__skey"
+# version of the state's frames: 2 = indexed (head ``rows`` + ``rest`` log + ``boundary``); 1 (no key) = all rows
+LAYOUT = 2
+HEAD_MARGIN = 512  # rows the head keeps beyond k, so deletions rarely force a refill from the rest
+COMPACT_FRACTION = 0.25  # the rest log is compacted when its uncompacted rows exceed this share of its size
+COMPACT_MIN = 4096
 
 
 class TopKOp(OutputStateOperator):
-    """The state frame ``rows`` holds every input row (or the buffer's) with its annotation ``__sk``, the
-    annotation as text ``__skey`` (a grouping key) and its multiplicity ``__n``. With a cut buffer, ``boundary`` is
-    the worst order key kept: changes ranked after it are dropped; deletions that leave fewer than ``k`` rows raise
-    ``BufferExhaustedError`` (the service recaptures)."""
+    """The state frame ``rows`` holds input rows with their annotation ``__sk``, the annotation as text ``__skey``
+    (a grouping key) and their multiplicity ``__n``: every row (``index=False``), the buffer's, or the head of the
+    indexed state, whose later rows are in ``rest`` (same columns, signed) and ``boundary`` the head's worst order key.
+    With a cut buffer, ``boundary`` is the worst order key kept: changes ranked after it are dropped; deletions that
+    leave fewer than ``k`` rows raise ``BufferExhaustedError`` (the service recaptures)."""
 
     kind = "topk"
 
     def __init__(self, op_id: str, order: tuple[SortKey, ...], k: int, schema: dict[str, pl.DataType],
                  fingerprint: str = "", buffer: int = 0, bounded: frozenset[str] | set[str] = frozenset(),
-                 conservative: bool = False) -> None:
+                 conservative: bool = False, index: bool = True, head_margin: int = HEAD_MARGIN) -> None:
         """``schema`` includes any interval and ``__certain`` columns the input carries; ``bounded`` names the
-        columns with intervals; ``conservative`` switches to the conservative ranking (and off the buffer)."""
+        columns with intervals; ``conservative`` switches to the conservative ranking (and off the buffer);
+        ``index`` keeps the indexed head/rest state (used only for the exact ranking without a buffer) with a head
+        of about ``k + head_margin`` rows."""
         super().__init__(op_id)
         self.order = order
         self.k = k
@@ -48,6 +65,9 @@ class TopKOp(OutputStateOperator):
         self.fingerprint = fingerprint
         self.conservative = conservative
         self.buffer = max(buffer, k) if buffer and not conservative else 0
+        self.indexed = index and not self.buffer and not conservative
+        self.head_target = k + head_margin
+        self.compact_min = COMPACT_MIN
         self._order_exprs = [compile_expr(s.expr).alias(f"__o{i}") for i, s in enumerate(order)]
         if conservative:
             self._ic = IntervalCompiler(bounded)
@@ -69,35 +89,82 @@ class TopKOp(OutputStateOperator):
         if role.flagged_input:
             schema[CERTAIN] = pl.Boolean
         return cls(ctx.op_id(cls.kind), node.order, node.k, schema, ctx.fingerprint, buffer=ctx.topk_buffer,
-                   bounded=bounded, conservative=role.conservative)
+                   bounded=bounded, conservative=role.conservative, index=ctx.topk_index)
 
     def reset(self) -> None:
         self.rows = pl.DataFrame(schema={**self.schema, SET: SET_DTYPE, SKEY: pl.String, N: pl.Int64})
         self.truncated = False  # True when the buffer dropped rows of the input
-        self.boundary: pl.DataFrame | None = None  # the worst kept order key (one row of __o{i}) when truncated
+        # the worst kept order key (one row of __o{i}): of a cut buffer when truncated; of the head when indexed
+        self.boundary: pl.DataFrame | None = None
+        self.rest = self.rows.clear()  # indexed: the rows after the boundary, as a log of signed changes
+        self._rest_compacted = 0  # rows of the rest log at its last compaction
+        self._top: pl.DataFrame | None = None  # indexed: the current top-k (the next batch's "before")
 
     @property
     def data_cols(self) -> list[str]:
         return list(self.schema)
 
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
+        """Frames ``rows`` (indexed: the head), ``rest`` (indexed, when not empty; compacted first) and ``boundary``
+        (a cut buffer's, or the head's when the rest is not empty)."""
         frames = {"rows": self.rows}
+        meta: dict[str, Any] = {"k": self.k, "buffer": self.buffer, "truncated": self.truncated}
+        if self.indexed:
+            meta["layout"] = LAYOUT
+            if self.rest.height:
+                self._compact_rest()
+                frames["rest"] = self.rest
         if self.boundary is not None:
             frames["boundary"] = self.boundary
-        return {"k": self.k, "buffer": self.buffer, "truncated": self.truncated}, frames
+        return meta, frames
 
     def set_state_frames(self, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
+        """Take over saved state; a state of the other layout (the first engine's single frame, or an indexed state
+        loaded with the index switched off) is converted: its rows are merged and the head is rebuilt on the next
+        batch. A cut buffer's state loads only into a buffered operator."""
         if int(meta.get("k", -1)) != self.k or "rows" not in frames:
             raise StateError(f"operator {self.op_id}: saved top-k state is for a different query; recapture")
-        self.rows = frames["rows"]
+        layout = meta.get("layout", 1)
+        if layout not in (1, LAYOUT):
+            raise StateError(f"operator {self.op_id}: saved top-k state has layout {layout}, this imp reads 1 and "
+                             f"{LAYOUT}; recapture the sketch")
         self.truncated = bool(meta.get("truncated", False))
-        self.boundary = frames.get("boundary")
+        if self.truncated and (self.indexed or layout != 1):
+            raise StateError(f"operator {self.op_id}: saved top-k state is a cut buffer, the operator keeps every "
+                             f"row now; recapture the sketch")
+        rest = frames.get("rest")
+        if rest is not None:
+            try:
+                rest = rest.select(self.rows.columns).cast(self.rows.schema, strict=True)  # type: ignore[arg-type]
+            except (pl.exceptions.PolarsError, TypeError, ValueError) as e:
+                raise StateError(f"operator {self.op_id}: saved top-k frame 'rest' has the wrong shape; "
+                                 f"recapture the sketch") from e
+        self._top = None
+        if self.indexed and layout == LAYOUT:
+            self.rows = frames["rows"]
+            self.boundary = frames.get("boundary")
+            self.rest = rest if rest is not None else self.rows.clear()
+            self._rest_compacted = self.rest.height
+            if self.rest.height and self.boundary is None:
+                raise StateError(f"operator {self.op_id}: an indexed top-k state without its boundary; recapture")
+            return
+        self.rows = frames["rows"] if rest is None else self._compacted(pl.concat([frames["rows"], rest]))
+        self.boundary = frames.get("boundary") if self.truncated else None
         if self.truncated and self.boundary is None:
             raise StateError(f"operator {self.op_id}: a cut top-k buffer without its boundary; recapture")
+        if self.indexed:
+            self._rebuild()
+
+    def all_rows(self) -> pl.DataFrame:
+        """Every kept row (indexed: head and compacted rest together)."""
+        if not self.indexed or self.rest.height == 0:
+            return self.rows
+        return self._compacted(pl.concat([self.rows, self.rest]))
 
     def canonical(self) -> dict[str, pl.DataFrame]:
-        cols = [c for c in self.rows.columns if c != SET]
-        return {"rows": self.rows.sort(cols, nulls_last=True) if self.rows.height else self.rows}
+        rows = self.all_rows()
+        cols = [c for c in rows.columns if c != SET]
+        return {"rows": rows.sort(cols, nulls_last=True) if rows.height else rows}
 
     # -- the top-k of a multiset -----------------------------------------------------------------------------------
 
@@ -188,6 +255,8 @@ class TopKOp(OutputStateOperator):
         d = as_sets(delta)
         d = d.with_columns(pl.col(SET).cast(pl.List(pl.String)).list.join(",").alias(SKEY))
         d = d.group_by([*self.data_cols, SKEY]).agg(pl.col(MULT).sum().alias("__dn"), pl.col(SET).first())
+        if self.indexed:
+            return self._process_indexed(d)
         if self.truncated:
             d = self._within_boundary(d)
             if d.height == 0:
@@ -207,8 +276,93 @@ class TopKOp(OutputStateOperator):
         new_top = self.top()
         return self._diff(old_top, new_top)
 
+    # -- indexed state: head, boundary, rest log -------------------------------------------------------------------
+
+    def _process_indexed(self, d: pl.DataFrame) -> pl.DataFrame:
+        """Fold the per-tuple changes ``d`` (``__dn``): those after the boundary go to the rest log (no output), the
+        others into the head, whose top-k before and after give the output delta."""
+        changes = d.rename({"__dn": N}).select(self.rows.columns).cast(self.rows.schema)  # type: ignore[arg-type]
+        if self.boundary is not None:
+            head_part, rest_part = self._split_at_boundary(changes)
+            if rest_part.height:
+                self.rest = pl.concat([self.rest, rest_part], rechunk=False)
+                pending = self.rest.height - self._rest_compacted
+                if pending > max(self.compact_min, COMPACT_FRACTION * self._rest_compacted):
+                    self._compact_rest()
+            if head_part.height == 0:
+                return self.empty_delta()
+        else:
+            head_part = changes
+        old_top = self._top if self._top is not None else self.top()
+        # ``head_part`` has one row per tuple already: into an empty head (a capture) it goes as it is
+        self.rows = self._compacted(pl.concat([self.rows, head_part])) if self.rows.height else \
+            self._compacted(head_part, grouped=True)
+        total = int(self.rows.get_column(N).sum() or 0)
+        if total < self.k and self.rest.height:
+            self._rebuild()  # deletions emptied the head: refill it from the rest
+        elif self.rows.height > 2 * self.head_target:
+            self._trim_head()
+        self._top = self.top()  # refills and trims move rows between head and rest, never change the answer
+        return self._diff(old_top, self._top)
+
+    def _split_at_boundary(self, d: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """``d``'s rows ranked at or before the boundary (into the head) and after it (into the rest)."""
+        keep = self._boundary_rows(d)
+        mask = np.zeros(d.height, dtype=bool)
+        mask[keep.to_numpy()] = True
+        m = pl.Series(mask)
+        return d.filter(m), d.filter(~m)
+
+    def _compacted(self, rows: pl.DataFrame, grouped: bool = False) -> pl.DataFrame:
+        """``rows`` (signed changes) summed per tuple (unless ``grouped``: one row per tuple already), zero counts
+        dropped; a negative count is a StateError."""
+        merged = rows if grouped else rows.group_by([*self.data_cols, SKEY], maintain_order=True).agg(
+            pl.col(N).sum(), pl.col(SET).first())
+        if merged.filter(pl.col(N) < 0).height:
+            raise StateError(f"operator {self.op_id}: the change feed deleted rows the top-k state never saw; "
+                             f"recapture the sketch")
+        return merged.filter(pl.col(N) > 0).select(self.rows.columns)
+
+    def _compact_rest(self) -> None:
+        if self.rest.height != self._rest_compacted:
+            self.rest = self._compacted(self.rest).rechunk()
+            self._rest_compacted = self.rest.height
+
+    def _rebuild(self) -> None:
+        """All rows into the head, then the head trimmed to its target (one full sort; capture and refills)."""
+        self.rows = self.all_rows()
+        self.rest = self.rows.clear()
+        self._rest_compacted = 0
+        self.boundary = None
+        self._trim_head()
+
+    def _trim_head(self) -> None:
+        """Keep in the head the tie groups up to the one holding the ``head_target``-th row; the later rows join the
+        rest and the last kept order key becomes the boundary."""
+        if int(self.rows.get_column(N).sum() or 0) <= self.head_target:
+            return
+        by = [f"__o{i}" for i in range(len(self.order))]
+        s, groups = self._tie_groups(self._sorted(self.rows))
+        kept = groups.filter(pl.col("__pos") < self.head_target)
+        last = int(kept.get_column("__grp").max())  # type: ignore[arg-type]
+        cut = int(s.get_column("__grp").search_sorted(last, side="right"))
+        if cut == s.height:
+            return
+        moved = s.slice(cut).select(self.rows.columns)  # tuples never in the rest (each tuple lives on one side)
+        self.rows = s.head(cut).select(self.rows.columns)
+        self.rest = pl.concat([self.rest, moved], rechunk=False)
+        self._rest_compacted += moved.height
+        self.boundary = s.slice(cut - 1, 1).select(by)
+
+    # -- a cut buffer (paper 7.2) ----------------------------------------------------------------------------------
+
     def _within_boundary(self, d: pl.DataFrame) -> pl.DataFrame:
         """The changes ranked at or before the boundary (the others concern rows the buffer does not hold)."""
+        keep = self._boundary_rows(d)
+        return d.filter(pl.int_range(pl.len()).is_in(keep.implode()))
+
+    def _boundary_rows(self, d: pl.DataFrame) -> pl.Series:
+        """The row indices of ``d`` ranked at or before the boundary (ties with it included)."""
         assert self.boundary is not None
         by = [f"__o{i}" for i in range(len(self.order))]
         keyed = d.with_columns(self._order_exprs).with_columns(pl.lit(0, pl.Int8).alias("__b"),
@@ -220,8 +374,7 @@ class TopKOp(OutputStateOperator):
                             nulls_last=[not s.effective_nulls_first for s in self.order] + [False],
                             maintain_order=True)
         cut = int(ordered.get_column("__b").arg_max())  # type: ignore[arg-type]
-        keep = ordered.head(cut).get_column("__i")
-        return keyed.filter(pl.col("__i").is_in(keep.implode())).drop([*by, "__b", "__i"])
+        return ordered.head(cut).get_column("__i")
 
     def _trim(self) -> None:
         """Keep the rows up to the tie group holding the ``buffer``-th row; remember the boundary."""
@@ -249,7 +402,8 @@ class TopKOp(OutputStateOperator):
         return out.select([*self.data_cols, MULT, SET])
 
     def output_relation(self) -> pl.DataFrame:
-        return self.top().select([*self.data_cols, MULT, SET])
+        top = self._top if self.indexed and self._top is not None else self.top()
+        return top.select([*self.data_cols, MULT, SET])
 
     def empty_delta(self) -> pl.DataFrame:
         return pl.DataFrame(schema={**self.schema, MULT: pl.Int64, SET: SET_DTYPE})

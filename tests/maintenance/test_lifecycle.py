@@ -256,7 +256,7 @@ def test_regression_buffer_settings_from_the_environment(service, tmp_path: Path
     assert result.recaptured and "buffer" in result.recaptured
     assert shown["state_options"]["topk_buffer"] == 3
     op = topk_state(service, name)
-    assert op.buffer == 3 and op.truncated and op.rows.height == 3  # g 3, 4, 5: the buffer, not every group
+    assert op.buffer == 3 and op.truncated and op.all_rows().height == 3  # g 3, 4, 5: the buffer, not every group
     with_sketch, without = answers_with_and_without_sketch(service, TOPK_SQL.format(t=name))
     assert with_sketch.sketch is not None and canonical(with_sketch.rows) == canonical(without.rows) == [(3, 1), (4, 1)]
 
@@ -275,7 +275,7 @@ def test_engine_options_of_another_process_do_not_change_the_state(service, tmp_
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["versions"] == [2]
     op = topk_state(service, name)
-    assert sorted(op.rows.get_column("g").to_list()) == [*range(12), 20, 21]  # every group, none cut
+    assert sorted(op.all_rows().get_column("g").to_list()) == [*range(12), 20, 21]  # every group, none cut
     assert op.buffer == 0 and not op.truncated
     assert service.describe(name)["state_options"] == {
         "topk_buffer": 0, "minmax_buffer": 0, "bloom_filters": True, "small_side_in_memory": True,

@@ -41,6 +41,9 @@ class Optimizations:
     # top-k state as head + rest log (off: every row re-sorted per batch, for comparison). Not a state option
     # (imp_core.maintenance.options): either layout loads into either operator.
     topk_index: bool = True
+    # aggregation state keyed by group and updated in place (off: whole frames rewritten per batch, for comparison);
+    # not a state option either: the saved frames are the same.
+    agg_index: bool = True
     # bounded buffers (paper 7.2); with them, changes beyond a buffer's bound are dropped before any state update
     # (aggregate selection, Liu et al.). 0 keeps every input row / value (the paper's 5.2.6-5.2.7 state).
     topk_buffer: int = 0
@@ -61,6 +64,7 @@ class Optimizations:
             "smallside": "small_side_in_memory",
             "partners": "partner_index",
             "topkindex": "topk_index",
+            "aggindex": "agg_index",
         }
         if text.strip() == "none":
             return replace(opts, **{v: False for v in names.values()})

@@ -76,7 +76,8 @@ class Pipeline:
     """Incremental operators for ``plan`` under ``partitions``, plus the merge μ at the root."""
 
     def __init__(self, plan: Plan, partitions: PartitionSet, *, topk_buffer: int = 0,
-                 join_caching: JoinCaching | None = None, minmax_buffer: int = 0, topk_index: bool = True) -> None:
+                 join_caching: JoinCaching | None = None, minmax_buffer: int = 0, topk_index: bool = True,
+                 agg_index: bool = True) -> None:
         self.plan = plan
         self.partitions = partitions
         self.fingerprint = plan_fingerprint(plan, partitions)
@@ -84,7 +85,7 @@ class Pipeline:
         # which operators decide membership conservatively from order-dependent float sums (refuses unsound shapes)
         self.order_dependence = OrderDependence(plan)
         self._options = dict(topk_buffer=topk_buffer, minmax_buffer=minmax_buffer, join_caching=join_caching,
-                             topk_index=topk_index)
+                             topk_index=topk_index, agg_index=agg_index)
         self.root = self._build(plan, "r")
         self.operators: dict[str, Operator] = {s.path: s.op for s in self.root.walk()}
         self.merge = Merge("merge@r", partitions.total_fragments, self.fingerprint)
@@ -97,7 +98,8 @@ class Pipeline:
                               small_rows=opts.small_side_rows if opts.small_side_in_memory else 0,
                               partner_rows=opts.partner_rows if opts.partner_index else 0)
         return cls(plan, partitions, topk_buffer=opts.topk_buffer, join_caching=caching,
-                   minmax_buffer=opts.minmax_buffer, topk_index=opts.topk_index)
+                   minmax_buffer=opts.minmax_buffer, topk_index=opts.topk_index,
+                   agg_index=opts.agg_index)
 
     def _build(self, node: Plan, path: str) -> Stage:
         inputs = tuple(self._build(child, f"{path}.{i}") for i, child in enumerate(node.children))

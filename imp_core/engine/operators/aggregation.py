@@ -17,6 +17,7 @@ from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.exact_sum import neumaier
 from imp_core.engine.float_keys import from_nan_free
+from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, nullable_index
 from imp_core.engine.operators.base import OutputStateOperator
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.minmax import ValueMultiset
@@ -59,8 +60,9 @@ class Aggregation(OutputStateOperator):
 
     def __init__(self, op_id: str, keys: tuple[tuple[str, Expr], ...], aggs: tuple[tuple[str, AggCall], ...],
                  key_types: dict[str, pl.DataType], fingerprint: str = "", minmax_buffer: int = 0,
-                 bounds: frozenset[str] | set[str] = frozenset()) -> None:
+                 bounds: frozenset[str] | set[str] = frozenset(), keyed: bool = True) -> None:
         super().__init__(op_id)
+        self.keyed = keyed
         self.keys = keys
         self.aggs = aggs
         self.fingerprint = fingerprint
@@ -85,7 +87,7 @@ class Aggregation(OutputStateOperator):
     def from_node(cls, node: Plan, ctx: BuildContext) -> Aggregation:
         assert isinstance(node, Aggregate)
         return cls(ctx.op_id(cls.kind), node.keys, node.aggs, {n: polars_type(e.dtype) for n, e in node.keys},
-                   ctx.fingerprint, minmax_buffer=ctx.minmax_buffer, bounds=ctx.role(node).carry)
+                   ctx.fingerprint, minmax_buffer=ctx.minmax_buffer, bounds=ctx.role(node).carry, keyed=ctx.agg_index)
 
     # -- state ---------------------------------------------------------------------------------------------------
 
@@ -103,8 +105,12 @@ class Aggregation(OutputStateOperator):
         return schema
 
     def reset(self) -> None:
-        self.groups = pl.DataFrame(schema=self._groups_schema())
-        self.group_fragments = pl.DataFrame(schema={**self.key_types, FRAG: FRAG_DTYPE, COUNT: pl.Int64})
+        schema = self._groups_schema()
+        self._groups = pl.DataFrame(schema=schema)
+        self._fcounts = pl.DataFrame(schema={**self.key_types, FRAG: FRAG_DTYPE, COUNT: pl.Int64})
+        self._store = SlotColumns({n: t for n, t in schema.items() if n != SET})
+        self._index = KeyIndex(self.key_names)
+        self._pairs = PairCounts()
         for multiset in self.multisets.values():
             multiset.reset()
         if self.global_agg:
@@ -113,9 +119,48 @@ class Aggregation(OutputStateOperator):
             # to exactly this); MIN/MAX have no value.
             row: dict[str, Any] = {NO_GROUP: [0], SET: [[]]}
             extremes = {agg_columns(j).extreme for j in self.multisets}
-            for name in self._groups_schema():
+            for name in schema:
                 row.setdefault(name, [None] if name in extremes else [0])
-            self.groups = pl.DataFrame(row, schema=self._groups_schema())
+            self._load(pl.DataFrame(row, schema=schema), self._fcounts)
+
+    def _load(self, groups: pl.DataFrame, fcounts: pl.DataFrame) -> None:
+        """Whole state frames (``groups`` with ``__sk``, ``fcounts``) as the operator's state."""
+        if not self.keyed:
+            self._groups, self._fcounts = groups, fcounts
+            return
+        keys = self.key_names
+        self._store = SlotColumns(self._store.schema)
+        self._store.append(groups.select(list(self._store.schema)))
+        self._index.build(groups.select(keys), self._store)
+        slots = fcounts.select(keys).join(groups.select(keys).with_row_index(ROW), on=keys, how="left",
+                                          nulls_equal=True).get_column(ROW)
+        if slots.null_count():
+            raise StateError(f"operator {self.op_id}: saved fragment counts name groups the state does not hold; "
+                             f"recapture the sketch")
+        self._pairs.build(slots.to_numpy().astype(np.int64), fcounts.get_column(FRAG).to_numpy(),
+                          fcounts.get_column(COUNT).to_numpy())
+
+    @property
+    def groups(self) -> pl.DataFrame:
+        """Every live group's state (``groups`` frame): state keys, accumulators, extremes and its sketch ``__sk``."""
+        if not self.keyed:
+            return self._groups
+        size = self._store.size
+        rows = self._store.column(GROUP_ROWS, np.arange(size))
+        slots = np.arange(size) if self.global_agg else np.flatnonzero(rows > 0)
+        s, f, _ = self._pairs.items()
+        return (self._store.rows(slots).with_columns(pl.Series("__slot", slots))
+                .join(_sets(s, f, SET), on="__slot", how="left")
+                .with_columns(pl.col(SET).fill_null(pl.lit([], dtype=SET_DTYPE))).select(self._groups.columns))
+
+    @property
+    def group_fragments(self) -> pl.DataFrame:
+        """``F_g`` as rows: state keys, ``__frag``, ``__n`` (positive counts only)."""
+        if not self.keyed:
+            return self._fcounts
+        s, f, c = self._pairs.items()
+        return self._store.rows(s).select(self.key_names).with_columns(
+            pl.Series(FRAG, f, dtype=FRAG_DTYPE), pl.Series(COUNT, c, dtype=pl.Int64))
 
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
         frames = {"groups": self.groups, "fcounts": self.group_fragments}
@@ -132,8 +177,8 @@ class Aggregation(OutputStateOperator):
             raise StateError(f"operator {self.op_id}: saved state was written by an older engine (layout "
                              f"{meta.get('layout', 1)}, now {LAYOUT}); recapture the sketch")
         try:
-            self.groups = frames["groups"].cast(self._groups_schema())  # type: ignore[arg-type]
-            self.group_fragments = frames["fcounts"]
+            self._load(frames["groups"].cast(self._groups_schema()),  # type: ignore[arg-type]
+                       frames["fcounts"].cast({**self.key_types, FRAG: FRAG_DTYPE, COUNT: pl.Int64}))  # type: ignore[arg-type]
             for j, multiset in self.multisets.items():
                 multiset.values = frames[f"mm{j}"]
                 if self.minmax_buffer:
@@ -215,7 +260,8 @@ class Aggregation(OutputStateOperator):
 
     def output_relation(self) -> pl.DataFrame:
         """The operator's current result as an all-insert annotated relation (``Q(D)`` for joins above)."""
-        live = self.groups if self.global_agg else self.groups.filter(pl.col(GROUP_ROWS) > 0)
+        groups = self.groups
+        live = groups if self.global_agg or self.keyed else groups.filter(pl.col(GROUP_ROWS) > 0)
         return live.select([*self.output_exprs(), pl.lit(1, dtype=pl.Int64).alias(MULT), pl.col(SET)])
 
     # -- incremental maintenance ---------------------------------------------------------------------------------
@@ -238,24 +284,81 @@ class Aggregation(OutputStateOperator):
 
     def apply_partials(self, partials: Partials) -> pl.DataFrame:
         """Fold per-group partials (signed), ``F_g`` count changes and MIN/MAX value-count changes into the state;
-        return the output delta.
-
-        Each batch joins its few touched groups with the state *once* (old and new values then sit side by side in
-        one row, so deciding which groups changed needs no second join) and locates the touched state rows by index.
-        The state is assigned only after every consistency check passed.
-        """
+        return the output delta. The state is assigned only after every consistency check passed."""
         keys = self.key_names
         partial = partials.groups
         partial = partial.collect(engine="in-memory") if isinstance(partial, pl.LazyFrame) else partial
         if self.global_agg and NO_GROUP not in partial.columns:
             partial = partial.with_columns(pl.lit(0, dtype=pl.Int8).alias(NO_GROUP))
         partial = _cast(partial, self.key_types, keys)
-
-        # 1. F_g: the batch's (group, fragment) count changes next to the counts before, found by one join
         fp = partials.fragments
         fp = fp.collect(engine="in-memory") if isinstance(fp, pl.LazyFrame) else fp
         fp = _cast(fp, {**self.key_types, FRAG: FRAG_DTYPE}, [*keys, FRAG])
-        fjoined = fp.join(self.group_fragments.with_row_index(ROW), on=[*keys, FRAG], how="left", suffix=OLD,
+        return self._apply_keyed(partials, partial, fp) if self.keyed else self._apply_frames(partials, partial, fp)
+
+    def _apply_keyed(self, partials: Partials, partial: pl.DataFrame, fp: pl.DataFrame) -> pl.DataFrame:
+        """The batch against keyed state: its groups' slots by hash lookup, their state gathered, updated with the
+        same expressions as the frames below, scattered back in place; new groups appended."""
+        keys, store = self.key_names, self._store
+        found = self._index.lookup(partial, store)
+        rows = store.column(GROUP_ROWS, found)
+        had = found >= 0 if self.global_agg else np.nan_to_num(rows, nan=0) > 0
+        old_slots = np.where(had, found, -1)
+        old = store.gather(old_slots)
+        joined = partial.hstack([*[c.alias(f"{c.name}{OLD}") for c in old.get_columns()],
+                                 nullable_index(old_slots).alias(ROW)])
+        new = self._updated(partials, partial, joined, sets_change=True)
+        alive = np.ones(new.height, dtype=bool) if self.global_agg else new.get_column(GROUP_ROWS).to_numpy() > 0
+
+        # F_g: the batch's (slot, fragment) count changes against the counts before; a new group takes the next slot
+        slots = found.copy()
+        fresh = (found < 0) & alive
+        slots[fresh] = store.size + np.arange(int(fresh.sum()), dtype=np.int64)
+        fslots = fp.select(keys).join(partial.select(keys).with_columns(pl.Series(ROW, slots)), on=keys, how="left",
+                                      nulls_equal=True).get_column(ROW).to_numpy()
+        frags = fp.get_column(FRAG).to_numpy()
+        pos, before = self._pairs.lookup(np.maximum(fslots, 0), frags)
+        pos[fslots < 0] = -1
+        before[fslots < 0] = 0
+        after = before + fp.get_column(COUNT).to_numpy()
+        if after.size and after.min() < 0:
+            raise StateError(f"operator {self.op_id}: a fragment count became negative — the change feed deleted rows "
+                             f"the state never saw; recapture the sketch")
+        sets_change = bool(((before == 0) & (after > 0)).any() or ((before > 0) & (after == 0)).any())
+
+        # the group sketches before and after, from F_g's entries of the touched groups
+        old_s, old_f = self._pairs.entries(old_slots[had])
+        new_s, new_f = old_s, old_f
+        if sets_change:
+            changed = PairCounts.key(old_s, old_f)
+            upd = PairCounts.key(np.maximum(fslots, 0), frags)
+            keep = ~np.isin(changed, upd[fslots >= 0])
+            live = (fslots >= 0) & (after > 0)
+            new_s, new_f = np.concatenate([old_s[keep], fslots[live]]), np.concatenate([old_f[keep], frags[live]])
+        new = new.with_columns(pl.Series("__slot", slots)).join(
+            _sets(old_s, old_f, f"{SET}{OLD}"), left_on=ROW, right_on="__slot", how="left").join(
+            _sets(new_s, new_f, SET), on="__slot", how="left").with_columns(
+            [pl.col(c).fill_null(pl.lit([], dtype=SET_DTYPE)) for c in (SET, f"{SET}{OLD}")])
+        out = self._emit(new, alive, sets_change)
+
+        # commit: touched slots in place, new groups appended and indexed, F_g's counts
+        state = list(store.schema)
+        existing = found >= 0
+        store.scatter(found[existing], new.filter(pl.Series(existing)).select(state))
+        if fresh.any():
+            added = new.filter(pl.Series(fresh))
+            store.append(added.select(state))
+            self._index.insert(added.select(keys), slots[fresh], store)
+        self._pairs.commit(pos, after, fslots, frags)
+        return out
+
+    def _apply_frames(self, partials: Partials, partial: pl.DataFrame, fp: pl.DataFrame) -> pl.DataFrame:
+        """The first engine's state (switch ``-aggindex``): each batch joins its few touched groups with the whole
+        state frames once and rewrites them (a batch costs the state's size)."""
+        keys = self.key_names
+
+        # 1. F_g: the batch's (group, fragment) count changes next to the counts before, found by one join
+        fjoined = fp.join(self._fcounts.with_row_index(ROW), on=[*keys, FRAG], how="left", suffix=OLD,
                           nulls_equal=True)
         before = fjoined.get_column(f"{COUNT}{OLD}").fill_null(0).to_numpy()
         after = before + fjoined.get_column(COUNT).to_numpy()
@@ -263,7 +366,7 @@ class Aggregation(OutputStateOperator):
             raise StateError(f"operator {self.op_id}: a fragment count became negative — the change feed deleted rows "
                              f"the state never saw; recapture the sketch")
         group_fragments = pl.concat([
-            self.group_fragments.filter(_untouched(self.group_fragments.height, fjoined.get_column(ROW))),
+            self._fcounts.filter(_untouched(self._fcounts.height, fjoined.get_column(ROW))),
             fjoined.lazy().select([*keys, FRAG, pl.lit(pl.Series(COUNT, after, dtype=pl.Int64))])
             .filter(pl.lit(pl.Series(after > 0))).collect(engine="in-memory"),
         ])
@@ -271,22 +374,12 @@ class Aggregation(OutputStateOperator):
         sets_change = bool(added_mask.any() or removed_mask.any())
 
         # 2. accumulators: one row per touched group, old state (null for a new group) next to the batch's partials
-        state_cols = [c for c in self.groups.columns if c not in keys]
-        old_named = self.groups.rename({c: f"{c}{OLD}" for c in state_cols}).with_row_index(ROW)
+        state_cols = [c for c in self._groups.columns if c not in keys]
+        old_named = self._groups.rename({c: f"{c}{OLD}" for c in state_cols}).with_row_index(ROW)
         joined = partial.join(old_named, on=keys, how="left", nulls_equal=True)
-        carried = tuple(c.compensation in partial.columns for c in self.layout.compensated)
-        new = joined.with_columns(self._update_exprs(carried, sets_change))
-        lowest = new.get_column(GROUP_ROWS).min()
-        if lowest is not None and lowest < 0:  # type: ignore[operator]
-            raise StateError(f"operator {self.op_id}: a group's row count became negative — the change feed deleted "
-                             f"rows the state never saw; recapture the sketch")
+        new = self._updated(partials, partial, joined, sets_change)
 
-        # 3. MIN/MAX multisets
-        touched = partial.select(keys)
-        for j, multiset in self.multisets.items():
-            new = multiset.apply(partials.values.get(j), touched, new)
-
-        # 4. the group sketches P = {ρ | F_g[ρ] > 0}, where a fragment entered or left a group
+        # 3. the group sketches P = {ρ | F_g[ρ] > 0}, where a fragment entered or left a group
         if sets_change:
             added = fjoined.filter(pl.Series(added_mask)).select([*keys, FRAG])
             removed = fjoined.filter(pl.Series(removed_mask)).select([*keys, FRAG])
@@ -297,13 +390,37 @@ class Aggregation(OutputStateOperator):
                     .agg(pl.col(FRAG).unique().sort().alias(SET)).with_columns(pl.col(SET).cast(SET_DTYPE)))
             new = (new.lazy().join(sets, on=keys, how="left", nulls_equal=True)
                    .with_columns(pl.col(SET).fill_null(pl.lit([], dtype=SET_DTYPE))).collect(engine="in-memory"))
+        alive = np.ones(new.height, dtype=bool) if self.global_agg else new.get_column(GROUP_ROWS).to_numpy() > 0
+        out = self._emit(new, alive, sets_change)
 
-        # 5. output delta: Δ− old row, Δ+ new row, for groups whose row or sketch changed (an unchanged pair would
-        #    cancel). Old and new values sit in the same row: one step computes both and whether they differ.
+        # 4. commit: untouched groups plus the live touched ones
+        kept_rows = new.select(self._groups.columns) if alive.all() else \
+            new.lazy().filter(pl.lit(pl.Series(alive))).select(self._groups.columns).collect(engine="in-memory")
+        untouched = self._groups.filter(_untouched(self._groups.height, new.get_column(ROW)))
+        self._groups = pl.concat([untouched, kept_rows]) if kept_rows.height else untouched
+        self._fcounts = group_fragments
+        return out
+
+    def _updated(self, partials: Partials, partial: pl.DataFrame, joined: pl.DataFrame,
+                 sets_change: bool) -> pl.DataFrame:
+        """The touched groups' new accumulators and MIN/MAX extremes, next to the old state (``X__old``)."""
+        carried = tuple(c.compensation in partial.columns for c in self.layout.compensated)
+        new = joined.with_columns(self._update_exprs(carried, sets_change))
+        lowest = new.get_column(GROUP_ROWS).min()
+        if lowest is not None and lowest < 0:  # type: ignore[operator]
+            raise StateError(f"operator {self.op_id}: a group's row count became negative — the change feed deleted "
+                             f"rows the state never saw; recapture the sketch")
+        touched = partial.select(self.key_names)
+        for j, multiset in self.multisets.items():
+            new = multiset.apply(partials.values.get(j), touched, new)
+        return new
+
+    def _emit(self, new: pl.DataFrame, alive: np.ndarray, sets_change: bool) -> pl.DataFrame:
+        """The output delta: Δ− old row, Δ+ new row, for groups whose row or sketch changed (an unchanged pair would
+        cancel). Old and new values sit in the same row: one step computes both and whether they differ."""
         first, second, third = self._compare_exprs(sets_change)
         outs = new.lazy().select(first).with_columns(second).with_columns(third).collect(engine="in-memory")
         had = outs.get_column("__had").to_numpy()
-        alive = outs.get_column("__alive").to_numpy()
         unchanged = outs.get_column("__same").to_numpy() & had & alive
         emit_old, emit_new = had & ~unchanged, alive & ~unchanged
         parts = []
@@ -313,13 +430,6 @@ class Aggregation(OutputStateOperator):
         if emit_new.any():
             parts.append(outs.lazy().filter(pl.lit(pl.Series(emit_new))).select(new_rows))
         out = pl.concat(parts, how="vertical_relaxed").collect(engine="in-memory") if parts else None
-
-        # 6. commit: untouched groups plus the live touched ones
-        kept_rows = new.select(self.groups.columns) if alive.all() else \
-            new.lazy().filter(pl.lit(pl.Series(alive))).select(self.groups.columns).collect(engine="in-memory")
-        untouched = self.groups.filter(_untouched(self.groups.height, new.get_column(ROW)))
-        self.groups = pl.concat([untouched, kept_rows]) if kept_rows.height else untouched
-        self.group_fragments = group_fragments
         return out if out is not None and out.height else self.empty_delta()
 
     # -- expressions of `apply_partials`, built once per operator (building polars expressions costs as much as
@@ -354,7 +464,7 @@ class Aggregation(OutputStateOperator):
 
     def _compare_exprs(self, sets_change: bool) -> tuple[list[pl.Expr], list[pl.Expr], list[pl.Expr]]:
         """Per touched group, in projections of one query: keys, old values ``__o{k}``, new values, both sketches,
-        whether the group existed (``__had``) and exists (``__alive``); then the intervals (old and new); then
+        whether the group existed (``__had``); then the intervals (old and new); then
         whether the output row is unchanged (``__same``), each from the columns made before (an expression per use
         would make the query several times larger)."""
         key = ("compare", sets_change)
@@ -362,8 +472,7 @@ class Aggregation(OutputStateOperator):
             old_vals = self.output_exprs(OLD, value_names=True, intervals=False)
             new_vals = self.output_exprs(value_names=True, intervals=False)
             first = [*self._key_out, *[o.alias(f"__o{k}") for k, o in enumerate(old_vals)], *new_vals,
-                     pl.col(f"{SET}{OLD}"), pl.col(SET), pl.col(ROW).is_not_null().alias("__had"),
-                     (pl.lit(True) if self.global_agg else pl.col(GROUP_ROWS) > 0).alias("__alive")]
+                     pl.col(f"{SET}{OLD}"), pl.col(SET), pl.col(ROW).is_not_null().alias("__had")]
             second = []
             k = len(self.aggs)
             for j in self.bounded:
@@ -415,6 +524,13 @@ class Aggregation(OutputStateOperator):
             schema[lo_name(self.aggs[j][0])] = pl.Float64
             schema[hi_name(self.aggs[j][0])] = pl.Float64
         return pl.DataFrame(schema={**schema, MULT: pl.Int64, SET: SET_DTYPE})
+
+
+def _sets(slots: np.ndarray, frags: np.ndarray, name: str) -> pl.DataFrame:
+    """Per slot its sketch (``name``: the sorted fragments) from (slot, fragment) pairs."""
+    pairs = pl.DataFrame({"__slot": slots, FRAG: frags}, schema={"__slot": pl.Int64, FRAG: FRAG_DTYPE})
+    return pairs.sort(["__slot", FRAG]).group_by("__slot", maintain_order=True).agg(
+        pl.col(FRAG).alias(name)).with_columns(pl.col(name).cast(SET_DTYPE))
 
 
 def _cast(df: pl.DataFrame, types: dict[str, pl.DataType], names: list[str]) -> pl.DataFrame:

@@ -34,6 +34,7 @@ class BuildContext:
     fingerprint: str = ""
     topk_buffer: int = 0
     topk_index: bool = True  # False: the first engine's top-k state (every row, re-sorted per batch)
+    agg_index: bool = True  # False: the first engine's aggregation state (whole frames rewritten per batch)
     minmax_buffer: int = 0
     join_caching: JoinCaching | None = None
 

@@ -1,0 +1,114 @@
+"""Aggregation state, whole frames vs keyed, side by side: cost of a batch by number of groups (issue 19).
+
+``python -m benchmarks.group_state [--groups 5000 500000 10000000] [--batches 20] [--rows 1000]`` prints the figures
+(the before/after table of docs/BENCHMARKS.md). The operator is Q_groups' aggregation, ``SELECT g, SUM(v), COUNT(*)
+FROM t GROUP BY g`` with 100 range fragments on ``g``, driven directly: a capture of ``2 x groups`` rows, then
+batches of ``rows`` changed rows (half deletions of existing rows, half insertions, into random groups; about one in
+50 insertions opens a new group and one in 50 deletions empties a group). Reported per state: median (min-max)
+seconds per batch, capture, save and load seconds, saved size, and the process's peak memory. Both states must give
+the same output on every batch (checked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import resource
+import statistics
+import time
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from imp_core.engine.operators.aggregation import Aggregation
+from imp_core.engine.schema import MULT, frag_col
+from imp_core.plan.expr import INT, AggCall, Col
+
+FRAGMENTS = 100
+
+
+def _op(keyed: bool) -> Aggregation:
+    aggs = (("s", AggCall("sum", Col("v", INT), pa.int64())), ("c", AggCall("count", None, pa.int64())))
+    return Aggregation("aggregation@r", (("g", Col("g", INT)),), aggs, {"g": pl.Int64}, keyed=keyed)
+
+
+def _frame(g: np.ndarray, v: np.ndarray, mult: np.ndarray, groups: int) -> pl.DataFrame:
+    frag = np.minimum(g * FRAGMENTS // max(groups, 1), FRAGMENTS - 1).astype(np.uint32)
+    return pl.DataFrame({"g": g.copy(), "v": v.copy(), MULT: mult, frag_col(0): frag})  # the caller reuses g, v
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def batches(groups: int, rows: int, count: int, seed: int = 11) -> tuple[pl.DataFrame, list[pl.DataFrame]]:
+    """The capture's input and ``count`` batches, valid against each other (deletions of rows that exist)."""
+    rng = np.random.default_rng(seed)
+    g = np.repeat(np.arange(groups, dtype=np.int64), 2)
+    v = rng.integers(0, 1000, g.size).astype(np.int64)
+    start = _frame(g, v, np.ones(g.size, dtype=np.int64), groups)
+    out = []
+    half = rows // 2
+    for _ in range(count):
+        idx = rng.choice(g.size, half, replace=False)
+        new_g = rng.integers(0, groups, half).astype(np.int64)
+        fresh = rng.random(half) < 0.02
+        new_g[fresh] = groups + rng.integers(0, groups, int(fresh.sum()))  # new groups beyond the captured ones
+        new_v = rng.integers(0, 1000, half).astype(np.int64)
+        out.append(_frame(np.concatenate([g[idx], new_g]), np.concatenate([v[idx], new_v]),
+                          np.concatenate([-np.ones(half, dtype=np.int64), np.ones(half, dtype=np.int64)]), groups))
+        g[idx], v[idx] = new_g, new_v
+    return start, out
+
+
+def measure(groups: int, rows: int, count: int, keyed: bool) -> tuple[dict[str, float], list[pl.DataFrame]]:
+    start, deltas = batches(groups, rows, count)
+    gc.collect()
+    op = _op(keyed)
+    t0 = time.perf_counter()
+    op.bootstrap(op.layout.of_delta(start))
+    capture = time.perf_counter() - t0
+    del start
+    outs, times = [], []
+    for d in deltas:
+        t0 = time.perf_counter()
+        out = op.process(d)
+        times.append(time.perf_counter() - t0)
+        outs.append(out.sort(["g", MULT]))
+    t0 = time.perf_counter()
+    blob = op.state_to_bytes()
+    save = time.perf_counter() - t0
+    fresh = _op(keyed)
+    t0 = time.perf_counter()
+    fresh.load_state(blob)
+    load = time.perf_counter() - t0
+    return {"median": statistics.median(times), "min": min(times), "max": max(times), "capture": capture,
+            "save": save, "load": load, "mb": len(blob) / 1e6, "rss": _rss_mb()}, outs
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.group_state", description=__doc__)
+    p.add_argument("--groups", type=int, nargs="*", default=[5_000, 500_000])
+    p.add_argument("--rows", type=int, default=1_000)
+    p.add_argument("--batches", type=int, default=20)
+    p.add_argument("--states", nargs="*", choices=["frames", "keyed"], default=["frames", "keyed"])
+    args = p.parse_args(argv)
+    print("| groups | state | rows per batch | batches | s per batch, median (min-max) | capture s | save s | load s | "
+          "state MB | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for n in args.groups:
+        seen: list[pl.DataFrame] | None = None
+        for state in args.states:
+            r, outs = measure(n, args.rows, args.batches, state == "keyed")
+            if seen is not None:
+                assert all(a.equals(b) for a, b in zip(seen, outs)), "the two states disagree"
+            seen = outs
+            print(f"| {n:,} | {state} | {args.rows:,} | {args.batches} | {r['median']:.4f} ({r['min']:.4f}-"
+                  f"{r['max']:.4f}) | {r['capture']:.2f} | {r['save']:.2f} | {r['load']:.2f} | {r['mb']:.1f} | "
+                  f"{r['rss']:.0f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

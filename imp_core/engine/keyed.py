@@ -1,0 +1,266 @@
+"""Operator state addressable by key and updated in place, so that a batch costs its own size, not the state's.
+
+* ``SortedMap``: uint64 keys to int64 values in two sorted runs, the whole and a pending run of recent inserts that
+  is merged in when it outgrows an eighth of the whole (an insert costs the batch plus, amortized, a constant).
+* ``KeyIndex``: rows of key columns to their slot, through 64-bit row hashes in a ``SortedMap``. A hash match is
+  checked against the stored key; the rare keys whose hashes collide are kept in a dict by their values.
+* ``SlotColumns``: columns addressed by slot, with room to grow: gathers and scatters touch the batch's slots only
+  (a polars Series owned by nothing else is scattered into in place).
+* ``PairCounts``: counts keyed by (slot, fragment), the paper's ``F_g``; keys are ``slot << 32 | fragment`` so a
+  group's fragments are one key range.
+
+See docs/ARCHITECTURE.md, "Keyed state".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+SEED = 0x1DB  # row hashes live in memory only (rebuilt when state loads): any fixed seed
+MIN_PENDING = 4096
+_U64 = np.uint64
+_MASK = np.uint64(0xFFFFFFFF)
+_EMPTY_U = np.empty(0, dtype=np.uint64)
+_EMPTY_I = np.empty(0, dtype=np.int64)
+
+
+def _find(keys: np.ndarray, vals: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The value of each of ``q`` in the sorted run (``keys``, ``vals``), -1 where absent."""
+    if not keys.size or not q.size:
+        return np.full(q.size, -1, dtype=np.int64)
+    i = np.searchsorted(keys, q)
+    i[i == keys.size] = 0
+    return np.where(keys[i] == q, vals[i], -1)
+
+
+def _in_ranges(keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Positions in the sorted ``keys`` of every key within one of the disjoint ranges ``[lo[i], hi[i])``."""
+    if not keys.size or not lo.size:
+        return _EMPTY_I
+    a = np.searchsorted(keys, lo)
+    lens = np.searchsorted(keys, hi) - a
+    total = int(lens.sum())
+    if not total:
+        return _EMPTY_I
+    starts = np.cumsum(lens) - lens
+    return np.repeat(a - starts, lens) + np.arange(total)
+
+
+class SortedMap:
+    """uint64 to int64 in a sorted run and a sorted pending run; keys are unique (callers insert absent keys)."""
+
+    def __init__(self, keys: np.ndarray = _EMPTY_U, vals: np.ndarray = _EMPTY_I) -> None:
+        self.keys, self.vals = keys, vals
+        self.pkeys, self.pvals = _EMPTY_U, _EMPTY_I
+
+    @classmethod
+    def build(cls, keys: np.ndarray, vals: np.ndarray) -> SortedMap:
+        order = np.argsort(keys, kind="stable")
+        return cls(keys[order], vals[order])
+
+    def __len__(self) -> int:
+        return int(self.keys.size + self.pkeys.size)
+
+    def get(self, q: np.ndarray) -> np.ndarray:
+        out = _find(self.keys, self.vals, q)
+        if self.pkeys.size:
+            miss = out < 0
+            if miss.any():
+                out[miss] = _find(self.pkeys, self.pvals, q[miss])
+        return out
+
+    def put(self, keys: np.ndarray, vals: np.ndarray) -> None:
+        if not keys.size:
+            return
+        pk, pv = np.concatenate([self.pkeys, keys]), np.concatenate([self.pvals, vals])
+        order = np.argsort(pk, kind="stable")
+        self.pkeys, self.pvals = pk[order], pv[order]
+        if self.pkeys.size > max(MIN_PENDING, self.keys.size // 8):
+            at = np.searchsorted(self.keys, self.pkeys)
+            self.keys, self.vals = np.insert(self.keys, at, self.pkeys), np.insert(self.vals, at, self.pvals)
+            self.pkeys, self.pvals = _EMPTY_U, _EMPTY_I
+
+    def in_ranges(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Keys and values of every entry whose key lies in one of the disjoint ranges ``[lo[i], hi[i])``."""
+        a, b = _in_ranges(self.keys, lo, hi), _in_ranges(self.pkeys, lo, hi)
+        return np.concatenate([self.keys[a], self.pkeys[b]]), np.concatenate([self.vals[a], self.pvals[b]])
+
+    def items(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.concatenate([self.keys, self.pkeys]), np.concatenate([self.vals, self.pvals])
+
+
+def nullable_index(slots: np.ndarray) -> pl.Series:
+    """Slots as a polars gather index; -1 becomes NULL (a gather yields a NULL row there)."""
+    idx = pl.Series("__i", slots, dtype=pl.Int64)
+    missing = slots < 0
+    return idx.set(pl.Series(missing), None) if missing.any() else idx  # type: ignore[arg-type]
+
+
+class SlotColumns:
+    """State columns addressed by slot ``0 .. size-1``, each a polars Series with spare capacity."""
+
+    def __init__(self, schema: dict[str, pl.DataType]) -> None:
+        self.schema = dict(schema)
+        self.size = 0
+        self.cols = {n: pl.Series(n, [], dtype=t) for n, t in self.schema.items()}
+
+    def gather(self, slots: np.ndarray, names: list[str] | None = None) -> pl.DataFrame:
+        idx = nullable_index(slots)
+        return pl.DataFrame([self.cols[n].gather(idx) for n in (names or list(self.schema))])
+
+    def column(self, name: str, slots: np.ndarray) -> np.ndarray:
+        return self.cols[name].gather(nullable_index(slots)).to_numpy()
+
+    def scatter(self, slots: np.ndarray, frame: pl.DataFrame) -> None:
+        if not slots.size:
+            return
+        for n, dtype in self.schema.items():
+            values = frame.get_column(n)
+            self.cols[n].scatter(slots, values if values.dtype == dtype else values.cast(dtype))
+
+    def append(self, frame: pl.DataFrame) -> np.ndarray:
+        """Rows at new slots (returned, in the frame's order)."""
+        slots = np.arange(self.size, self.size + frame.height, dtype=np.int64)
+        if not slots.size:
+            return slots
+        capacity = next(iter(self.cols.values())).len()
+        if self.size + frame.height > capacity:
+            grow = max(self.size + frame.height, 2 * capacity, 1024) - capacity
+            self.cols = {n: s.extend_constant(None, grow).rechunk() for n, s in self.cols.items()}
+        self.scatter(slots, frame)
+        self.size += frame.height
+        return slots
+
+    def rows(self, slots: np.ndarray) -> pl.DataFrame:
+        """The rows at ``slots`` in fresh buffers (a frame that shares none with the state)."""
+        idx = pl.Series("__i", slots, dtype=pl.Int64)
+        return pl.DataFrame([self.cols[n].gather(idx) for n in self.schema])
+
+
+class KeyIndex:
+    """Key rows (of the ``names`` columns of a ``SlotColumns``) to slots."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.map = SortedMap()
+        self.collided: dict[int, dict[tuple[Any, ...], int]] = {}  # hash -> key values -> slot
+
+    def hashes(self, frame: pl.DataFrame) -> np.ndarray:
+        return frame.select(self.names).hash_rows(seed=SEED).to_numpy()
+
+    def lookup(self, frame: pl.DataFrame, stored: SlotColumns) -> np.ndarray:
+        """The slot of each key row of ``frame``, -1 where the key is not indexed."""
+        h = self.hashes(frame)
+        slots = self.map.get(h)
+        if self.collided:
+            keys = frame.select(self.names)
+            for i in np.flatnonzero(np.isin(h, np.fromiter(self.collided, dtype=_U64))):
+                slots[i] = self.collided[int(h[i])].get(keys.row(int(i)), -1)
+        hit = np.flatnonzero(slots >= 0)
+        if hit.size:  # a hash match of a key never indexed (a collision with an indexed key) is a new key
+            got = frame.select(self.names)[hit]
+            have = stored.gather(slots[hit], self.names)
+            same = pl.DataFrame([*got.get_columns(), *[s.alias(f"{s.name}__s") for s in have.get_columns()]]).select(
+                pl.all_horizontal([pl.col(n).eq_missing(pl.col(f"{n}__s")) for n in self.names])).to_series()
+            slots[hit[~same.to_numpy()]] = -1
+        return slots
+
+    def insert(self, frame: pl.DataFrame, slots: np.ndarray, stored: SlotColumns) -> None:
+        """Index the key rows of ``frame`` (absent from the index and distinct) at ``slots``."""
+        if not frame.height:
+            return
+        h = self.hashes(frame)
+        distinct, counts = np.unique(h, return_counts=True)
+        clash = (self.map.get(h) >= 0) | (counts[np.searchsorted(distinct, h)] > 1)
+        if self.collided:
+            clash |= np.isin(h, np.fromiter(self.collided, dtype=_U64))
+        keys = frame.select(self.names)
+        for i in np.flatnonzero(clash):
+            hv = int(h[i])
+            bucket = self.collided.setdefault(hv, {})
+            if not bucket:
+                s0 = int(self.map.get(np.array([hv], dtype=_U64))[0])
+                if s0 >= 0:
+                    bucket[stored.gather(np.array([s0]), self.names).row(0)] = s0
+            bucket[keys.row(int(i))] = int(slots[i])
+        self.map.put(h[~clash], slots[~clash])
+
+    def build(self, frame: pl.DataFrame, stored: SlotColumns) -> None:
+        """Index every key row of ``frame`` at slots ``0 .. height-1``."""
+        self.map, self.collided = SortedMap(), {}
+        self.insert(frame, np.arange(frame.height, dtype=np.int64), stored)
+        if self.map.pkeys.size:  # one sorted run
+            self.map = SortedMap(*self.map.items())
+
+
+class PairCounts:
+    """Counts keyed by (slot, fragment); entries that fall to 0 stay until they outnumber the live ones (and at
+    least ``compact_at`` of them)."""
+
+    compact_at = 65_536
+
+    def __init__(self) -> None:
+        self.map = SortedMap()
+        self.counts = _EMPTY_I
+        self.size = 0
+        self.zeros = 0
+
+    @staticmethod
+    def key(slots: np.ndarray, frags: np.ndarray) -> np.ndarray:
+        return (slots.astype(_U64) << _U64(32)) | frags.astype(_U64)
+
+    def lookup(self, slots: np.ndarray, frags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per pair: its position (-1 when absent) and its count (0 when absent)."""
+        pos = self.map.get(self.key(slots, frags))
+        return pos, np.where(pos >= 0, self.counts[np.maximum(pos, 0)] if self.size else 0, 0)
+
+    def entries(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(slot, fragment) of every positive count of the given distinct slots."""
+        s = slots.astype(_U64)
+        keys, pos = self.map.in_ranges(s << _U64(32), (s + _U64(1)) << _U64(32))
+        live = self.counts[pos] > 0
+        keys = keys[live]
+        return (keys >> _U64(32)).astype(np.int64), (keys & _MASK).astype(np.uint32)
+
+    def commit(self, pos: np.ndarray, after: np.ndarray, slots: np.ndarray, frags: np.ndarray) -> None:
+        """Set the counts at ``pos`` (>= 0) to ``after``; add the pairs at ``pos`` -1 whose ``after`` is positive."""
+        found = pos >= 0
+        p, a = pos[found], after[found]
+        before = self.counts[p]
+        self.zeros += int(((before > 0) & (a == 0)).sum()) - int(((before == 0) & (a > 0)).sum())
+        self.counts[p] = a
+        new = ~found & (after > 0)
+        k = int(new.sum())
+        if k:
+            if self.size + k > self.counts.size:
+                grown = np.zeros(max(self.size + k, 2 * self.counts.size, 1024), dtype=np.int64)
+                grown[:self.size] = self.counts[:self.size]
+                self.counts = grown
+            at = np.arange(self.size, self.size + k, dtype=np.int64)
+            self.counts[at] = after[new]
+            self.map.put(self.key(slots[new], frags[new]), at)
+            self.size += k
+        if self.zeros > max(self.compact_at, self.size - self.zeros):
+            self.build(*self.items())
+
+    def items(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every positive count: slots, fragments, counts (sorted by slot, then fragment)."""
+        keys, pos = self.map.items()
+        order = np.argsort(keys, kind="stable")
+        keys, counts = keys[order], self.counts[pos[order]]
+        live = counts > 0
+        keys = keys[live]
+        return (keys >> _U64(32)).astype(np.int64), (keys & _MASK).astype(np.uint32), counts[live]
+
+    def build(self, slots: np.ndarray, frags: np.ndarray, counts: np.ndarray) -> None:
+        live = counts > 0
+        self.map = SortedMap.build(self.key(slots[live], frags[live]), np.arange(int(live.sum()), dtype=np.int64))
+        self.counts = counts[live].astype(np.int64)
+        self.size = self.counts.size
+        self.zeros = 0
+
+
+__all__ = ["KeyIndex", "PairCounts", "SlotColumns", "SortedMap", "nullable_index"]

@@ -1,0 +1,204 @@
+"""Keyed operator state (``imp_core.engine.keyed``) against plain Python models, and the aggregation on keyed state
+against the aggregation on whole frames (the first engine's state, ``keyed=False``): same output on every batch,
+same canonical state, state saved by one loads into the other.
+
+Hash collisions are forced with an index whose row hash keeps 2 bits, so every lookup and insert goes through the
+collision path; compaction of emptied (slot, fragment) counts is forced with a low threshold.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, SortedMap
+from imp_core.engine.operators.aggregation import Aggregation
+from imp_core.engine.schema import MULT, frag_col
+from imp_core.errors import StateError
+from imp_core.plan.expr import FLOAT, INT, STRING, AggCall, Col
+
+
+class WeakIndex(KeyIndex):
+    """A KeyIndex whose hashes collide all the time (4 distinct values)."""
+
+    def hashes(self, frame: pl.DataFrame) -> np.ndarray:
+        return super().hashes(frame) & np.uint64(3)
+
+
+def test_sorted_map_matches_a_dict_across_merges() -> None:
+    rng = np.random.default_rng(1)
+    m, model = SortedMap(), {}
+    for _ in range(40):  # 40 x 500 inserts: the pending run is merged into the main run several times
+        keys = np.setdiff1d(rng.integers(0, 2 ** 40, 600).astype(np.uint64), np.fromiter(model, np.uint64))[:500]
+        rng.shuffle(keys)
+        vals = rng.integers(0, 10 ** 9, keys.size)
+        m.put(keys, vals)
+        model.update(zip(keys.tolist(), vals.tolist()))
+        probe = np.concatenate([keys[:50], rng.integers(0, 2 ** 40, 50).astype(np.uint64)])
+        assert m.get(probe).tolist() == [model.get(int(k), -1) for k in probe]
+    assert len(m) == len(model) and m.pkeys.size < len(model)
+    lo = np.array([0, 2 ** 38, 2 ** 39 + 5], dtype=np.uint64)
+    hi = np.array([2 ** 30, 2 ** 38 + 2 ** 34, 2 ** 40], dtype=np.uint64)
+    got, vals = m.in_ranges(lo, hi)
+    want = sorted(k for k in model if any(a <= k < b for a, b in zip(lo.tolist(), hi.tolist())))
+    assert sorted(got.tolist()) == want and sorted(vals.tolist()) == sorted(model[k] for k in want)
+
+
+@pytest.mark.parametrize("index_type", [KeyIndex, WeakIndex])
+def test_key_index_finds_every_key_and_only_those(index_type: type[KeyIndex]) -> None:
+    """Keys with NULLs, strings and floats; inserted in batches; probes mix present and absent keys."""
+    rng = random.Random(3)
+    schema = {"k": pl.Int64, "s": pl.String, "x": pl.Float64}
+    store, index, model = SlotColumns(schema), index_type(list(schema)), {}
+    universe = [(rng.choice([None, *range(30)]), rng.choice([None, "a", "b", "é"]), rng.choice([None, 0.5, -1.0]))
+                for _ in range(800)]
+    universe = list(dict.fromkeys(universe))
+    for start in range(0, len(universe), 97):
+        batch = pl.DataFrame(universe[start:start + 97], schema=schema, orient="row")
+        probe = pl.DataFrame(rng.sample(universe, 60), schema=schema, orient="row")
+        assert index.lookup(probe, store).tolist() == [model.get(r, -1) for r in probe.rows()]
+        slots = store.append(batch)
+        index.insert(batch, slots, store)
+        model.update(zip(batch.rows(), slots.tolist()))
+    everything = pl.DataFrame(universe, schema=schema, orient="row")
+    assert index.lookup(everything, store).tolist() == [model[r] for r in everything.rows()]
+    assert store.gather(np.array([model[universe[5]], -1])).rows() == [universe[5], (None, None, None)]
+    rebuilt = index_type(list(schema))
+    rebuilt.build(everything, store)  # slots 0.. in the frame's order: the same as appended
+    assert rebuilt.lookup(everything, store).tolist() == list(range(len(universe)))
+    if index_type is WeakIndex:
+        assert rebuilt.collided and index.collided
+
+
+def test_slot_columns_scatter_in_place_and_grow() -> None:
+    store = SlotColumns({"a": pl.Int64, "s": pl.String})
+    slots = store.append(pl.DataFrame({"a": range(3000), "s": [str(i) for i in range(3000)]}))
+    assert slots.tolist() == list(range(3000)) and store.size == 3000
+    store.scatter(np.array([5, 2999]), pl.DataFrame({"a": [-5, -1], "s": ["x", None]}, schema=store.schema))
+    assert store.rows(np.array([5, 2999, 6])).rows() == [(-5, "x"), (-1, None), (6, "6")]
+
+
+def test_pair_counts_follow_a_dict_through_compaction() -> None:
+    rng = np.random.default_rng(5)
+    pairs, model = PairCounts(), {}
+    pairs.compact_at = 50
+    compacted = False
+    for _ in range(60):
+        slots = rng.integers(0, 40, 300)
+        frags = rng.integers(0, 8, 300).astype(np.uint32)
+        keys = sorted(set(zip(slots.tolist(), frags.tolist())))
+        s = np.array([k[0] for k in keys], dtype=np.int64)
+        f = np.array([k[1] for k in keys], dtype=np.uint32)
+        pos, before = pairs.lookup(s, f)
+        assert before.tolist() == [model.get(k, 0) for k in keys]
+        after = np.where(rng.random(len(keys)) < 0.6, 0, before + rng.integers(0, 3, len(keys)))  # many fall to 0
+        size = pairs.size
+        pairs.commit(pos, after, s, f)
+        compacted |= pairs.size < size
+        model.update(zip(keys, after.tolist()))
+        got_s, got_f, got_c = pairs.items()
+        assert list(zip(got_s.tolist(), got_f.tolist(), got_c.tolist())) == sorted(
+            (k[0], k[1], c) for k, c in model.items() if c > 0)
+        probe = np.array([3, 7, 39])
+        es, ef = pairs.entries(probe)
+        want = sorted(k for k, c in model.items() if c > 0 and k[0] in (3, 7, 39))
+        assert sorted(zip(es.tolist(), ef.tolist())) == want
+    assert compacted
+
+
+# -- the aggregation on keyed state against the aggregation on frames ---------------------------------------------
+
+KEYS = {"g": pl.Int64, "s": pl.String}
+
+
+def _aggregation(keyed: bool, weak: bool = False) -> Aggregation:
+    aggs = (("n", AggCall("count", None, pa.int64())), ("si", AggCall("sum", Col("i", INT), pa.int64())),
+            ("sx", AggCall("sum", Col("x", FLOAT), pa.float64())),
+            ("mx", AggCall("max", Col("x", FLOAT), pa.float64())))
+    op = Aggregation("aggregation@r", (("g", Col("g", INT)), ("s", Col("s", STRING))), aggs, KEYS, keyed=keyed)
+    if weak:
+        op._index = WeakIndex(op.key_names)
+    return op
+
+
+def _batches(seed: int, count: int) -> list[pl.DataFrame]:
+    """Insert/delete batches over few groups (groups empty out and come back), with NULL keys and values and NaN,
+    each row in 1 or 2 fragment columns."""
+    rng = random.Random(seed)
+    live: list[tuple] = []
+    out = []
+    for _ in range(count):
+        rows = []
+        for _ in range(rng.randrange(1, 40)):
+            if live and rng.random() < 0.45:
+                r = live.pop(rng.randrange(len(live)))
+                rows.append((*r, -1))
+            else:
+                r = (rng.choice([None, *range(12)]), rng.choice([None, "a", "b"]), rng.choice([None, *range(-3, 9)]),
+                     rng.choice([None, float("nan"), -0.0, 0.25, 1e16, -2.5]), rng.randrange(6), rng.randrange(6))
+                live.append(r)
+                rows.append((*r, 1))
+        out.append(pl.DataFrame(rows, orient="row", schema={"g": pl.Int64, "s": pl.String, "i": pl.Int64,
+                                                             "x": pl.Float64, frag_col(0): pl.UInt32,
+                                                             frag_col(1): pl.UInt32, MULT: pl.Int64}))
+    return out
+
+
+def _same_state(a: Aggregation, b: Aggregation) -> None:
+    ca, cb = a.canonical(), b.canonical()
+    assert ca.keys() == cb.keys()
+    for name in ca:
+        assert ca[name].equals(cb[name], null_equal=True), name
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("weak", [False, True])
+def test_keyed_aggregation_matches_frames_batch_by_batch(seed: int, weak: bool) -> None:
+    frames, keyed = _aggregation(False), _aggregation(True, weak)
+    order = ["g", "s", MULT]
+    for i, batch in enumerate(_batches(seed, 120)):
+        want, got = frames.process(batch), keyed.process(batch)
+        assert got.sort(order, nulls_last=True).equals(want.sort(order, nulls_last=True), null_equal=True), i
+        if i % 30 == 29:
+            _same_state(frames, keyed)
+    _same_state(frames, keyed)
+    assert keyed.output_relation().height == frames.output_relation().height
+
+
+def test_state_saved_by_either_loads_into_the_other() -> None:
+    frames, keyed = _aggregation(False), _aggregation(True)
+    batches = _batches(4, 60)
+    for batch in batches[:40]:
+        frames.process(batch)
+        keyed.process(batch)
+    from_keyed, from_frames = _aggregation(False), _aggregation(True)
+    from_keyed.load_state(keyed.state_to_bytes())
+    from_frames.load_state(frames.state_to_bytes())
+    _same_state(from_keyed, from_frames)
+    for batch in batches[40:]:
+        assert from_frames.process(batch).sort(["g", "s", MULT], nulls_last=True).equals(
+            from_keyed.process(batch).sort(["g", "s", MULT], nulls_last=True), null_equal=True)
+
+
+def test_keyed_global_aggregation_keeps_its_one_row() -> None:
+    op = Aggregation("aggregation@r", (), (("n", AggCall("count", None, pa.int64())),), {})
+    batch = pl.DataFrame({"i": [1, 2], MULT: [1, 1], frag_col(0): [0, 1]},
+                         schema={"i": pl.Int64, MULT: pl.Int64, frag_col(0): pl.UInt32})
+    op.process(batch)
+    op.process(batch.with_columns(pl.lit(-1, dtype=pl.Int64).alias(MULT)))
+    assert op.output_relation().select("n", "__sk").rows() == [(0, [])]
+
+
+def test_a_deletion_the_keyed_state_never_saw_is_refused_and_changes_nothing() -> None:
+    op = _aggregation(True)
+    batch = _batches(6, 1)[0].with_columns(pl.lit(1, dtype=pl.Int64).alias(MULT))
+    op.process(batch)
+    before = op.canonical()
+    with pytest.raises(StateError, match="recapture"):
+        op.process(batch.head(1).with_columns(pl.lit(-1000, dtype=pl.Int64).alias(MULT)))
+    after = op.canonical()
+    assert all(before[k].equals(after[k], null_equal=True) for k in before)

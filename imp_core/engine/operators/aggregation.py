@@ -17,7 +17,7 @@ from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.exact_sum import neumaier
 from imp_core.engine.float_keys import from_nan_free
-from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, nullable_index
+from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, lists_by_slot, nullable_index
 from imp_core.engine.operators.base import OutputStateOperator
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.minmax import ValueMultiset
@@ -149,9 +149,13 @@ class Aggregation(OutputStateOperator):
         rows = self._store.column(GROUP_ROWS, np.arange(size))
         slots = np.arange(size) if self.global_agg else np.flatnonzero(rows > 0)
         s, f, _ = self._pairs.items()
-        return (self._store.rows(slots).with_columns(pl.Series("__slot", slots))
-                .join(_sets(s, f, SET), on="__slot", how="left")
-                .with_columns(pl.col(SET).fill_null(pl.lit([], dtype=SET_DTYPE))).select(self._groups.columns))
+        return self._store.rows(slots).with_columns(lists_by_slot(slots, s, f, SET)).select(self._groups.columns)
+
+    def memory_bytes(self) -> int:
+        """Bytes the groups and ``F_g`` state hold in memory (MIN/MAX multisets not included)."""
+        if not self.keyed:
+            return int(self._groups.estimated_size() + self._fcounts.estimated_size())
+        return self._store.nbytes() + self._index.nbytes() + self._pairs.nbytes()
 
     @property
     def group_fragments(self) -> pl.DataFrame:
@@ -332,13 +336,11 @@ class Aggregation(OutputStateOperator):
         if sets_change:
             changed = PairCounts.key(old_s, old_f)
             upd = PairCounts.key(np.maximum(fslots, 0), frags)
-            keep = ~np.isin(changed, upd[fslots >= 0])
+            keep = ~np.isin(changed, upd[fslots >= 0]) if changed.size else np.ones(0, dtype=bool)
             live = (fslots >= 0) & (after > 0)
             new_s, new_f = np.concatenate([old_s[keep], fslots[live]]), np.concatenate([old_f[keep], frags[live]])
-        new = new.with_columns(pl.Series("__slot", slots)).join(
-            _sets(old_s, old_f, f"{SET}{OLD}"), left_on=ROW, right_on="__slot", how="left").join(
-            _sets(new_s, new_f, SET), on="__slot", how="left").with_columns(
-            [pl.col(c).fill_null(pl.lit([], dtype=SET_DTYPE)) for c in (SET, f"{SET}{OLD}")])
+        new = new.with_columns(lists_by_slot(old_slots, old_s, old_f, f"{SET}{OLD}"),
+                               lists_by_slot(slots, new_s, new_f, SET))
         out = self._emit(new, alive, sets_change)
 
         # commit: touched slots in place, new groups appended and indexed, F_g's counts
@@ -524,13 +526,6 @@ class Aggregation(OutputStateOperator):
             schema[lo_name(self.aggs[j][0])] = pl.Float64
             schema[hi_name(self.aggs[j][0])] = pl.Float64
         return pl.DataFrame(schema={**schema, MULT: pl.Int64, SET: SET_DTYPE})
-
-
-def _sets(slots: np.ndarray, frags: np.ndarray, name: str) -> pl.DataFrame:
-    """Per slot its sketch (``name``: the sorted fragments) from (slot, fragment) pairs."""
-    pairs = pl.DataFrame({"__slot": slots, FRAG: frags}, schema={"__slot": pl.Int64, FRAG: FRAG_DTYPE})
-    return pairs.sort(["__slot", FRAG]).group_by("__slot", maintain_order=True).agg(
-        pl.col(FRAG).alias(name)).with_columns(pl.col(name).cast(SET_DTYPE))
 
 
 def _cast(df: pl.DataFrame, types: dict[str, pl.DataType], names: list[str]) -> pl.DataFrame:

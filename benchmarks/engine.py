@@ -40,10 +40,11 @@ def table(rows: int, groups: int, seed: int = 1) -> pl.DataFrame:
                          "b": a * 0.5 + rng.normal(0, 50, rows), "c": a * 1.0 + rng.normal(0, 50, rows)})
 
 
-def pipeline_for(data: pl.DataFrame, groups: int, fragments: int) -> Pipeline:
+def pipeline_for(data: pl.DataFrame, groups: int, fragments: int, v2: bool = True) -> Pipeline:
+    """The captured pipeline; ``v2=False`` builds it with the first engine's state (``-aggindex,-topkindex``)."""
     q = parse_query(SQL, {"t": data.to_arrow().schema})
     bounds = tuple(int(x) for x in np.linspace(0, groups, fragments + 1))
-    pipe = Pipeline(q.plan, PartitionSet((Partition("t", "a", bounds, "int"),)))
+    pipe = Pipeline(q.plan, PartitionSet((Partition("t", "a", bounds, "int"),)), agg_index=v2, topk_index=v2)
     pipe.capture(LocalBackend(lambda name, v: data), {"t": 0})
     return pipe
 

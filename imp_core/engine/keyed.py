@@ -22,6 +22,7 @@ import pyarrow as pa
 
 SEED = 0x1DB  # row hashes live in memory only (rebuilt when state loads): any fixed seed
 MIN_PENDING = 4096
+WINDOW = 8  # keys scanned after a range's start before searching for its end
 _U64 = np.uint64
 _MASK = np.uint64(0xFFFFFFFF)
 _EMPTY_U = np.empty(0, dtype=np.uint64)
@@ -37,12 +38,20 @@ def _find(keys: np.ndarray, vals: np.ndarray, q: np.ndarray) -> np.ndarray:
     return np.where(keys[i] == q, vals[i], -1)
 
 
+def argsort(a: np.ndarray) -> np.ndarray:
+    """The order of ``a`` (int64 positions); polars' parallel sort for large arrays (3x NumPy's on 10M keys). Ties
+    keep no particular order: callers sort unique keys."""
+    if a.size < 100_000:
+        return np.argsort(a, kind="stable")
+    return pl.Series(a).arg_sort().to_numpy().astype(np.int64)
+
+
 def _search(keys: np.ndarray, q: np.ndarray, side: str = "left") -> np.ndarray:
     """``np.searchsorted``; many queries are sorted first (random probes into a large run miss the cache on
     every step, sorted ones walk it in order)."""
     if q.size < 65_536:
         return np.searchsorted(keys, q, side)  # type: ignore[call-overload]
-    order = np.argsort(q, kind="stable")
+    order = argsort(q)
     out = np.empty(q.size, dtype=np.int64)
     out[order] = np.searchsorted(keys, q[order], side)  # type: ignore[call-overload]
     return out
@@ -57,11 +66,19 @@ def _expand(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
 
 
 def _in_ranges(keys: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Positions in the sorted ``keys`` of every key within one of the disjoint ranges ``[lo[i], hi[i])``."""
+    """Positions in the sorted ``keys`` of every key within one of the disjoint ranges ``[lo[i], hi[i])``. A range's
+    end is found by scanning the ``WINDOW`` keys after its start (neighbours in memory: no second binary search over
+    the whole run), and by a search only for the ranges longer than that."""
     if not keys.size or not lo.size:
         return _EMPTY_I
     a = _search(keys, lo)
-    return _expand(a, _search(keys, hi) - a)
+    window = a[:, None] + np.arange(WINDOW)
+    inside = (window < keys.size) & (keys[np.minimum(window, keys.size - 1)] < hi[:, None])
+    lens = inside.sum(axis=1)
+    long = lens == WINDOW
+    if long.any():
+        lens[long] = _search(keys, hi[long]) - a[long]
+    return _expand(a, lens)
 
 
 def lists_by_slot(rows: np.ndarray, slots: np.ndarray, values: np.ndarray, name: str) -> pl.Series:
@@ -69,7 +86,7 @@ def lists_by_slot(rows: np.ndarray, slots: np.ndarray, values: np.ndarray, name:
     a list column built with NumPy and one Arrow array (cheaper than a group-by and a join on a batch)."""
     pairs = (slots.astype(np.int64) << 32) | values.astype(np.int64)
     if pairs.size > 1 and (np.diff(pairs) < 0).any():
-        order = np.argsort(pairs, kind="stable")
+        order = argsort(pairs)
         slots, values = slots[order], values[order]
     s, v = slots.astype(np.int64), values
     a = _search(s, rows, "left")
@@ -89,7 +106,7 @@ class SortedMap:
 
     @classmethod
     def build(cls, keys: np.ndarray, vals: np.ndarray) -> SortedMap:
-        order = np.argsort(keys, kind="stable")
+        order = argsort(keys)
         return cls(keys[order], vals[order])
 
     def __len__(self) -> int:
@@ -107,7 +124,7 @@ class SortedMap:
         if not keys.size:
             return
         pk, pv = np.concatenate([self.pkeys, keys]), np.concatenate([self.pvals, vals])
-        order = np.argsort(pk, kind="stable")
+        order = argsort(pk)
         self.pkeys, self.pvals = pk[order], pv[order]
         if self.pkeys.size > max(MIN_PENDING, self.keys.size // 8):
             at = np.searchsorted(self.keys, self.pkeys)
@@ -161,6 +178,11 @@ class SlotColumns:
         if not slots.size:
             return slots
         capacity = next(iter(self.cols.values())).len()
+        if self.size == 0 and frame.height > capacity:  # a load or a capture: the columns are the frame's (copied)
+            spare = max(1024, frame.height // 8)
+            self.cols = {n: _own(frame.get_column(n).cast(t), spare) for n, t in self.schema.items()}
+            self.size = frame.height
+            return slots
         if self.size + frame.height > capacity:
             grow = max(self.size + frame.height, 2 * capacity, 1024) - capacity
             self.cols = {n: s.extend_constant(None, grow).rechunk() for n, s in self.cols.items()}
@@ -177,6 +199,11 @@ class SlotColumns:
         return pl.DataFrame([self.cols[n].gather(idx) for n in self.schema])
 
 
+def _own(series: pl.Series, spare: int) -> pl.Series:
+    """``series`` plus ``spare`` NULL slots, in one fresh buffer no other Series shares."""
+    return series.extend_constant(None, spare).rechunk()
+
+
 class KeyIndex:
     """Key rows (of the ``names`` columns of a ``SlotColumns``) to slots."""
 
@@ -190,12 +217,19 @@ class KeyIndex:
 
     def lookup(self, frame: pl.DataFrame, stored: SlotColumns) -> np.ndarray:
         """The slot of each key row of ``frame``, -1 where the key is not indexed."""
+        return self.probe(frame, stored)[0]
+
+    def probe(self, frame: pl.DataFrame, stored: SlotColumns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per key row of ``frame``: its slot (-1 where not indexed), its hash, and whether that hash is indexed
+        already (for a key not indexed: a collision, which ``insert`` then resolves)."""
         h = self.hashes(frame)
         slots = self.map.get(h)
+        taken = slots >= 0
         if self.collided:
             keys = frame.select(self.names)
             for i in np.flatnonzero(np.isin(h, np.fromiter(self.collided, dtype=_U64))):
                 slots[i] = self.collided[int(h[i])].get(keys.row(int(i)), -1)
+                taken[i] = True
         hit = np.flatnonzero(slots >= 0)
         if hit.size:  # a hash match of a key never indexed (a collision with an indexed key) is a new key
             got = frame.select(self.names)[hit]
@@ -203,16 +237,18 @@ class KeyIndex:
             same = pl.DataFrame([*got.get_columns(), *[s.alias(f"{s.name}__s") for s in have.get_columns()]]).select(
                 pl.all_horizontal([pl.col(n).eq_missing(pl.col(f"{n}__s")) for n in self.names])).to_series()
             slots[hit[~same.to_numpy()]] = -1
-        return slots
+        return slots, h, taken
 
-    def insert(self, frame: pl.DataFrame, slots: np.ndarray, stored: SlotColumns) -> None:
-        """Index the key rows of ``frame`` (absent from the index and distinct) at ``slots``."""
+    def insert(self, frame: pl.DataFrame, slots: np.ndarray, stored: SlotColumns, hashes: np.ndarray | None = None,
+               taken: np.ndarray | None = None) -> None:
+        """Index the key rows of ``frame`` (absent from the index and distinct) at ``slots``; ``hashes`` and
+        ``taken`` from ``probe`` save hashing and searching again."""
         if not frame.height:
             return
-        h = self.hashes(frame)
+        h = self.hashes(frame) if hashes is None else hashes
         ordered = np.sort(h)
         repeated = ordered[1:][ordered[1:] == ordered[:-1]]
-        clash = self.map.get(h) >= 0
+        clash = self.map.get(h) >= 0 if taken is None else taken.copy()
         if repeated.size:
             clash |= np.isin(h, repeated)
         if self.collided:
@@ -232,11 +268,38 @@ class KeyIndex:
         return self.map.nbytes()
 
     def build(self, frame: pl.DataFrame, stored: SlotColumns) -> None:
-        """Index every key row of ``frame`` at slots ``0 .. height-1``."""
+        """Index every key row of ``frame`` at slots ``0 .. height-1`` (distinct keys): one sort."""
+        h = self.hashes(frame)
+        order = argsort(h)
+        hs = h[order]
+        repeated = hs[1:][hs[1:] == hs[:-1]]
         self.map, self.collided = SortedMap(), {}
-        self.insert(frame, np.arange(frame.height, dtype=np.int64), stored)
-        if self.map.pkeys.size:  # one sorted run
-            self.map = SortedMap(*self.map.items())
+        if not repeated.size:
+            self.map = SortedMap(hs, order.astype(np.int64))
+            return
+        self.insert(frame, np.arange(frame.height, dtype=np.int64), stored, h)
+        self.map = SortedMap.build(*self.map.items())
+
+
+class SlotEntries:
+    """The (slot, fragment) entries of a batch's groups, sorted by key: a small set the batch's pairs are found in
+    (one range query on the whole state instead of a probe per pair)."""
+
+    def __init__(self, keys: np.ndarray, pos: np.ndarray, counts: np.ndarray) -> None:
+        self.keys, self.pos, self.counts = keys, pos, counts
+
+    def find(self, keys: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per key (where ``valid``): its position in the counts (-1 when absent) and its count (0 when absent)."""
+        if not self.keys.size:
+            return np.full(keys.size, -1, dtype=np.int64), np.zeros(keys.size, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.keys, keys), self.keys.size - 1)
+        hit = valid & (self.keys[at] == keys)
+        return np.where(hit, self.pos[at], -1), np.where(hit, self.counts[at], 0)
+
+    def live(self) -> tuple[np.ndarray, np.ndarray]:
+        """(slot, fragment) of the positive counts."""
+        keys = self.keys[self.counts > 0]
+        return (keys >> _U64(32)).astype(np.int64), (keys & _MASK).astype(np.uint32)
 
 
 class PairCounts:
@@ -259,6 +322,13 @@ class PairCounts:
         """Per pair: its position (-1 when absent) and its count (0 when absent)."""
         pos = self.map.get(self.key(slots, frags))
         return pos, np.where(pos >= 0, self.counts[np.maximum(pos, 0)] if self.size else 0, 0)
+
+    def of_slots(self, slots: np.ndarray) -> SlotEntries:
+        """Every entry of the given distinct slots, zero counts included."""
+        s = slots.astype(_U64)
+        keys, pos = self.map.in_ranges(s << _U64(32), (s + _U64(1)) << _U64(32))
+        order = argsort(keys)
+        return SlotEntries(keys[order], pos[order], self.counts[pos[order]])
 
     def entries(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(slot, fragment) of every positive count of the given distinct slots."""
@@ -295,7 +365,7 @@ class PairCounts:
     def items(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every positive count: slots, fragments, counts (sorted by slot, then fragment)."""
         keys, pos = self.map.items()
-        order = np.argsort(keys, kind="stable")
+        order = argsort(keys)
         keys, counts = keys[order], self.counts[pos[order]]
         live = counts > 0
         keys = keys[live]
@@ -303,10 +373,12 @@ class PairCounts:
 
     def build(self, slots: np.ndarray, frags: np.ndarray, counts: np.ndarray) -> None:
         live = counts > 0
-        self.map = SortedMap.build(self.key(slots[live], frags[live]), np.arange(int(live.sum()), dtype=np.int64))
+        keys, at = self.key(slots[live], frags[live]), np.arange(int(live.sum()), dtype=np.int64)
+        ordered = keys.size < 2 or bool((keys[1:] > keys[:-1]).all())  # saved state comes sorted
+        self.map = SortedMap(keys, at) if ordered else SortedMap.build(keys, at)
         self.counts = counts[live].astype(np.int64)
         self.size = self.counts.size
         self.zeros = 0
 
 
-__all__ = ["KeyIndex", "PairCounts", "SlotColumns", "SortedMap", "lists_by_slot", "nullable_index"]
+__all__ = ["KeyIndex", "PairCounts", "SlotColumns", "SlotEntries", "SortedMap", "lists_by_slot", "nullable_index"]

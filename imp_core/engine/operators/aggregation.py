@@ -304,7 +304,7 @@ class Aggregation(OutputStateOperator):
         """The batch against keyed state: its groups' slots by hash lookup, their state gathered, updated with the
         same expressions as the frames below, scattered back in place; new groups appended."""
         keys, store = self.key_names, self._store
-        found = self._index.lookup(partial, store)
+        found, hashes, taken = self._index.probe(partial, store)
         rows = store.column(GROUP_ROWS, found)
         had = found >= 0 if self.global_agg else np.nan_to_num(rows, nan=0) > 0
         old_slots = np.where(had, found, -1)
@@ -321,9 +321,8 @@ class Aggregation(OutputStateOperator):
         fslots = fp.select(keys).join(partial.select(keys).with_columns(pl.Series(ROW, slots)), on=keys, how="left",
                                       nulls_equal=True).get_column(ROW).to_numpy()
         frags = fp.get_column(FRAG).to_numpy()
-        pos, before = self._pairs.lookup(np.maximum(fslots, 0), frags)
-        pos[fslots < 0] = -1
-        before[fslots < 0] = 0
+        touched = self._pairs.of_slots(found[found >= 0])  # every (slot, fragment) entry of the touched groups
+        pos, before = touched.find(PairCounts.key(np.maximum(fslots, 0), frags), fslots >= 0)
         after = before + fp.get_column(COUNT).to_numpy()
         if after.size and after.min() < 0:
             raise StateError(f"operator {self.op_id}: a fragment count became negative — the change feed deleted rows "
@@ -331,7 +330,7 @@ class Aggregation(OutputStateOperator):
         sets_change = bool(((before == 0) & (after > 0)).any() or ((before > 0) & (after == 0)).any())
 
         # the group sketches before and after, from F_g's entries of the touched groups
-        old_s, old_f = self._pairs.entries(old_slots[had])
+        old_s, old_f = touched.live()  # an emptied group's counts are all 0: these are the groups that had rows
         new_s, new_f = old_s, old_f
         if sets_change:
             changed = PairCounts.key(old_s, old_f)
@@ -350,7 +349,7 @@ class Aggregation(OutputStateOperator):
         if fresh.any():
             added = new.filter(pl.Series(fresh))
             store.append(added.select(state))
-            self._index.insert(added.select(keys), slots[fresh], store)
+            self._index.insert(added.select(keys), slots[fresh], store, hashes[fresh], taken[fresh])
         self._pairs.commit(pos, after, fslots, frags)
         return out
 

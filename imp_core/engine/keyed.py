@@ -39,8 +39,10 @@ def _find(keys: np.ndarray, vals: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def argsort(a: np.ndarray) -> np.ndarray:
-    """The order of ``a`` (int64 positions); polars' parallel sort for large arrays (3x NumPy's on 10M keys). Ties
-    keep no particular order: callers sort unique keys."""
+    """The order of ``a`` (int64 positions); polars' parallel sort for large arrays (3x NumPy's on 10M keys), none
+    for an array already in order. Ties keep no particular order: callers sort unique keys."""
+    if a.size > 1 and bool((a[1:] >= a[:-1]).all()):
+        return np.arange(a.size, dtype=np.int64)
     if a.size < 100_000:
         return np.argsort(a, kind="stable")
     return pl.Series(a).arg_sort().to_numpy().astype(np.int64)
@@ -49,7 +51,7 @@ def argsort(a: np.ndarray) -> np.ndarray:
 def _search(keys: np.ndarray, q: np.ndarray, side: str = "left") -> np.ndarray:
     """``np.searchsorted``; many queries are sorted first (random probes into a large run miss the cache on
     every step, sorted ones walk it in order)."""
-    if q.size < 65_536:
+    if q.size < 65_536 or bool((q[1:] >= q[:-1]).all()):
         return np.searchsorted(keys, q, side)  # type: ignore[call-overload]
     order = argsort(q)
     out = np.empty(q.size, dtype=np.int64)

@@ -29,9 +29,13 @@ class WeakIndex(KeyIndex):
         return super().hashes(frame) & np.uint64(3)
 
 
-def test_sorted_map_matches_a_dict_across_merges() -> None:
+@pytest.mark.parametrize("directory_min", [1 << 16, 64])
+def test_sorted_map_matches_a_dict_across_merges(directory_min: int) -> None:
+    """With and without the main run's bucket directory (a low threshold gives the map one after its first
+    merge)."""
     rng = np.random.default_rng(1)
     m, model = SortedMap(), {}
+    m.directory_min = directory_min
     for _ in range(40):  # 40 x 500 inserts: the pending run is merged into the main run several times
         keys = np.setdiff1d(rng.integers(0, 2 ** 40, 600).astype(np.uint64), np.fromiter(model, np.uint64))[:500]
         rng.shuffle(keys)
@@ -41,6 +45,7 @@ def test_sorted_map_matches_a_dict_across_merges() -> None:
         probe = np.concatenate([keys[:50], rng.integers(0, 2 ** 40, 50).astype(np.uint64)])
         assert m.get(probe).tolist() == [model.get(int(k), -1) for k in probe]
     assert len(m) == len(model) and m.pkeys.size < len(model)
+    assert bool(m.starts.size) == (directory_min == 64)
     lo = np.array([0, 2 ** 38, 2 ** 39 + 5], dtype=np.uint64)
     hi = np.array([2 ** 30, 2 ** 38 + 2 ** 34, 2 ** 40], dtype=np.uint64)
     got, vals = m.in_ranges(lo, hi)
@@ -48,6 +53,33 @@ def test_sorted_map_matches_a_dict_across_merges() -> None:
     assert sorted(got.tolist()) == want and sorted(vals.tolist()) == sorted(model[k] for k in want)
 
 
+def test_slot_buckets_list_each_slots_entries() -> None:
+    """``slot << 32 | fragment`` keys: a slot's entries are its bucket, with and without the directory."""
+    rng = np.random.default_rng(2)
+    model: dict[int, int] = {}
+    for directory_min in (1 << 16, 16):
+        m = SortedMap(shift=32)
+        m.directory_min, m.pending_min = directory_min, 64
+        for _ in range(30):
+            slots = rng.integers(0, 300, 40).astype(np.uint64)
+            keys = np.setdiff1d((slots << np.uint64(32)) | rng.integers(0, 9, 40).astype(np.uint64),
+                                np.fromiter(m.items()[0], np.uint64))
+            m.put(keys, np.arange(keys.size, dtype=np.int64))
+            model = dict(zip(*[a.tolist() for a in m.items()]))
+            probe = np.unique(rng.integers(0, 320, 25))
+            got, _ = m.in_buckets(probe)
+            assert sorted(got.tolist()) == sorted(k for k in model if (k >> 32) in set(probe.tolist()))
+        assert bool(m.starts.size) == (directory_min == 16)
+
+
+@pytest.fixture(params=["no directory", "directory"])
+def directory(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run a test with the sorted maps' bucket directory from 16 keys on, or never."""
+    monkeypatch.setattr(SortedMap, "directory_min", 16 if request.param == "directory" else 1 << 40)
+    monkeypatch.setattr(SortedMap, "pending_min", 32)
+
+
+@pytest.mark.usefixtures("directory")
 @pytest.mark.parametrize("index_type", [KeyIndex, WeakIndex])
 def test_key_index_finds_every_key_and_only_those(index_type: type[KeyIndex]) -> None:
     """Keys with NULLs, strings and floats; inserted in batches; probes mix present and absent keys."""
@@ -155,6 +187,7 @@ def _same_state(a: Aggregation, b: Aggregation) -> None:
         assert ca[name].equals(cb[name], null_equal=True), name
 
 
+@pytest.mark.usefixtures("directory")
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("weak", [False, True])
 def test_keyed_aggregation_matches_frames_batch_by_batch(seed: int, weak: bool) -> None:

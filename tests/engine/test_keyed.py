@@ -187,10 +187,13 @@ def _same_state(a: Aggregation, b: Aggregation) -> None:
         assert ca[name].equals(cb[name], null_equal=True), name
 
 
-@pytest.mark.usefixtures("directory")
-@pytest.mark.parametrize("seed", [1, 2, 3])
-@pytest.mark.parametrize("weak", [False, True])
-def test_keyed_aggregation_matches_frames_batch_by_batch(seed: int, weak: bool) -> None:
+@pytest.mark.parametrize(("seed", "weak", "directory_min"), [(1, False, 1 << 40), (2, True, 16), (3, False, 16),
+                                                         (4, True, 1 << 40)])
+def test_keyed_aggregation_matches_frames_batch_by_batch(seed: int, weak: bool, directory_min: int,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Colliding hashes or not, sorted runs with a bucket directory or not (16: from the first merge on)."""
+    monkeypatch.setattr(SortedMap, "directory_min", directory_min)
+    monkeypatch.setattr(SortedMap, "pending_min", 32)
     frames, keyed = _aggregation(False), _aggregation(True, weak)
     order = ["g", "s", MULT]
     for i, batch in enumerate(_batches(seed, 120)):
@@ -200,6 +203,8 @@ def test_keyed_aggregation_matches_frames_batch_by_batch(seed: int, weak: bool) 
             _same_state(frames, keyed)
     _same_state(frames, keyed)
     assert keyed.output_relation().height == frames.output_relation().height
+    if directory_min == 16:  # the directories were in use
+        assert keyed._pairs.map.starts.size and (weak or keyed._index.map.starts.size)  # weak: 4 hashes at most
 
 
 def test_state_saved_by_either_loads_into_the_other() -> None:

@@ -94,6 +94,12 @@ def test_running_example_end_to_end(env: dict[str, str], tmp_path: Path) -> None
     history = ok_json(env, "sketch", "history", "top")
     assert [h["method"] for h in history] == ["capture", "incremental"]
 
+    # the range predicate for plain Spark SQL: fragments 1..3 of [1, 601, 1001, 1501, 10001] are price >= 601
+    predicate = ok_json(env, "sketch", "predicate", "top")
+    assert predicate == {"sketch": "top", "version": 2, "table": "sales", "table_version": 1, "column": "price",
+                         "predicate": "`price` >= 601", "fragments": 3, "fragment_count": 4}
+    assert_one_line_error(imp(env, "sketch", "predicate", "top", "--table", "nosuch"), 2, "does not partition")
+
 
 def test_bad_input_leaves_catalog_unchanged(env: dict[str, str], tmp_path: Path) -> None:
     good = tmp_path / "good"

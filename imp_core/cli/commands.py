@@ -7,6 +7,7 @@ See docs/ARCHITECTURE.md, "Where each part lives".
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -193,6 +194,20 @@ def sketch_show(args: argparse.Namespace, service: SketchService) -> int:
                   f"until it is registered again (`imp sketch drop {info['name']}`, then `imp sketch create`)")
 
     return emit(args, info, text)
+
+
+@with_service
+def sketch_predicate(args: argparse.Namespace, service: SketchService) -> int:
+    """imp sketch predicate NAME [--table TABLE]"""
+    p = service.sketch_predicate(args.name, args.table)
+
+    def text() -> None:
+        print(p.predicate)
+        print(f"-- sketch {p.sketch} v{p.version}: {p.fragments} of {p.fragment_count} fragments of {p.table}."
+              f"{p.column}; valid for {p.table} at version {p.table_version} (read it there, e.g. "
+              f"VERSION AS OF {p.table_version}, or maintain the sketch first)", file=sys.stderr)
+
+    return emit(args, dataclasses.asdict(p), text)
 
 
 @with_service

@@ -128,6 +128,11 @@ def _sketch_commands(ssub: argparse._SubParsersAction, common: argparse.Argument
         _command(ssub, common, action, handler, help_text, f"imp sketch {example}", json=action != "drop") \
             .add_argument("name")
     _command(ssub, common, "list", commands.sketch_list, "list sketches with freshness", "imp sketch list --json")
+    pr = _command(ssub, common, "predicate", commands.sketch_predicate,
+                  "print the sketch's range predicate (Spark SQL) for your own queries",
+                  "imp sketch predicate top", "imp sketch predicate top --table sales --json")
+    pr.add_argument("name")
+    pr.add_argument("--table", help="the table to restrict (default: the one table the sketch partitions)")
 
 
 def _group(sub: argparse._SubParsersAction, common: argparse.ArgumentParser, name: str, help_text: str,

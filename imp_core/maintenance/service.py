@@ -19,7 +19,7 @@ from imp_core.maintenance.loading import LoadedSketch, load_sketch
 from imp_core.maintenance.maintain import MaintenanceResult
 from imp_core.maintenance.parts import Parts, Progress
 from imp_core.maintenance.registration import ParsedSql
-from imp_core.maintenance.sketch_use import PreparedQuery, SketchInUse
+from imp_core.maintenance.sketch_use import PreparedQuery, SketchInUse, SketchPredicate
 from imp_core.maintenance.strategy import Strategy
 from imp_core.plan.sql import Query
 from imp_core.sketch.partition import Partition
@@ -170,6 +170,10 @@ class SketchService:
         """Sketch ``sketch`` loaded for use and its partition of ``table`` (:func:`sketch_use.sketch_for_table`)."""
         return sketch_use.sketch_for_table(self.parts, sketch, table, maintain_first=maintain_first,
                                            trigger=trigger, notes=notes)
+
+    def sketch_predicate(self, sketch: str, table: str | None = None) -> SketchPredicate:
+        """The SQL range predicate of ``sketch``'s latest usable version (:func:`sketch_use.sketch_predicate`)."""
+        return sketch_use.sketch_predicate(self.parts, sketch, table)
 
     # -- reports
 

@@ -35,6 +35,7 @@ from imp_core.sketch.partition import Partition, PartitionSet
 from imp_core.sketch.sketch import Sketch
 from imp_core.sources.delta import DeltaSource
 from imp_core.sources.schema import schema_from_json
+from imp_core.use.rewrite import ranges_sql
 
 if TYPE_CHECKING:
     from imp_core.use.query import QueryResult
@@ -210,6 +211,42 @@ def sketch_for_table(parts: Parts, sketch: str, table: str, *, maintain_first: b
         raise UsageError(f"sketch {sketch} does not partition table {table} (it partitions "
                          f"{', '.join(partitions.tables)})")
     return applied, part
+
+
+@dataclass(frozen=True)
+class SketchPredicate:
+    """A sketch's range predicate on one table, as Spark SQL text: the rows of the fragments of the sketch's latest
+    usable version, for the table at ``table_version`` (the version that sketch version reflects)."""
+
+    sketch: str
+    version: int
+    table: str
+    table_version: int
+    column: str
+    predicate: str
+    fragments: int  # fragments in the sketch
+    fragment_count: int  # fragments of the partition
+
+
+def sketch_predicate(parts: Parts, sketch: str, table: str | None = None) -> SketchPredicate:
+    """The predicate of ``sketch``'s latest usable version on ``table`` (the one table it partitions by default); the
+    sketch is not maintained first.
+
+    Raises:
+        SketchUnusableError: The sketch is unusable.
+        UsageError: No ``table`` given for a sketch over several tables, or one the sketch does not partition.
+    """
+    if table is None:
+        tables = PartitionSet.from_json(parts.catalog.get_sketch(sketch).partitions).tables
+        if len(tables) != 1:
+            raise UsageError(f"sketch {sketch} partitions several tables ({', '.join(tables)}); say which with "
+                             f"--table")
+        table = tables[0]
+    applied, part = sketch_for_table(parts, sketch, table, maintain_first=False, trigger="predicate")
+    assert applied is not None  # taken as it is: nothing to wait for
+    fragments = applied.fragments(table)
+    return SketchPredicate(sketch, applied.version.version, table, applied.version.table_versions[table], part.column,
+                           ranges_sql(f"`{part.column}`", part.ranges(fragments)), len(fragments), part.fragments)
 
 
 def _safe_column(query: Query, sources: dict[str, DeltaSource], versions: dict[str, int]) -> str:

@@ -170,6 +170,21 @@ def under_spark_submit() -> bool:
     return bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
 
 
+_RESULT_SHAPING = ("spark.sql.ansi.enabled", "spark.sql.session.timeZone", "spark.sql.caseSensitive",
+                   "spark.sql.parquet.datetimeRebaseModeInRead", "spark.sql.legacy.timeParserPolicy")
+
+
+def semantics_differences(conf_get: Callable[[str, str], str | None]) -> dict[str, tuple[str, str]]:
+    """The settings of a session that can change a query's result and differ from the ones sketches are computed
+    under: setting -> (the session's value, the engine's). Reads only."""
+    out = {}
+    for key in _RESULT_SHAPING:
+        value = str(conf_get(key, _SEMANTICS[key]) or "")
+        if value.lower() != _SEMANTICS[key].lower():
+            out[key] = (value, _SEMANTICS[key])
+    return out
+
+
 def apply_semantics(spark: SparkSession) -> None:
     for key, value in _SEMANTICS.items():
         try:

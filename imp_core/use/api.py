@@ -25,6 +25,21 @@ Example::
     pred = sketch_filter(spark, "sales", sketch="top")            # just the predicate
     my_df.filter(pred)
 
+``sketched_view(spark, table, sketch=..., view=...)`` and ``sketch_predicate(sketch)``
+    For plain Spark code that must not see any change to its session: the table at the version the sketch's latest
+    usable version reflects, with the sketch's range filter, optionally registered as a temporary view; or the
+    filter as SQL text. Neither maintains the sketch nor changes a setting of the session (the functions above set
+    Spark's time zone to UTC, ANSI mode off and case-sensitive names on the session they are given, the semantics
+    sketches are computed under; ``sketched_view`` only reads them, and warns with ``SketchSemanticsWarning`` when
+    the session's differ, since a query evaluated under other settings may need rows outside the sketch).
+
+    ::
+
+        from imp_core.use.api import sketched_view
+        sketched_view(spark, "sales", sketch="top", view="sales_top")
+        spark.sql("SELECT brand, SUM(price*numSold) AS rev FROM sales_top GROUP BY brand "
+                  "HAVING SUM(price*numSold) > 5000").show()
+
 Settings (catalog URL etc.) come from the ``IMP_*`` environment variables unless given.
 
 None of these waits long for another process that is maintaining the sketch: after ``IMP_QUERY_WAIT`` seconds the
@@ -47,13 +62,17 @@ from pyspark.sql import functions as F
 from imp_core.config import Settings
 from imp_core.errors import SketchUnusableError
 from imp_core.maintenance.service import SketchService
-from imp_core.maintenance.sketch_use import SketchInUse
+from imp_core.maintenance.sketch_use import SketchInUse, SketchPredicate
 from imp_core.sketch.partition import Partition
-from imp_core.spark.session import apply_semantics
+from imp_core.spark.session import apply_semantics, semantics_differences
 from imp_core.use.query import execute, range_filter
 from imp_core.use.rewrite import prune_files
 
 log = logging.getLogger(__name__)
+
+
+class SketchSemanticsWarning(UserWarning):
+    """The session evaluates SQL under other settings than the sketch was computed with."""
 
 
 class SketchUnusableWarning(UserWarning):
@@ -128,4 +147,48 @@ def sketched_table(spark: SparkSession, table: str, *, sketch: str, maintain: bo
     return source.scan(spark, version, files).filter(range_filter(part, frags))
 
 
-__all__ = ["SketchUnusableWarning", "sketch_filter", "sketched_sql", "sketched_table"]
+def sketch_predicate(sketch: str, *, table: str | None = None, settings: Settings | None = None) -> SketchPredicate:
+    """The range predicate of ``sketch``'s latest usable version on ``table`` as Spark SQL text, with the table
+    version it is valid for (no Spark needed; the sketch is not maintained)."""
+    service = SketchService(settings or Settings.from_env())
+    try:
+        return service.sketch_predicate(sketch, table)
+    finally:
+        service.close()
+
+
+def sketched_view(spark: SparkSession, table: str, *, sketch: str, view: str | None = None,
+                  settings: Settings | None = None) -> DataFrame:
+    """``table`` at the version ``sketch``'s latest usable version reflects, restricted to the sketch's fragments
+    (files that cannot match are skipped), registered as temporary view ``view`` when given. The caller's session
+    is only read: no setting changes, no maintenance.
+
+    Raises:
+        SketchUnusableError: The sketch is unusable (drop and re-create it).
+    """
+    differences = semantics_differences(spark.conf.get)
+    if differences:
+        shown = ", ".join(f"{k}={v!r} (sketches: {e!r})" for k, (v, e) in sorted(differences.items()))
+        message = (f"sketch {sketch}: this session evaluates SQL with {shown}; the sketch holds every row the "
+                   f"registered query needs under the sketches' settings, and a query whose result depends on these "
+                   f"settings may need rows outside it")
+        log.warning(message)
+        warnings.warn(message, SketchSemanticsWarning, stacklevel=2)
+    service = SketchService(settings or Settings.from_env(), spark=spark)
+    try:
+        applied, part = service.sketch_for_table(sketch, table, maintain_first=False, trigger="api")
+        assert applied is not None  # taken as it is: nothing to wait for
+        source = service.source(table)
+        version = applied.version.table_versions[table]
+        frags = applied.fragments(table)
+        files = prune_files(source.files(version), part, frags) if source.reads_parquet_directly(version) else None
+        df = source.scan(spark, version, files).filter(range_filter(part, frags))
+    finally:
+        service.close()
+    if view:
+        df.createOrReplaceTempView(view)
+    return df
+
+
+__all__ = ["SketchSemanticsWarning", "SketchUnusableWarning", "sketch_filter", "sketch_predicate", "sketched_sql",
+           "sketched_table", "sketched_view"]

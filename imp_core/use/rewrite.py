@@ -59,7 +59,9 @@ def _literal(v: Bound) -> str:
     if isinstance(v, dt.date):
         return f"DATE '{v.isoformat()}'"
     if isinstance(v, decimal.Decimal):
-        return str(v)
+        return format(v, "f")  # plain digits: "1E+3" would be read as a DOUBLE
+    if isinstance(v, float) and not math.isfinite(v):
+        return f"CAST('{'NaN' if math.isnan(v) else 'Infinity' if v > 0 else '-Infinity'}' AS DOUBLE)"
     return repr(v)
 
 

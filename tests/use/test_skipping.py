@@ -80,6 +80,39 @@ def test_pyspark_api(service, clustered, spark) -> None:  # noqa: ANN001
     assert full.filter(pred).count() == table.count()
 
 
+def test_sketched_view_reads_the_session_and_changes_nothing(service, clustered, spark) -> None:  # noqa: ANN001
+    """A caller whose session has its own time zone, ANSI mode and case rules gets the sketched table as a view and
+    its settings back untouched (warned that they differ); Spark is the truth: the registered query over the view
+    equals it over the whole table, and the SQL predicate selects the same rows."""
+    from imp_core.use.api import SketchSemanticsWarning, sketch_predicate, sketched_view
+
+    mine = {"spark.sql.session.timeZone": "America/New_York", "spark.sql.ansi.enabled": "true",
+            "spark.sql.caseSensitive": "false"}
+    saved = {k: spark.conf.get(k) for k in mine}
+    try:
+        for k, v in mine.items():
+            spark.conf.set(k, v)
+        with pytest.warns(SketchSemanticsWarning, match="timeZone"):
+            view = sketched_view(spark, "clustered", sketch="clustered_a", view="clustered_sketched",
+                                 settings=service.settings)
+        assert {k: spark.conf.get(k) for k in mine} == mine
+        source = service.source("clustered")
+        whole = source.scan(spark, source.current_version())
+        whole.createOrReplaceTempView("clustered_whole")
+        got = sorted(tuple(r) for r in spark.sql(SQL.replace("clustered", "clustered_sketched")).collect())
+        want = sorted(tuple(r) for r in spark.sql(SQL.replace("clustered", "clustered_whole")).collect())
+        assert got == want and len(got) == 40
+        assert view.count() < whole.count() / 4
+        predicate = sketch_predicate("clustered_a", settings=service.settings)
+        assert predicate.table == "clustered" and predicate.column == "a"
+        assert spark.sql(f"SELECT COUNT(*) FROM clustered_whole WHERE {predicate.predicate}").first()[0] == \
+            view.count()
+        assert {k: spark.conf.get(k) for k in mine} == mine
+    finally:
+        for k, v in saved.items():
+            spark.conf.set(k, v)
+
+
 def test_query_reuses_a_sketch_for_a_tighter_constant(service, clustered) -> None:  # noqa: ANN001
     tighter = SQL.replace("> 5000", "> 6000")
     looser = SQL.replace("> 5000", "> 10")

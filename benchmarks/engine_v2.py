@@ -26,15 +26,13 @@ import polars as pl
 
 from benchmarks import data, engine, group_state
 from benchmarks.harness import SCALE, Experiment, scaled
-from benchmarks.maintenance import Setup, spark_session, timed_fm, timed_imp
-from imp_core.config import Optimizations
+from benchmarks.maintenance import FIRST_ENGINE, Setup, spark_session, timed_fm, timed_imp
 from imp_core.engine.local import LocalBackend
 from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.schema import MULT
 from imp_core.plan.sql import parse_query
 from imp_core.sketch.partition import Partition, PartitionSet
 
-FIRST_ENGINE = Optimizations(agg_index=False, topk_index=False)
 Q18H = "SELECT l_orderkey, sum(l_quantity) AS qty FROM lineitem GROUP BY l_orderkey HAVING sum(l_quantity) > 300"
 
 
@@ -154,4 +152,4 @@ def run(quick: bool = False, runs: int = 5):  # noqa: ANN201
     yield q_groups_experiment(quick, runs)
 
 
-__all__ = ["FIRST_ENGINE", "run"]
+__all__ = ["run"]

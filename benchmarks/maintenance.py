@@ -32,6 +32,10 @@ from imp_core.spark.bounds import equi_depth_bounds
 BATCHES = [10, 50, 100, 500, 1000]
 
 
+# the first engine's state (aggregation frames rewritten per batch, top-k re-sorted), kept for side-by-side runs
+FIRST_ENGINE = Optimizations(agg_index=False, topk_index=False)
+
+
 def spark_session():  # noqa: ANN201
     from imp_core.spark.session import get_spark
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from benchmarks import data
 from benchmarks.harness import SCALE, Experiment
-from benchmarks.maintenance import Setup, spark_session
+from benchmarks.maintenance import FIRST_ENGINE, Setup, spark_session
 
 QUERIES = {
     "Q_space": ("""
@@ -100,20 +100,21 @@ def run(quick: bool = False, runs: int = 5):  # noqa: ANN201
     tables = {t: root / t for t in ("customer", "orders", "lineitem", "nation")}
     sizes = [100] if quick else [10, 100, 1000]
     kinds = ["mixed"] if quick else ["insert", "delete", "mixed"]
-    exp = Experiment("tpch", f"TPC-H SF{scale:g}: IMP vs FM, lineitem changes", ratios=[("FM", "IMP")],
-                     log_y=True, y_label="seconds")
+    exp = Experiment("tpch", f"TPC-H SF{scale:g}: IMP (engine v2 and the first engine) vs FM, lineitem changes",
+                     ratios=[("FM", "IMP"), ("FM", "IMP v1")], log_y=True, y_label="seconds")
     for name, (sql, on, dialect) in QUERIES.items():
         if quick and name not in ("Q_space", "Q18h"):
             continue
         t0 = time.perf_counter()
         used = {t: p for t, p in tables.items() if t in sql}
         setup = Setup(spark, sql, used, on, 1000, dialect=dialect)
+        first = Setup(spark, sql, used, on, 1000, opts=FIRST_ENGINE, dialect=dialect)
         print(f"   {name}: captured in {setup.capture_s:.1f} s", flush=True)
         changes = LineitemChanges(tables["lineitem"])
         for kind in kinds:
             for size in sizes:
                 target_fn = _committer(setup, changes, size, kind)
-                _measure(exp, setup, f"{name} {kind} {size:,}", target_fn, runs, size)
+                _measure(exp, setup, first, f"{name} {kind} {size:,}", target_fn, runs, size)
         print(f"   {name}: {time.perf_counter() - t0:.0f} s", flush=True)
         for r in exp.rows:
             r.x = None
@@ -130,21 +131,28 @@ def _committer(setup: Setup, changes: LineitemChanges, size: int, kind: str):  #
     return commit
 
 
-def _measure(exp: Experiment, setup: Setup, case: str, commit, runs: int, size: int) -> None:  # noqa: ANN001
+def _measure(exp: Experiment, setup: Setup, first: Setup, case: str, commit, runs: int,  # noqa: ANN001
+             size: int) -> None:
+    """IMP with engine v2 (``setup``) and with the first engine (``first``, the same tables), and FM, interleaved;
+    every sketch must equal FM's."""
     target = commit()
     last: dict[str, object] = {}
 
-    def imp() -> float:
-        elapsed, pipe, _ = setup.imp(target)
-        last["imp"] = pipe
-        return elapsed
+    def imp(s: Setup, key: str):  # noqa: ANN202
+        def run_once() -> float:
+            elapsed, pipe, _ = s.imp(target)
+            last[key] = pipe
+            return elapsed
+        return run_once
 
     def fm() -> float:
         elapsed, pipe = setup.fm(target)
         last["fm"] = pipe
         return elapsed
 
-    exp.measure(case, {"IMP": imp, "FM": fm}, runs, x=size)
-    if last["imp"].sketch() != last["fm"].sketch():  # type: ignore[attr-defined]
-        raise AssertionError(f"tpch {case}: IMP sketch differs from FM sketch")
+    exp.measure(case, {"IMP": imp(setup, "imp"), "IMP v1": imp(first, "v1"), "FM": fm}, runs, x=size)
+    for key in ("imp", "v1"):
+        if last[key].sketch() != last["fm"].sketch():  # type: ignore[attr-defined]
+            raise AssertionError(f"tpch {case}: IMP ({key}) sketch differs from FM sketch")
     setup.advance(target, last["imp"])  # type: ignore[arg-type]
+    first.advance(target, last["v1"])  # type: ignore[arg-type]

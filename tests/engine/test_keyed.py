@@ -1,6 +1,7 @@
 """Keyed operator state (``imp_core.engine.keyed``) against plain Python models, and the aggregation on keyed state
 against the aggregation on whole frames (the first engine's state, ``keyed=False``): same output on every batch,
-same canonical state, state saved by one loads into the other.
+same canonical state (MIN/MAX multisets included: keyed ones in the first case, frames in the second), state saved
+by one loads into the other.
 
 Hash collisions are forced with an index whose row hash keeps 2 bits, so every lookup and insert goes through the
 collision path; compaction of emptied (slot, fragment) counts is forced with a low threshold.
@@ -150,7 +151,7 @@ KEYS = {"g": pl.Int64, "s": pl.String}
 def _aggregation(keyed: bool, weak: bool = False) -> Aggregation:
     aggs = (("n", AggCall("count", None, pa.int64())), ("si", AggCall("sum", Col("i", INT), pa.int64())),
             ("sx", AggCall("sum", Col("x", FLOAT), pa.float64())),
-            ("mx", AggCall("max", Col("x", FLOAT), pa.float64())))
+            ("mx", AggCall("max", Col("x", FLOAT), pa.float64())), ("mi", AggCall("min", Col("i", INT), pa.int64())))
     op = Aggregation("aggregation@r", (("g", Col("g", INT)), ("s", Col("s", STRING))), aggs, KEYS, keyed=keyed)
     if weak:
         op._index = WeakIndex(op.key_names)

@@ -21,6 +21,7 @@ from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, lists_by_sl
 from imp_core.engine.operators.base import OutputStateOperator
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.minmax import ValueMultiset
+from imp_core.engine.operators.minmax_keyed import SLOT, KeyedValueMultiset
 from imp_core.engine.operators.partials import PartialLayout, Partials, Term, agg_columns
 from imp_core.engine.order_dependence import is_order_dependent, sum_interval
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, NO_GROUP, ROW, SET, hi_name, lo_name
@@ -77,9 +78,12 @@ class Aggregation(OutputStateOperator):
         self._key_out = [from_nan_free(n) if n in self.layout.float_keys else pl.col(n) for n, _ in keys]
         self.floats = sorted({c.agg for c in self.layout.compensated})  # type: ignore[type-var]
         self.minmax_buffer = max(0, minmax_buffer)
-        self.multisets = {j: ValueMultiset(op_id, j, aggs[j][1].func, self.key_types, self.layout.value_type(j),
-                                           self.layout.float_values(j), self.minmax_buffer)
-                          for j in self.layout.minmax}
+        self.multisets: dict[int, ValueMultiset | KeyedValueMultiset] = {
+            j: KeyedValueMultiset(op_id, j, aggs[j][1].func, self.layout.value_type(j), self.layout.float_values(j),
+                                  self._keys_of) if keyed and not self.minmax_buffer else
+            ValueMultiset(op_id, j, aggs[j][1].func, self.key_types, self.layout.value_type(j),
+                          self.layout.float_values(j), self.minmax_buffer)
+            for j in self.layout.minmax}
         self._expr_cache: dict[tuple[Any, ...], Any] = {}
         self.reset()
 
@@ -123,8 +127,13 @@ class Aggregation(OutputStateOperator):
                 row.setdefault(name, [None] if name in extremes else [0])
             self._load(pl.DataFrame(row, schema=schema), self._fcounts)
 
-    def _load(self, groups: pl.DataFrame, fcounts: pl.DataFrame) -> None:
-        """Whole state frames (``groups`` with ``__sk``, ``fcounts``) as the operator's state."""
+    def _load(self, groups: pl.DataFrame, fcounts: pl.DataFrame,
+              values: dict[int, pl.DataFrame] | None = None) -> None:
+        """Whole state frames (``groups`` with ``__sk``, ``fcounts``, the MIN/MAX ``values``) as the state."""
+        values = values or {}
+        for j, multiset in self.multisets.items():
+            if isinstance(multiset, ValueMultiset) and j in values:
+                multiset.values = values[j]
         if not self.keyed:
             self._groups, self._fcounts = groups, fcounts
             return
@@ -132,13 +141,25 @@ class Aggregation(OutputStateOperator):
         self._store = SlotColumns(self._store.schema)
         self._store.append(groups.select(list(self._store.schema)))
         self._index.build(groups.select(keys), self._store)
-        slots = fcounts.select(keys).join(groups.select(keys).with_row_index(ROW), on=keys, how="left",
-                                          nulls_equal=True).get_column(ROW)
+        slots = self._slots_in(fcounts, groups)
+        self._pairs.build(slots, fcounts.get_column(FRAG).to_numpy(), fcounts.get_column(COUNT).to_numpy())
+        for j, multiset in self.multisets.items():
+            if isinstance(multiset, KeyedValueMultiset) and j in values:
+                multiset.load(values[j].with_columns(pl.Series(SLOT, self._slots_in(values[j], groups))))
+
+    def _slots_in(self, frame: pl.DataFrame, groups: pl.DataFrame) -> np.ndarray:
+        """The slot of each row's group in ``frame``, for state loaded from ``groups`` (its row numbers)."""
+        keys = self.key_names
+        slots = _cast(frame, self.key_types, keys).select(keys).join(
+            groups.select(keys).with_row_index(ROW), on=keys, how="left", nulls_equal=True,
+            maintain_order="left").get_column(ROW)
         if slots.null_count():
-            raise StateError(f"operator {self.op_id}: saved fragment counts name groups the state does not hold; "
-                             f"recapture the sketch")
-        self._pairs.build(slots.to_numpy().astype(np.int64), fcounts.get_column(FRAG).to_numpy(),
-                          fcounts.get_column(COUNT).to_numpy())
+            raise StateError(f"operator {self.op_id}: saved state names groups it does not hold; recapture the "
+                             f"sketch")
+        return slots.to_numpy().astype(np.int64)
+
+    def _keys_of(self, slots: np.ndarray) -> pl.DataFrame:
+        return self._store.gather(slots, self.key_names)
 
     @property
     def groups(self) -> pl.DataFrame:
@@ -170,7 +191,7 @@ class Aggregation(OutputStateOperator):
         frames = {"groups": self.groups, "fcounts": self.group_fragments}
         for j, multiset in self.multisets.items():
             frames[f"mm{j}"] = multiset.values
-            if self.minmax_buffer:
+            if isinstance(multiset, ValueMultiset) and self.minmax_buffer:
                 frames[f"mmb{j}"] = multiset.bounds
         return {"keys": self.key_names, "aggs": [a.func for _, a in self.aggs], "layout": LAYOUT}, frames
 
@@ -182,10 +203,10 @@ class Aggregation(OutputStateOperator):
                              f"{meta.get('layout', 1)}, now {LAYOUT}); recapture the sketch")
         try:
             self._load(frames["groups"].cast(self._groups_schema()),  # type: ignore[arg-type]
-                       frames["fcounts"].cast({**self.key_types, FRAG: FRAG_DTYPE, COUNT: pl.Int64}))  # type: ignore[arg-type]
+                       frames["fcounts"].cast({**self.key_types, FRAG: FRAG_DTYPE, COUNT: pl.Int64}),  # type: ignore[arg-type]
+                       {j: frames[f"mm{j}"] for j in self.multisets})
             for j, multiset in self.multisets.items():
-                multiset.values = frames[f"mm{j}"]
-                if self.minmax_buffer:
+                if isinstance(multiset, ValueMultiset) and self.minmax_buffer:
                     multiset.bounds = frames[f"mmb{j}"]
         except (KeyError, pl.exceptions.PolarsError) as e:
             raise StateError(f"operator {self.op_id}: saved state is incomplete or has the wrong shape; "
@@ -318,8 +339,21 @@ class Aggregation(OutputStateOperator):
         slots = found.copy()
         fresh = (found < 0) & alive
         slots[fresh] = store.size + np.arange(int(fresh.sum()), dtype=np.int64)
+        commits = []
+        for j, multiset in self.multisets.items():
+            if isinstance(multiset, KeyedValueMultiset):
+                changes = partials.values.get(j)
+                if changes is not None and changes.height:  # the rows of a new group left empty net to nothing
+                    changes = _cast(changes, self.key_types, keys).join(
+                        partial.select(keys).with_columns(pl.Series(SLOT, slots)), on=keys, how="left",
+                        nulls_equal=True, maintain_order="left").filter(pl.col(SLOT) >= 0)
+                cols = agg_columns(j)
+                value, commit = multiset.prepare(changes, slots, new.get_column(cols.extreme),
+                                                 new.get_column(cols.non_null).to_numpy())
+                new = new.with_columns(value.alias(cols.extreme))
+                commits.append(commit)
         fslots = fp.select(keys).join(partial.select(keys).with_columns(pl.Series(ROW, slots)), on=keys, how="left",
-                                      nulls_equal=True).get_column(ROW).to_numpy()
+                                      nulls_equal=True, maintain_order="left").get_column(ROW).to_numpy()
         frags = fp.get_column(FRAG).to_numpy()
         touched = self._pairs.of_slots(found[found >= 0])  # every (slot, fragment) entry of the touched groups
         pos, before = touched.find(PairCounts.key(np.maximum(fslots, 0), frags), fslots >= 0)
@@ -351,6 +385,8 @@ class Aggregation(OutputStateOperator):
             store.append(added.select(state))
             self._index.insert(added.select(keys), slots[fresh], store, hashes[fresh], taken[fresh])
         self._pairs.commit(pos, after, fslots, frags)
+        for commit in commits:
+            commit()
         return out
 
     def _apply_frames(self, partials: Partials, partial: pl.DataFrame, fp: pl.DataFrame) -> pl.DataFrame:
@@ -413,7 +449,8 @@ class Aggregation(OutputStateOperator):
                              f"rows the state never saw; recapture the sketch")
         touched = partial.select(self.key_names)
         for j, multiset in self.multisets.items():
-            new = multiset.apply(partials.values.get(j), touched, new)
+            if isinstance(multiset, ValueMultiset):  # keyed multisets: `_apply_keyed` (they need the slots)
+                new = multiset.apply(partials.values.get(j), touched, new)
         return new
 
     def _emit(self, new: pl.DataFrame, alive: np.ndarray, sets_change: bool) -> pl.DataFrame:

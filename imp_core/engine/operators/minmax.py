@@ -65,7 +65,7 @@ class ValueMultiset:
         if self.float_values:  # back from the order key to the double
             ext = ext.with_columns(pl.Series(new, float_from_order_key(ext.get_column(new).to_numpy()),
                                              dtype=pl.Float64))
-        return (groups.join(ext, on=keys, how="left", nulls_equal=True)
+        return (groups.join(ext, on=keys, how="left", nulls_equal=True, maintain_order="left")
                 .with_columns(pl.col(new).alias(agg_columns(j).extreme)).drop(new))
 
     def _within_bounds(self, changes: pl.DataFrame) -> pl.DataFrame:

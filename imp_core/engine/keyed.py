@@ -373,23 +373,11 @@ class PairCounts:
     def key(slots: np.ndarray, frags: np.ndarray) -> np.ndarray:
         return (slots.astype(_U64) << _U64(32)) | frags.astype(_U64)
 
-    def lookup(self, slots: np.ndarray, frags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per pair: its position (-1 when absent) and its count (0 when absent)."""
-        pos = self.map.get(self.key(slots, frags))
-        return pos, np.where(pos >= 0, self.counts[np.maximum(pos, 0)] if self.size else 0, 0)
-
     def of_slots(self, slots: np.ndarray) -> SlotEntries:
         """Every entry of the given distinct slots, zero counts included."""
         keys, pos = self.map.in_buckets(slots)
         order = argsort(keys)
         return SlotEntries(keys[order], pos[order], self.counts[pos[order]])
-
-    def entries(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(slot, fragment) of every positive count of the given distinct slots."""
-        keys, pos = self.map.in_buckets(slots)
-        live = self.counts[pos] > 0
-        keys = keys[live]
-        return (keys >> _U64(32)).astype(np.int64), (keys & _MASK).astype(np.uint32)
 
     def commit(self, pos: np.ndarray, after: np.ndarray, slots: np.ndarray, frags: np.ndarray) -> None:
         """Set the counts at ``pos`` (>= 0) to ``after``; add the pairs at ``pos`` -1 whose ``after`` is positive."""

@@ -126,7 +126,7 @@ def test_pair_counts_follow_a_dict_through_compaction() -> None:
         keys = sorted(set(zip(slots.tolist(), frags.tolist())))
         s = np.array([k[0] for k in keys], dtype=np.int64)
         f = np.array([k[1] for k in keys], dtype=np.uint32)
-        pos, before = pairs.lookup(s, f)
+        pos, before = pairs.of_slots(np.unique(s)).find(PairCounts.key(s, f), np.ones(s.size, dtype=bool))
         assert before.tolist() == [model.get(k, 0) for k in keys]
         after = np.where(rng.random(len(keys)) < 0.6, 0, before + rng.integers(0, 3, len(keys)))  # many fall to 0
         size = pairs.size
@@ -137,7 +137,7 @@ def test_pair_counts_follow_a_dict_through_compaction() -> None:
         assert list(zip(got_s.tolist(), got_f.tolist(), got_c.tolist())) == sorted(
             (k[0], k[1], c) for k, c in model.items() if c > 0)
         probe = np.array([3, 7, 39])
-        es, ef = pairs.entries(probe)
+        es, ef = pairs.of_slots(probe).live()
         want = sorted(k for k, c in model.items() if c > 0 and k[0] in (3, 7, 39))
         assert sorted(zip(es.tolist(), ef.tolist())) == want
     assert compacted

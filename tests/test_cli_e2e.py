@@ -107,6 +107,11 @@ def test_bad_input_leaves_catalog_unchanged(env: dict[str, str], tmp_path: Path)
     assert imp(env, "table", "register", "goods", str(good)).returncode == 0
     plain = tmp_path / "plain"
     write_deltalake(str(plain), pa.table({"id": [1]}))
+    broken = tmp_path / "broken"  # a table whose data file was deleted behind Delta's back
+    write_deltalake(str(broken), SALES, configuration={"delta.enableChangeDataFeed": "true"})
+    assert imp(env, "table", "register", "broken", str(broken)).returncode == 0
+    for data_file in broken.glob("*.parquet"):
+        data_file.unlink()
     before = catalog_snapshot(env)
 
     assert_one_line_error(imp(env, "table", "register", "t1", str(tmp_path / "missing")), 4, "is not a Delta table")
@@ -121,4 +126,8 @@ def test_bad_input_leaves_catalog_unchanged(env: dict[str, str], tmp_path: Path)
                               "goods.price", "--fragments", "-3"), 2, "--fragments")
     assert_one_line_error(imp(env, "sketch", "show", "ghost"), 7, "ghost")
     assert_one_line_error(imp(env, "sketch", "maintain", "top", "--batch-size", "x"), 2, "--batch-size")
+    missing = imp(env, "query", "SELECT brand FROM broken", "--no-sketch")  # Spark started: its progress lines first
+    last = missing.stderr.strip().splitlines()[-1]
+    assert missing.returncode == 4 and last.startswith("imp: error: a data file of a table is missing"), missing.stderr
+    assert str(broken) in last and "Traceback" not in missing.stderr
     assert catalog_snapshot(env) == before

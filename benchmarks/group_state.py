@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from benchmarks.harness import print_header, print_row, spread
 from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.schema import MULT, frag_col
 from imp_core.plan.expr import INT, AggCall, Col
@@ -108,14 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=20)
     p.add_argument("--states", nargs="*", choices=["frames", "keyed"], default=["frames", "keyed"])
     args = p.parse_args(argv)
-    print("| groups | state | rows per batch | batches | s per batch, median (min-max) | capture s | save s | load s | "
-          "saved MB | in memory MB | peak RSS MB (both states and the input) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print_header(["groups", "state", "rows per batch", "batches", "s per batch, median (min-max)", "capture s",
+                  "save s", "load s", "saved MB", "in memory MB", "peak RSS MB (both states and the input)"])
     for n in args.groups:
         for state, r in compare(n, args.rows, args.batches, tuple(args.states)).items():
-            print(f"| {n:,} | {state} | {args.rows:,} | {args.batches} | {r['median']:.4f} ({r['min']:.4f}-"
-                  f"{r['max']:.4f}) | {r['capture']:.2f} | {r['save']:.2f} | {r['load']:.2f} | {r['mb']:.1f} | "
-                  f"{r['memory']:.1f} | {r['rss']:.0f} |", flush=True)
+            print_row(f"{n:,}", state, f"{args.rows:,}", args.batches, spread(r), f"{r['capture']:.2f}",
+                      f"{r['save']:.2f}", f"{r['load']:.2f}", f"{r['mb']:.1f}", f"{r['memory']:.1f}", f"{r['rss']:.0f}")
     return 0
 
 

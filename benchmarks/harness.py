@@ -223,5 +223,20 @@ def update_doc(name: str, body: str) -> None:
     DOC.write_text(text)
 
 
+def print_header(columns: list[str]) -> None:
+    """A markdown table's header, for the standalone drivers that print their figures as they go."""
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+
+
+def print_row(*cells: object) -> None:
+    print("| " + " | ".join(str(c) for c in cells) + " |", flush=True)
+
+
+def spread(r: dict[str, Any]) -> str:
+    """``median (min-max)`` of a result with those keys, in seconds."""
+    return f"{r['median']:.4f} ({r['min']:.4f}-{r['max']:.4f})"
+
+
 def median(vals: list[float]) -> float:
     return statistics.median(vals)

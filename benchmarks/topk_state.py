@@ -18,6 +18,7 @@ import time
 import numpy as np
 import polars as pl
 
+from benchmarks.harness import print_header, print_row, spread
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.schema import MULT, frag_col
 from imp_core.plan.expr import FLOAT, Col
@@ -81,16 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workloads", nargs="*", choices=["random", "top-heavy"], default=["random", "top-heavy"])
     p.add_argument("--states", nargs="*", choices=["old", "indexed"], default=["old", "indexed"])
     args = p.parse_args(argv)
-    print("| workload | input rows | state | batches | s per 1,000-row batch, median (min-max) | mean | capture s | "
-          "save s | state MB |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print_header(["workload", "input rows", "state", "batches", "s per 1,000-row batch, median (min-max)", "mean",
+                  "capture s", "save s", "state MB"])
     for workload in args.workloads:
         for n in args.sizes:
             for state in args.states:
                 r = measure(n, state == "indexed", args.batches, workload == "top-heavy")
-                print(f"| {workload} | {n:,} | {state} | {args.batches} | {r['median']:.4f} ({r['min']:.4f}-"
-                      f"{r['max']:.4f}) | {r['mean']:.4f} | {r['capture']:.2f} | {r['save']:.2f} | "
-                      f"{int(r['bytes']) / 1e6:.1f} |", flush=True)
+                print_row(workload, f"{n:,}", state, args.batches, spread(r), f"{r['mean']:.4f}", f"{r['capture']:.2f}",
+                          f"{r['save']:.2f}", f"{int(r['bytes']) / 1e6:.1f}")
     return 0
 
 

@@ -198,6 +198,31 @@ class SortedMap:
         return int(self.keys.nbytes + self.vals.nbytes + self.pkeys.nbytes + self.pvals.nbytes + self.starts.nbytes)
 
 
+def numpy_layout(dtype: pl.DataType) -> bool:
+    """Whether a column's values travel through NumPy unchanged: numbers, booleans, and dates and times as their
+    physical integers."""
+    return dtype.is_numeric() and not dtype.is_decimal() or dtype in (pl.Boolean, pl.Date) or isinstance(
+        dtype, (pl.Datetime, pl.Duration))
+
+
+def take(s: pl.Series, rows: np.ndarray, missing: np.ndarray | None = None) -> pl.Series:
+    """``s.gather(rows)`` (NULL at ``missing`` rows, whose ``rows`` entry is ignored). Through NumPy when ``s`` has no
+    NULL and a NumPy layout: a polars gather is an expression run (~40 us whatever the size), this is ~5 us."""
+    if s.null_count() or not s.len() or not numpy_layout(s.dtype):
+        idx = pl.Series("__i", rows, dtype=pl.Int64)
+        if missing is not None and missing.any():
+            idx = idx.set(pl.Series(missing), None)  # type: ignore[arg-type]
+        return s.gather(idx)
+    values = s.to_numpy()
+    if values.dtype.kind in "mM":
+        values = values.view(np.int64)
+    if missing is not None and missing.any():
+        rows = np.where(missing, 0, rows)
+        out = pl.Series(s.name, values[rows]).cast(s.dtype)
+        return out.scatter(np.flatnonzero(missing), None)  # type: ignore[arg-type]
+    return pl.Series(s.name, values[rows]).cast(s.dtype)
+
+
 def nullable_index(slots: np.ndarray) -> pl.Series:
     """Slots as a polars gather index; -1 becomes NULL (a gather yields a NULL row there)."""
     idx = pl.Series("__i", slots, dtype=pl.Int64)
@@ -214,11 +239,12 @@ class SlotColumns:
         self.cols = {n: pl.Series(n, [], dtype=t) for n, t in self.schema.items()}
 
     def gather(self, slots: np.ndarray, names: list[str] | None = None) -> pl.DataFrame:
-        idx = nullable_index(slots)
-        return pl.DataFrame([self.cols[n].gather(idx) for n in (names or list(self.schema))])
+        """The rows at ``slots``; NULL rows where a slot is -1."""
+        missing = slots < 0
+        return pl.DataFrame([take(self.cols[n][:self.size], slots, missing) for n in (names or list(self.schema))])
 
     def column(self, name: str, slots: np.ndarray) -> np.ndarray:
-        return self.cols[name].gather(nullable_index(slots)).to_numpy()
+        return take(self.cols[name][:self.size], slots, slots < 0).to_numpy()
 
     def scatter(self, slots: np.ndarray, frame: pl.DataFrame) -> None:
         if not slots.size:

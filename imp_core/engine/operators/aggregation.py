@@ -295,7 +295,7 @@ class Aggregation(OutputStateOperator):
         """Fold a delta into the state and return the output delta (one Δ−/Δ+ pair per changed group)."""
         if delta.height == 0:
             return self.empty_delta()
-        return self.apply_partials(self.layout.of_delta(delta))
+        return self.apply_partials(self.layout.of_delta(delta, small=self.keyed))
 
     def bootstrap(self, partials: Partials) -> pl.DataFrame:
         """Initial state from the whole input's partials (a capture); returns the output relation.
@@ -352,8 +352,11 @@ class Aggregation(OutputStateOperator):
                                                  new.get_column(cols.non_null).to_numpy())
                 new = new.with_columns(value.alias(cols.extreme))
                 commits.append(commit)
-        fslots = fp.select(keys).join(partial.select(keys).with_columns(pl.Series(ROW, slots)), on=keys, how="left",
-                                      nulls_equal=True, maintain_order="left").get_column(ROW).to_numpy()
+        if partials.fragment_rows is not None:
+            fslots = slots[partials.fragment_rows]
+        else:
+            fslots = fp.select(keys).join(partial.select(keys).with_columns(pl.Series(ROW, slots)), on=keys,
+                                          how="left", nulls_equal=True, maintain_order="left").get_column(ROW).to_numpy()
         frags = fp.get_column(FRAG).to_numpy()
         touched = self._pairs.of_slots(found[found >= 0])  # every (slot, fragment) entry of the touched groups
         pos, before = touched.find(PairCounts.key(np.maximum(fslots, 0), frags), fslots >= 0)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -22,7 +23,8 @@ from imp_core.engine.annotation import FRAG_DTYPE, pairs_lazy
 from imp_core.engine.evaluate import compile_expr, polars_type
 from imp_core.engine.exact_sum import fold_levels, split_contributions
 from imp_core.engine.float_keys import float_order_key, nan_free, normalize_float
-from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, NO_GROUP, VALUE, nan_flag
+from imp_core.engine.keyed import numpy_layout, take
+from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, NO_GROUP, SET, VALUE, is_annotation, nan_flag
 from imp_core.plan.expr import AggCall, Expr
 
 Frame = pl.DataFrame | pl.LazyFrame
@@ -123,6 +125,7 @@ class Partials:
     groups: Frame
     fragments: Frame
     values: dict[int, pl.DataFrame] = field(default_factory=dict)
+    fragment_rows: np.ndarray | None = None  # per ``fragments`` row, its group's row in ``groups`` (when known)
 
 
 class PartialLayout:
@@ -265,17 +268,101 @@ class PartialLayout:
             cols.append((pl.col(keys[0]).hash() if len(keys) == 1 else pl.struct(keys).hash()).alias("__h"))
         return cols, sums
 
-    def of_delta(self, delta: pl.DataFrame) -> Partials:
-        """Fold an annotated delta per group."""
+    def of_delta(self, delta: pl.DataFrame, small: bool = False) -> Partials:
+        """Fold an annotated delta per group; ``small``: with NumPy where the layout allows (``_folded``)."""
         keys = self.key_names
         d = delta.with_columns(self._inputs)
-        fragments = (pairs_lazy(d.lazy(), keys).group_by([*keys, FRAG])
-                     .agg(pl.col(MULT).sum().alias(COUNT)).collect(engine="in-memory"))
         values = {j: self.encode_values(j, d.select([*keys, pl.col(f"__arg{j}").alias(VALUE), MULT])
                                         .filter(pl.col(VALUE).is_not_null())
                                         .group_by([*keys, VALUE]).agg(pl.col(MULT).sum().alias(COUNT)))
                   for j in self.minmax}
+        folded = self._folded(d) if small and self._numpy_terms else None
+        if folded is not None:
+            groups, fragments, rows = folded
+            return Partials(groups, fragments, values, rows)
+        fragments = (pairs_lazy(d.lazy(), keys).group_by([*keys, FRAG])
+                     .agg(pl.col(MULT).sum().alias(COUNT)).collect(engine="in-memory"))
         return Partials(self._groups_of(d), fragments, values)
+
+    @cached_property
+    def _numpy_terms(self) -> bool:
+        """Whether every accumulator's term can be summed in NumPy (no DECIMAL sums)."""
+        return all(c.term not in (Term.EXACT, Term.EXACT_ABS) for c in self.accumulators)
+
+    def _folded(self, d: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray] | None:
+        """The batch's partials with NumPy (a polars group-by costs ~0.6 ms on a small batch, NumPy ~0.05 ms): the
+        groups, the ``F_g`` changes and each change's group row; None when the batch does not allow it (a key
+        that is not integer-like, a row with a fragment set). Same sums as ``_groups_of``: the exact float levels
+        add up in any order, and integer sums wrap like polars'."""
+        keys = self.key_names
+        columns = [d.get_column(k) for k in keys]
+        frag_cols = [c for c in d.columns if is_annotation(c)]
+        if not all(_integer_like(s.dtype) for s in columns) or any(
+                c == SET or d.get_column(c).null_count() for c in frag_cols):
+            return None
+        inv, first = group_ids(columns)
+        n = int(first.size)
+        m = d.get_column(MULT).to_numpy().astype(np.int64, copy=False)
+        out = [take(s, first) for s in columns]
+        args: dict[int, tuple[pl.Series, np.ndarray]] = {}
+
+        def arg(j: int | None) -> tuple[pl.Series, np.ndarray]:
+            assert j is not None
+            if j not in args:
+                a = d.get_column(f"__arg{j}")
+                args[j] = a, (~a.is_null().to_numpy() if a.null_count() else np.ones(a.len(), dtype=bool))
+            return args[j]
+
+        def floats(j: int | None) -> np.ndarray:
+            a, valid = arg(j)
+            with np.errstate(invalid="ignore"):
+                return np.where(valid, a.cast(pl.Float64).to_numpy(), 0.0)
+
+        for c in self.accumulators:
+            if c.compensation is not None:
+                continue
+            if c.term == Term.ROWS:
+                w = m
+            elif c.term == Term.NON_NULL:
+                w = np.where(arg(c.agg)[1], m, 0)
+            elif c.term == Term.WRAPPED:
+                a, valid = arg(c.agg)
+                ints = a.cast(pl.Int64)
+                w = (ints.fill_null(0) if ints.null_count() else ints).to_numpy() * m
+            else:
+                x = floats(c.agg)
+                with np.errstate(invalid="ignore"):
+                    hit = {Term.NAN: np.isnan(x), Term.POS_INF: x == np.inf, Term.NEG_INF: x == -np.inf}[c.term]
+                w = np.where(arg(c.agg)[1] & hit, m, 0)
+            total = np.zeros(n, dtype=np.int64)
+            np.add.at(total, inv, w)
+            out.append(pl.Series(c.name, total, dtype=c.dtype))
+        if self.compensated:
+            sources, source_of = self._sources
+            values = []
+            for j, term in sources:
+                x = floats(j)
+                with np.errstate(invalid="ignore"):
+                    values.append(np.where(np.isfinite(x), np.abs(x) if term == Term.FINITE_ABS else x, 0.0))
+            levels = [[np.bincount(inv, weights=x, minlength=n) for x in parts]
+                      for parts in split_contributions(values, m, inv)]
+            for c in self.compensated:
+                head, mid, low = levels[source_of[c.name]]
+                total, err = fold_levels(head, mid + low)
+                out += [pl.Series(c.name, total, dtype=pl.Float64), pl.Series(c.compensation, err, dtype=pl.Float64)]
+        groups = pl.DataFrame(out)
+
+        # F_g changes: (group, fragment) pairs of every fragment column, counted
+        pair_keys = np.concatenate([(inv.astype(np.uint64) << np.uint64(32)) | d.get_column(c).to_numpy().astype(
+            np.uint64) for c in frag_cols]) if frag_cols else np.zeros(0, dtype=np.uint64)
+        unique, at = np.unique(pair_keys, return_inverse=True)
+        counts = np.zeros(unique.size, dtype=np.int64)
+        np.add.at(counts, at.reshape(-1), np.tile(m, len(frag_cols)))
+        rows = (unique >> np.uint64(32)).astype(np.int64)
+        fragments = pl.DataFrame([*[take(s, first[rows]) for s in columns],
+                                  pl.Series(FRAG, (unique & np.uint64(0xFFFFFFFF)).astype(np.uint32), dtype=FRAG_DTYPE),
+                                  pl.Series(COUNT, counts, dtype=pl.Int64)])
+        return groups, fragments, rows
 
     def _groups_of(self, d: pl.DataFrame) -> pl.DataFrame:
         keys = self.key_names
@@ -300,5 +387,34 @@ class PartialLayout:
         return out.select([*keys, *sums]).hstack(folded)
 
 
+def _integer_like(dtype: pl.DataType) -> bool:
+    """Whether a column's values are told apart by their physical integers (NULL apart)."""
+    return numpy_layout(dtype) and not dtype.is_float()
+
+
+def group_ids(columns: list[pl.Series]) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's group (0 .. g-1) over integer-like key columns, and each group's first row: NumPy's sort, which
+    beats a polars group-by on a few thousand rows. NULL is a key value of its own."""
+    arrays = []
+    for s in columns:
+        if s.null_count():
+            arrays.append(s.is_null().to_numpy())
+            s = s.to_physical().fill_null(False if s.dtype == pl.Boolean else 0)
+        values = s.to_numpy()
+        arrays.append(values.view(np.int64) if values.dtype.kind in "mM" else values)
+    if len(arrays) == 1:
+        _, first, inv = np.unique(arrays[0], return_index=True, return_inverse=True)
+        return inv.reshape(-1), first
+    order = np.lexsort(arrays[::-1])
+    starts = np.zeros(order.size, dtype=bool)
+    starts[:1] = True
+    for a in arrays:
+        ordered = a[order]
+        starts[1:] |= ordered[1:] != ordered[:-1]
+    inv = np.empty(order.size, dtype=np.int64)
+    inv[order] = np.cumsum(starts) - 1
+    return inv, order[starts]
+
+
 __all__ = ["COUNTS", "Accumulator", "AggColumns", "PartialLayout", "Partials", "Term", "accumulator_type",
-           "agg_columns"]
+           "agg_columns", "group_ids"]

@@ -217,10 +217,10 @@ def take(s: pl.Series, rows: np.ndarray, missing: np.ndarray | None = None) -> p
     if values.dtype.kind in "mM":
         values = values.view(np.int64)
     if missing is not None and missing.any():
-        rows = np.where(missing, 0, rows)
-        out = pl.Series(s.name, values[rows]).cast(s.dtype)
-        return out.scatter(np.flatnonzero(missing), None)  # type: ignore[arg-type]
-    return pl.Series(s.name, values[rows]).cast(s.dtype)
+        out = pl.Series(s.name, pa.array(values[np.where(missing, 0, rows)], mask=missing))
+    else:
+        out = pl.Series(s.name, values[rows])
+    return out if out.dtype == s.dtype else out.cast(s.dtype)
 
 
 def nullable_index(slots: np.ndarray) -> pl.Series:
@@ -242,6 +242,19 @@ class SlotColumns:
         """The rows at ``slots``; NULL rows where a slot is -1."""
         missing = slots < 0
         return pl.DataFrame([take(self.cols[n][:self.size], slots, missing) for n in (names or list(self.schema))])
+
+    def zero_filled(self, name: str, slots: np.ndarray) -> np.ndarray | None:
+        """Column ``name`` at ``slots`` as a NumPy array with 0 where a slot is -1; None when the column holds NULL or
+        has no NumPy layout."""
+        live = self.cols[name][:self.size]
+        if live.null_count() or not numpy_layout(live.dtype) or live.dtype.is_temporal():
+            return None
+        if not self.size:
+            return np.zeros(slots.size, dtype=live.to_numpy().dtype)
+        missing = slots < 0
+        values = live.to_numpy()[np.where(missing, 0, slots)]
+        values[missing] = 0
+        return values
 
     def column(self, name: str, slots: np.ndarray) -> np.ndarray:
         return take(self.cols[name][:self.size], slots, slots < 0).to_numpy()

@@ -332,7 +332,9 @@ class Aggregation(OutputStateOperator):
         old = store.gather(old_slots)
         joined = partial.hstack([*[c.alias(f"{c.name}{OLD}") for c in old.get_columns()],
                                  nullable_index(old_slots).alias(ROW)])
-        new = self._updated(partials, partial, joined, sets_change=True)
+        new = self._updated_in_numpy(partial, joined, old_slots)
+        if new is None:
+            new = self._updated(partials, partial, joined, sets_change=True)
         alive = np.ones(new.height, dtype=bool) if self.global_agg else new.get_column(GROUP_ROWS).to_numpy() > 0
 
         # F_g: the batch's (slot, fragment) count changes against the counts before; a new group takes the next slot
@@ -455,6 +457,43 @@ class Aggregation(OutputStateOperator):
             if isinstance(multiset, ValueMultiset):  # keyed multisets: `_apply_keyed` (they need the slots)
                 new = multiset.apply(partials.values.get(j), touched, new)
         return new
+
+    def _updated_in_numpy(self, partial: pl.DataFrame, joined: pl.DataFrame,
+                          old_slots: np.ndarray) -> pl.DataFrame | None:
+        """``_updated`` with NumPy on the keyed state's arrays (the same sums and Neumaier steps as
+        ``_update_exprs``, without a polars run); None where that does not apply: a DECIMAL sum, a NULL partial, a
+        bounded MIN/MAX multiset."""
+        if not self.layout._numpy_terms or any(isinstance(m, ValueMultiset) for m in self.multisets.values()):
+            return None
+        updated: dict[str, pl.Series] = {}
+        for c in self.layout.accumulators:
+            part = partial.get_column(c.name)
+            old = self._store.zero_filled(c.name, old_slots)
+            if part.null_count() or old is None:
+                return None
+            if c.compensation is None:
+                updated[c.name] = pl.Series(c.name, old + part.to_numpy(), dtype=c.dtype)
+                continue
+            err_old = self._store.zero_filled(c.compensation, old_slots)
+            if err_old is None:
+                return None
+            d0 = part.to_numpy()
+            carried = partial.get_column(c.compensation).to_numpy() if c.compensation in partial.columns else 0.0
+            with np.errstate(all="ignore"):
+                t = old + d0
+                err = np.where(np.abs(old) >= np.abs(d0), (old - t) + d0, (d0 - t) + old)
+                err = np.where(np.isfinite(t), err, 0.0)
+                updated[c.name] = pl.Series(c.name, t, dtype=pl.Float64)
+                updated[c.compensation] = pl.Series(c.compensation, err_old + err + carried, dtype=pl.Float64)
+        rows = updated[GROUP_ROWS].to_numpy()
+        if rows.size and rows.min() < 0:
+            raise StateError(f"operator {self.op_id}: a group's row count became negative — the change feed deleted "
+                             f"rows the state never saw; recapture the sketch")
+        columns = [updated.pop(c.name, c) for c in joined.get_columns()]
+        columns += [*updated.values(),
+                    *[joined.get_column(agg_columns(j).extreme + OLD).alias(agg_columns(j).extreme)
+                      for j in self.multisets]]
+        return pl.DataFrame(columns)
 
     def _emit(self, new: pl.DataFrame, alive: np.ndarray, sets_change: bool) -> pl.DataFrame:
         """The output delta: Δ− old row, Δ+ new row, for groups whose row or sketch changed (an unchanged pair would

@@ -136,8 +136,27 @@ def consolidate(df: pl.DataFrame) -> pl.DataFrame:
     if df.height <= 1:
         return df.filter(pl.col(MULT) != 0) if df.height else df
     keys = [c for c in df.columns if c != MULT]
+    if _distinct_rows(df, keys):  # nothing to net but zeros
+        m = df.get_column(MULT).to_numpy()
+        return df.filter(pl.Series(m != 0)) if (m == 0).any() else df
     return (df.lazy().group_by(keys, maintain_order=True).agg(pl.col(MULT).sum())
             .filter(pl.col(MULT) != 0).select(df.columns).collect(engine="in-memory"))
+
+
+def _distinct_rows(df: pl.DataFrame, keys: list[str]) -> bool:
+    """Whether no two rows of ``df`` agree on every ``keys`` column, decided cheaply: by a NumPy sort when every
+    column is plain numbers without NULL (a polars group-by costs ~0.4 ms on 1,000 rows, this ~0.05 ms), else by
+    row hashes. False may be wrong (equal hashes, NaN); the caller then nets by a group-by, which is exact."""
+    columns = [df.get_column(k) for k in keys]
+    if all(c.dtype.is_numeric() and not c.dtype.is_decimal() and not c.null_count() for c in columns):
+        arrays = [c.to_numpy() for c in columns]
+        order = np.lexsort(arrays)
+        same = np.ones(order.size - 1, dtype=bool)
+        for a in arrays:
+            ordered = a[order]
+            same &= ordered[1:] == ordered[:-1]
+        return not same.any()
+    return bool(np.unique(pl.DataFrame(columns).hash_rows()).size == df.height)
 
 
 # -- how a plan's scans are annotated ----------------------------------------------------------------------------

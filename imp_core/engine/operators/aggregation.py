@@ -503,14 +503,18 @@ class Aggregation(OutputStateOperator):
         had = outs.get_column("__had").to_numpy()
         unchanged = outs.get_column("__same").to_numpy() & had & alive
         emit_old, emit_new = had & ~unchanged, alive & ~unchanged
+        keys, values = [n for n, _ in self.keys], self._value_names()
         parts = []
-        old_rows, new_rows = self._emit_exprs()
-        if emit_old.any():
-            parts.append(outs.lazy().filter(pl.lit(pl.Series(emit_old))).select(old_rows))
-        if emit_new.any():
-            parts.append(outs.lazy().filter(pl.lit(pl.Series(emit_new))).select(new_rows))
-        out = pl.concat(parts, how="vertical_relaxed").collect(engine="in-memory") if parts else None
-        return out if out is not None and out.height else self.empty_delta()
+        for mask, sign, names in ((emit_old, -1, [*keys, *(f"__o{k}" for k in range(len(values))), f"{SET}{OLD}"]),
+                                  (emit_new, 1, [*keys, *values, SET])):
+            if mask.any():  # the Δ− rows (old values) and the Δ+ rows (new values): column picks, no polars run
+                keep = pl.Series(mask)
+                cols = [outs.get_column(c).filter(keep).alias(n) for c, n in zip(names, [*keys, *values, SET])]
+                parts.append(pl.DataFrame([*cols[:-1], pl.Series(MULT, np.full(int(mask.sum()), sign, np.int64)),
+                                           cols[-1]]))
+        if not parts:
+            return self.empty_delta()
+        return pl.concat(parts, how="vertical_relaxed") if len(parts) > 1 else parts[0]
 
     # -- expressions of `apply_partials`, built once per operator (building polars expressions costs as much as
     #    running them on a small batch) ----------------------------------------------------------------------------
@@ -575,18 +579,6 @@ class Aggregation(OutputStateOperator):
             if sets_change:
                 same = same & pl.col(SET).eq_missing(pl.col(f"{SET}{OLD}"))
             self._expr_cache[key] = (first, second, [same.alias("__same")])
-        return self._expr_cache[key]
-
-    def _emit_exprs(self) -> tuple[list[pl.Expr], list[pl.Expr]]:
-        """The ``Δ−`` rows (old values) and ``Δ+`` rows (new values) from ``_compare_exprs``' frame."""
-        key = ("emit",)
-        if key not in self._expr_cache:
-            keys = [pl.col(n) for n, _ in self.keys]
-            values = self._value_names()
-            self._expr_cache[key] = (
-                [*keys, *[pl.col(f"__o{k}").alias(n) for k, n in enumerate(values)],
-                 pl.lit(-1, dtype=pl.Int64).alias(MULT), pl.col(f"{SET}{OLD}").alias(SET)],
-                [*keys, *[pl.col(n) for n in values], pl.lit(1, dtype=pl.Int64).alias(MULT), pl.col(SET)])
         return self._expr_cache[key]
 
     def _value_names(self) -> list[str]:

@@ -326,12 +326,33 @@ class KeyIndex:
                 taken[i] = True
         hit = np.flatnonzero(slots >= 0)
         if hit.size:  # a hash match of a key never indexed (a collision with an indexed key) is a new key
-            got = frame.select(self.names)[hit]
-            have = stored.gather(slots[hit], self.names)
-            same = pl.DataFrame([*got.get_columns(), *[s.alias(f"{s.name}__s") for s in have.get_columns()]]).select(
-                pl.all_horizontal([pl.col(n).eq_missing(pl.col(f"{n}__s")) for n in self.names])).to_series()
-            slots[hit[~same.to_numpy()]] = -1
+            slots[hit[~self._same_keys(frame, hit, stored, slots[hit])]] = -1
         return slots, h, taken
+
+    def _same_keys(self, frame: pl.DataFrame, rows: np.ndarray, stored: SlotColumns, slots: np.ndarray) -> np.ndarray:
+        """Whether the key of each of ``frame``'s ``rows`` equals the stored key at ``slots`` (NULL equals NULL);
+        compared in NumPy where both sides are plain numbers without NULL."""
+        same = np.ones(rows.size, dtype=bool)
+        for n in self.names:
+            got, have = frame.get_column(n), stored.cols[n][:stored.size]
+            if got.null_count() or have.null_count() or not numpy_layout(got.dtype) or got.dtype != have.dtype:
+                return self._same_keys_polars(frame, rows, stored, slots)
+            a, b = got.to_numpy()[rows], have.to_numpy()[slots]
+            if a.dtype.kind in "mM":
+                same &= a.view(np.int64) == b.view(np.int64)
+            elif a.dtype.kind == "f":  # as polars compares: NaN equals NaN
+                same &= (a == b) | (np.isnan(a) & np.isnan(b))
+            else:
+                same &= a == b
+        return same
+
+    def _same_keys_polars(self, frame: pl.DataFrame, rows: np.ndarray, stored: SlotColumns,
+                          slots: np.ndarray) -> np.ndarray:
+        got = frame.select(self.names)[rows]
+        have = stored.gather(slots, self.names)
+        same = pl.DataFrame([*got.get_columns(), *[s.alias(f"{s.name}__s") for s in have.get_columns()]]).select(
+            pl.all_horizontal([pl.col(n).eq_missing(pl.col(f"{n}__s")) for n in self.names])).to_series()
+        return same.to_numpy()
 
     def insert(self, frame: pl.DataFrame, slots: np.ndarray, stored: SlotColumns, hashes: np.ndarray | None = None,
                taken: np.ndarray | None = None) -> None:

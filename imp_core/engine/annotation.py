@@ -25,6 +25,7 @@ from imp_core.plan.nodes import Plan, Scan
 from imp_core.sketch.partition import Partition, PartitionSet
 
 FRAG_DTYPE = pl.UInt32
+SMALL_BATCH = 32_768  # up to this many rows NumPy's sorts beat polars' (parallel) group-bys on this machine
 SET_DTYPE = pl.List(pl.UInt32)
 
 
@@ -136,7 +137,7 @@ def consolidate(df: pl.DataFrame) -> pl.DataFrame:
     if df.height <= 1:
         return df.filter(pl.col(MULT) != 0) if df.height else df
     keys = [c for c in df.columns if c != MULT]
-    if _distinct_rows(df, keys):  # nothing to net but zeros
+    if df.height <= SMALL_BATCH and _distinct_rows(df, keys):  # nothing to net but zeros
         m = df.get_column(MULT).to_numpy()
         return df.filter(pl.Series(m != 0)) if (m == 0).any() else df
     return (df.lazy().group_by(keys, maintain_order=True).agg(pl.col(MULT).sum())

@@ -9,6 +9,7 @@ collision path; compaction of emptied (slot, fragment) counts is forced with a l
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 
 import numpy as np
@@ -17,7 +18,9 @@ import pyarrow as pa
 import pytest
 
 from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, SortedMap
+from imp_core.engine.annotation import consolidate
 from imp_core.engine.operators.aggregation import Aggregation
+from imp_core.engine.operators.partials import PartialLayout, group_ids
 from imp_core.engine.schema import MULT, frag_col
 from imp_core.errors import StateError
 from imp_core.plan.expr import FLOAT, INT, STRING, AggCall, Col
@@ -146,13 +149,15 @@ def test_pair_counts_follow_a_dict_through_compaction() -> None:
 # -- the aggregation on keyed state against the aggregation on frames ---------------------------------------------
 
 KEYS = {"g": pl.Int64, "s": pl.String}
+NUMERIC_KEYS = {"g": pl.Int64, "d": pl.Date}  # keys NumPy folds (``PartialLayout._folded``)
 
 
-def _aggregation(keyed: bool, weak: bool = False) -> Aggregation:
+def _aggregation(keyed: bool, weak: bool = False, keys: dict[str, pl.DataType] = KEYS) -> Aggregation:
     aggs = (("n", AggCall("count", None, pa.int64())), ("si", AggCall("sum", Col("i", INT), pa.int64())),
             ("sx", AggCall("sum", Col("x", FLOAT), pa.float64())),
             ("mx", AggCall("max", Col("x", FLOAT), pa.float64())), ("mi", AggCall("min", Col("i", INT), pa.int64())))
-    op = Aggregation("aggregation@r", (("g", Col("g", INT)), ("s", Col("s", STRING))), aggs, KEYS, keyed=keyed)
+    types = {pl.Int64: INT, pl.String: STRING, pl.Date: pa.date32()}
+    op = Aggregation("aggregation@r", tuple((k, Col(k, types[t])) for k, t in keys.items()), aggs, keys, keyed=keyed)
     if weak:
         op._index = WeakIndex(op.key_names)
     return op
@@ -172,12 +177,13 @@ def _batches(seed: int, count: int) -> list[pl.DataFrame]:
                 rows.append((*r, -1))
             else:
                 r = (rng.choice([None, *range(12)]), rng.choice([None, "a", "b"]), rng.choice([None, *range(-3, 9)]),
-                     rng.choice([None, float("nan"), -0.0, 0.25, 1e16, -2.5]), rng.randrange(6), rng.randrange(6))
+                     rng.choice([None, float("nan"), -0.0, 0.25, 1e16, -2.5]), rng.randrange(6), rng.randrange(6),
+                     rng.choice([None, dt.date(2024, 2, 28), dt.date(1969, 12, 31)]))
                 live.append(r)
                 rows.append((*r, 1))
         out.append(pl.DataFrame(rows, orient="row", schema={"g": pl.Int64, "s": pl.String, "i": pl.Int64,
                                                              "x": pl.Float64, frag_col(0): pl.UInt32,
-                                                             frag_col(1): pl.UInt32, MULT: pl.Int64}))
+                                                             frag_col(1): pl.UInt32, "d": pl.Date, MULT: pl.Int64}))
     return out
 
 
@@ -188,15 +194,21 @@ def _same_state(a: Aggregation, b: Aggregation) -> None:
         assert ca[name].equals(cb[name], null_equal=True), name
 
 
-@pytest.mark.parametrize(("seed", "weak", "directory_min"), [(1, False, 1 << 40), (2, True, 16), (3, False, 16),
-                                                         (4, True, 1 << 40)])
+@pytest.mark.parametrize(("seed", "weak", "directory_min", "keys"),
+                         [(1, False, 1 << 40, KEYS), (2, True, 16, KEYS), (3, False, 16, NUMERIC_KEYS),
+                          (4, True, 1 << 40, NUMERIC_KEYS)])
 def test_keyed_aggregation_matches_frames_batch_by_batch(seed: int, weak: bool, directory_min: int,
+                                                         keys: dict[str, pl.DataType],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Colliding hashes or not, sorted runs with a bucket directory or not (16: from the first merge on)."""
+    """Colliding hashes or not, sorted runs with a bucket directory or not (16: from the first merge on), a batch
+    folded by polars (a string key) or by NumPy (integer and date keys, NULL among them)."""
     monkeypatch.setattr(SortedMap, "directory_min", directory_min)
     monkeypatch.setattr(SortedMap, "pending_min", 32)
-    frames, keyed = _aggregation(False), _aggregation(True, weak)
-    order = ["g", "s", MULT]
+    folded = []
+    real = PartialLayout._folded
+    monkeypatch.setattr(PartialLayout, "_folded", lambda self, d: folded.append(real(self, d)) or folded[-1])
+    frames, keyed = _aggregation(False, keys=keys), _aggregation(True, weak, keys=keys)
+    order = [*keys, MULT]
     for i, batch in enumerate(_batches(seed, 120)):
         want, got = frames.process(batch), keyed.process(batch)
         assert got.sort(order, nulls_last=True).equals(want.sort(order, nulls_last=True), null_equal=True), i
@@ -204,6 +216,7 @@ def test_keyed_aggregation_matches_frames_batch_by_batch(seed: int, weak: bool, 
             _same_state(frames, keyed)
     _same_state(frames, keyed)
     assert keyed.output_relation().height == frames.output_relation().height
+    assert folded and all((f is not None) == (keys is NUMERIC_KEYS) for f in folded)
     if directory_min == 16:  # the directories were in use
         assert keyed._pairs.map.starts.size and (weak or keyed._index.map.starts.size)  # weak: 4 hashes at most
 
@@ -241,3 +254,24 @@ def test_a_deletion_the_keyed_state_never_saw_is_refused_and_changes_nothing() -
         op.process(batch.head(1).with_columns(pl.lit(-1000, dtype=pl.Int64).alias(MULT)))
     after = op.canonical()
     assert all(before[k].equals(after[k], null_equal=True) for k in before)
+
+
+def test_group_ids_match_a_polars_group_by() -> None:
+    """NumPy's grouping (one key: ``unique``; several: ``lexsort``) groups exactly as polars does, NULL included."""
+    rng = np.random.default_rng(5)
+    frame = pl.DataFrame({"a": rng.integers(0, 4, 300), "b": rng.integers(0, 3, 300).astype(bool),
+                          "d": rng.integers(-2, 2, 300)}).with_columns(
+        pl.when(pl.col("a") == 3).then(None).otherwise(pl.col("a")).alias("a"), pl.col("d").cast(pl.Date))
+    for keys in (["a"], ["a", "b", "d"], ["d"]):
+        inv, first = group_ids([frame.get_column(k) for k in keys])
+        want = frame.with_row_index("r").group_by(keys).agg(pl.col("r"))
+        assert len(first) == want.height
+        got = {tuple(sorted(np.flatnonzero(inv == g).tolist())) for g in range(len(first))}
+        assert got == {tuple(sorted(r)) for r in want.get_column("r").to_list()}
+        assert all(inv[f] == g for g, f in enumerate(first))
+
+
+def test_netting_without_duplicates_keeps_the_rows_and_drops_zeros() -> None:
+    rows = pl.DataFrame({"k": [1, 2, 3, 1], "x": [0.5, 0.5, 0.5, 0.5], MULT: [1, 0, -1, 1]})
+    assert consolidate(rows.head(3)).rows() == [(1, 0.5, 1), (3, 0.5, -1)]  # no two rows alike: no group-by
+    assert sorted(consolidate(rows).rows()) == [(1, 0.5, 2), (3, 0.5, -1)]  # duplicates summed

@@ -143,5 +143,22 @@ def test_engine_order_is_sparks() -> None:
     p = Partition("t", "x", (-1.0, 0.0, 1.0, 2.0), "float", pa.float32())
     values = pl.Series([None, math.nan, -0.0, 0.0, -math.inf, math.inf, 0.999], dtype=pl.Float32)
     assert p.fragment_of(values).tolist() == [0, 2, 1, 1, 0, 2, 1]
+    assert p.fragment_of(values.drop_nulls()).tolist() == [2, 1, 1, 0, 2, 1]  # without NULL: NumPy's search
     s = Partition("t", "s", ("", "Z", "a", "é", "😀"), "string")
     assert s.fragment_of(pl.Series(["A", "a", "z", "é", "\uffff", "😀", None])).tolist() == [0, 2, 2, 3, 3, 3, 0]
+
+
+def test_numpy_search_places_dates_and_times_as_polars_does() -> None:
+    """Without NULL, fragments are found by NumPy on the physical integers; with one, by polars: the same ids."""
+    days = Partition("t", "d", (dt.date(1969, 12, 1), dt.date(2000, 1, 1), dt.date(2030, 1, 1)), "date")
+    dates = pl.Series([dt.date(1969, 12, 31), dt.date(2000, 1, 1), dt.date(1960, 1, 1), dt.date(2031, 1, 1)])
+    assert days.fragment_of(dates).tolist() == [0, 1, 0, 1]
+    assert days.fragment_of(dates.append(pl.Series([None], dtype=pl.Date))).tolist() == [0, 1, 0, 1, 0]
+    utc = dt.timezone.utc
+    times = Partition("t", "ts", (dt.datetime(2024, 1, 1, tzinfo=utc), dt.datetime(2024, 6, 1, tzinfo=utc),
+                                  dt.datetime(2025, 1, 1, tzinfo=utc)), "timestamp")
+    stamps = pl.Series([dt.datetime(2024, 5, 31, 23, 59, 59, 999999), dt.datetime(2024, 6, 1)],
+                       dtype=pl.Datetime("us", "UTC"))
+    assert times.fragment_of(stamps).tolist() == [0, 1]
+    ints = Partition("t", "i", (0, 10, 20, 30), "int")
+    assert ints.fragment_of(pl.Series([-5, 0, 9, 10, 29, 99])).tolist() == [0, 0, 0, 1, 2, 2]

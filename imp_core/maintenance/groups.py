@@ -151,7 +151,12 @@ def maintain_group(parts: Parts, sketches: Sequence[str], strategy: str | None =
             except Exception as e:  # noqa: BLE001 - one sketch's failure, whatever it is, must not stop the others
                 out.failed[name] = first_line(e)
                 log.error("sketch %s failed: %s", name, out.failed[name])
-                _record_failure(catalog, name, chosen, trigger, out.failed[name], watermark)
+                try:
+                    _record_failure(catalog, name, chosen, trigger, out.failed[name], watermark)
+                except Exception as unrecorded:  # noqa: BLE001 - e.g. the catalog is down: the others still run
+                    out.failed[name] += f" (not recorded in the catalog: {first_line(unrecorded)})"
+                    log.error("sketch %s: its failure could not be recorded in the catalog: %s", name,
+                              first_line(unrecorded))
             out.seconds[name] = round(time.perf_counter() - started, 3)
         out.feed_reads = dict(feeds.reads)
     out.spark_started = parts.spark_started

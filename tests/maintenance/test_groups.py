@@ -128,3 +128,29 @@ def test_one_failing_sketch_is_recorded_and_the_others_are_maintained(grouped, t
         assert failed_run["status"] == "failed" and "gone" in failed_run["error"]
     finally:
         service.drop_sketch("grp_gone")
+
+
+@pytest.mark.spark
+def test_a_failure_the_catalog_cannot_record_does_not_stop_the_group(grouped, tmp_path: Path,  # noqa: ANN001
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Recording a sketch's failed run can fail too (the catalog went away); the group still goes on and the job's
+    error says the failure was not recorded."""
+    service, _ = grouped
+    _table(tmp_path / "gone2", 20, 1)
+    service.register_table("gone2", str(tmp_path / "gone2"), replace=True)
+    service.create_sketch("grp_gone2", "SELECT g, SUM(v) AS s FROM gone2 GROUP BY g", ["gone2.g"], bounds=["0,5"])
+    shutil.rmtree(tmp_path / "gone2")
+
+    def catalog_down(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("could not connect to the catalog")
+
+    try:
+        from imp_core.maintenance import groups
+        monkeypatch.setattr(groups, "_record_failure", catalog_down)
+        result = service.maintain_group(["grp_gone2", "grp_sum"], trigger="test:unrecorded")
+        assert list(result.failed) == ["grp_gone2"] and "grp_sum" in result.results
+        assert "(not recorded in the catalog: ConnectionError: could not connect" in result.failed["grp_gone2"]
+        assert "grp_gone2" in str(result.error())
+    finally:
+        monkeypatch.undo()
+        service.drop_sketch("grp_gone2")

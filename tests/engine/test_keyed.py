@@ -275,3 +275,31 @@ def test_netting_without_duplicates_keeps_the_rows_and_drops_zeros() -> None:
     rows = pl.DataFrame({"k": [1, 2, 3, 1], "x": [0.5, 0.5, 0.5, 0.5], MULT: [1, 0, -1, 1]})
     assert consolidate(rows.head(3)).rows() == [(1, 0.5, 1), (3, 0.5, -1)]  # no two rows alike: no group-by
     assert sorted(consolidate(rows).rows()) == [(1, 0.5, 2), (3, 0.5, -1)]  # duplicates summed
+
+
+@pytest.mark.parametrize("keys", [KEYS, NUMERIC_KEYS])
+def test_output_values_in_numpy_match_the_expressions(keys: dict[str, pl.DataType],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """COUNT, integer SUM, float SUM and AVG with the intervals of order-dependent sums: the keyed aggregation's
+    output values computed in NumPy (``_emit_in_numpy``) equal the polars expressions' (the frames engine), NULL,
+    NaN, ±0.0 and 1e16 among the values, batch by batch."""
+    aggs = (("n", AggCall("count", None, pa.int64())), ("si", AggCall("sum", Col("i", INT), pa.int64())),
+            ("sx", AggCall("sum", Col("x", FLOAT), pa.float64())), ("ax", AggCall("avg", Col("x", FLOAT), pa.float64())),
+            ("cx", AggCall("count", Col("x", FLOAT), pa.int64())))
+    types = {pl.Int64: INT, pl.String: STRING, pl.Date: pa.date32()}
+    key_exprs = tuple((k, Col(k, types[t])) for k, t in keys.items())
+
+    def build(keyed: bool) -> Aggregation:
+        return Aggregation("aggregation@r", key_exprs, aggs, keys, bounds={"sx", "ax"}, keyed=keyed)
+
+    emitted = []
+    real = Aggregation._emit_in_numpy
+    monkeypatch.setattr(Aggregation, "_emit_in_numpy",
+                        lambda self, *a: emitted.append(real(self, *a)) or emitted[-1])
+    frames, keyed = build(False), build(True)
+    order = [*keys, MULT]
+    for i, batch in enumerate(_batches(7, 80)):
+        want, got = frames.process(batch), keyed.process(batch)
+        assert got.sort(order, nulls_last=True).equals(want.sort(order, nulls_last=True), null_equal=True), i
+    _same_state(frames, keyed)
+    assert emitted and all(e is not None for e in emitted)

@@ -6,6 +6,8 @@ and "Cost of a batch".
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -23,7 +25,7 @@ from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.minmax import ValueMultiset
 from imp_core.engine.operators.minmax_keyed import SLOT, KeyedValueMultiset
 from imp_core.engine.operators.partials import PartialLayout, Partials, Term, agg_columns
-from imp_core.engine.order_dependence import is_order_dependent, sum_interval
+from imp_core.engine.order_dependence import UNIT, is_order_dependent, sum_interval
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, NO_GROUP, ROW, SET, hi_name, lo_name
 from imp_core.errors import StateError
 from imp_core.plan.expr import AggCall, Expr
@@ -329,11 +331,19 @@ class Aggregation(OutputStateOperator):
         rows = store.column(GROUP_ROWS, found)
         had = found >= 0 if self.global_agg else np.nan_to_num(rows, nan=0) > 0
         old_slots = np.where(had, found, -1)
-        old = store.gather(old_slots)
-        joined = partial.hstack([*[c.alias(f"{c.name}{OLD}") for c in old.get_columns()],
-                                 nullable_index(old_slots).alias(ROW)])
+
+        def with_old(frame: pl.DataFrame) -> pl.DataFrame:  # the old state next to it (``X__old``), for expressions
+            return frame.hstack([c.alias(f"{c.name}{OLD}") for c in store.gather(old_slots).get_columns()])
+
+        # NumPy reads the old state from the slots' buffers: the gathered copy is only made for the expressions
+        joined = partial.hstack([nullable_index(old_slots).alias(ROW)])
+        lean = self._numpy_outputs
+        if not lean:
+            joined = with_old(joined)
         new = self._updated_in_numpy(partial, joined, old_slots)
         if new is None:
+            if lean:
+                joined, lean = with_old(joined), False
             new = self._updated(partials, partial, joined, sets_change=True)
         alive = np.ones(new.height, dtype=bool) if self.global_agg else new.get_column(GROUP_ROWS).to_numpy() > 0
 
@@ -379,7 +389,9 @@ class Aggregation(OutputStateOperator):
             new_s, new_f = np.concatenate([old_s[keep], fslots[live]]), np.concatenate([old_f[keep], frags[live]])
         new = new.with_columns(lists_by_slot(old_slots, old_s, old_f, f"{SET}{OLD}"),
                                lists_by_slot(slots, new_s, new_f, SET))
-        out = self._emit(new, alive, sets_change)
+        out = self._emit_in_numpy(new, alive, sets_change, old_slots)
+        if out is None:
+            out = self._emit(with_old(new) if lean else new, alive, sets_change)
 
         # commit: touched slots in place, new groups appended and indexed, F_g's counts
         state = list(store.schema)
@@ -494,6 +506,117 @@ class Aggregation(OutputStateOperator):
                     *[joined.get_column(agg_columns(j).extreme + OLD).alias(agg_columns(j).extreme)
                       for j in self.multisets]]
         return pl.DataFrame(columns)
+
+    @cached_property
+    def _numpy_outputs(self) -> bool:
+        """Whether ``_emit_in_numpy`` computes this aggregation's output values: no float key, and only COUNT, and SUM
+        and AVG over doubles (their intervals too) or SUM over integers."""
+        if self.layout.float_keys or not self.layout._numpy_terms:
+            return False
+        for j, (_, a) in enumerate(self.aggs):
+            if a.arg is None or a.func == "count":
+                continue
+            if a.func not in ("sum", "avg"):
+                return False
+            if j in self.floats:
+                if polars_type(a.dtype) != pl.Float64:
+                    return False
+            elif a.func != "sum" or j in self.bounded or polars_type(a.dtype) != pl.Int64:
+                return False
+        return True
+
+    def _output_values(self, get: Callable[[str], np.ndarray]) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """``output_exprs``' values (aggregates, then the intervals of ``bounded``) in NumPy, from the state columns
+        ``get`` returns; each with its validity (None: never NULL). The same IEEE operations in the same order as the
+        expressions, so the same doubles."""
+        values: list[tuple[np.ndarray, np.ndarray | None]] = []
+        intervals: dict[int, list[tuple[np.ndarray, np.ndarray | None]]] = {}
+        for j, (_, a) in enumerate(self.aggs):
+            cols = agg_columns(j)
+            if a.arg is None:
+                values.append((get(GROUP_ROWS), None))
+                continue
+            if a.func == "count":
+                values.append((get(cols.non_null), None))
+                continue
+            n = get(cols.non_null)
+            valid = n > 0
+            if j not in self.floats:
+                values.append((get(cols.sum), valid))
+                continue
+            nan, pinf, ninf = get(cols.nan) > 0, get(cols.pos_inf) > 0, get(cols.neg_inf) > 0
+            with np.errstate(all="ignore"):
+                finite = get(cols.sum) + get(cols.compensation)
+                if a.func == "avg":
+                    finite = finite / n.astype(np.float64)
+                value = np.where(nan | (pinf & ninf), NAN, np.where(pinf, np.inf, np.where(ninf, -np.inf, finite)))
+                values.append((value, valid))
+                if j in self.bounded:
+                    total = get(cols.abs_sum) + get(cols.abs_compensation)
+                    m = (n.astype(np.float64) * 2.0 + 8.0) * UNIT
+                    g = m / (1.0 - m)
+                    err = g * total
+                    if a.func == "avg":
+                        err = err / n.astype(np.float64)
+                    unknown = ~np.isfinite(total * (1.0 + g))
+                    exact = nan | pinf | ninf
+                    lo = np.where(exact, value, np.where(unknown, -np.inf, value - err))
+                    hi = np.where(exact, value, np.where(unknown, NAN, value + err))
+                    intervals[j] = [(lo, valid), (hi, valid)]
+        for j in self.bounded:
+            values += intervals[j]
+        return values
+
+    def _emit_in_numpy(self, new: pl.DataFrame, alive: np.ndarray, sets_change: bool,
+                       old_slots: np.ndarray) -> pl.DataFrame | None:
+        """``_emit`` with the output values computed in NumPy, the old ones from the keyed state's buffers (the
+        state is committed after this); None where ``_numpy_outputs`` says no or a column holds NULL."""
+        if not self._numpy_outputs or any(new.get_column(c.name).null_count() for c in self.layout.accumulators):
+            return None
+        store = self._store
+        old_columns: dict[str, np.ndarray | None] = {}
+
+        def old(name: str) -> np.ndarray:
+            if name not in old_columns:
+                old_columns[name] = store.zero_filled(name, old_slots)
+            got = old_columns[name]
+            if got is None:
+                raise LookupError(name)
+            return got
+
+        try:
+            before = self._output_values(old)
+        except LookupError:
+            return None
+        after = self._output_values(lambda name: new.get_column(name).to_numpy())
+        had = old_slots >= 0
+        same = had & alive
+        for (a, va), (b, vb) in zip(before, after):
+            with np.errstate(invalid="ignore"):
+                equal = (a == b) | (np.isnan(a) & np.isnan(b)) if a.dtype.kind == "f" else a == b
+            if va is None:
+                same &= equal
+            else:  # NULL equals NULL
+                same &= np.where(va & vb, equal, va == vb)
+        if sets_change:
+            same &= new.get_column(SET).eq_missing(new.get_column(f"{SET}{OLD}")).to_numpy()
+        schema = self.empty_delta().schema
+        keys, names = [n for n, _ in self.keys], self._value_names()
+        parts = []
+        for mask, sign, values, sketch in ((had & ~same, -1, before, f"{SET}{OLD}"), (alive & ~same, 1, after, SET)):
+            if not mask.any():
+                continue
+            keep = pl.Series(mask)
+            cols = [new.get_column(k).filter(keep) for k in keys]
+            for name, (v, valid) in zip(names, values):
+                picked = pa.array(v[mask], mask=None if valid is None else ~valid[mask])
+                cols.append(pl.Series(name, picked).cast(schema[name]))
+            cols += [pl.Series(MULT, np.full(int(mask.sum()), sign, dtype=np.int64)),
+                     new.get_column(sketch).filter(keep).alias(SET)]
+            parts.append(pl.DataFrame(cols))
+        if not parts:
+            return self.empty_delta()
+        return pl.concat(parts) if len(parts) > 1 else parts[0]
 
     def _emit(self, new: pl.DataFrame, alive: np.ndarray, sets_change: bool) -> pl.DataFrame:
         """The output delta: Δ− old row, Δ+ new row, for groups whose row or sketch changed (an unchanged pair would

@@ -20,6 +20,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from imp_core.errors import StateError
+
 SEED = 0x1DB  # row hashes live in memory only (rebuilt when state loads): any fixed seed
 MIN_PENDING = 4096
 WINDOW = 8  # keys scanned after a range's start before searching for its end
@@ -231,32 +233,54 @@ def nullable_index(slots: np.ndarray) -> pl.Series:
 
 
 class SlotColumns:
-    """State columns addressed by slot ``0 .. size-1``, each a polars Series with spare capacity."""
+    """State columns addressed by slot ``0 .. size-1``, each with spare capacity: a polars Series, or for the
+    ``dense`` columns (numbers that are never NULL: counts and sums) a NumPy array, read and written without a polars
+    run (the accumulators of a batch are gathered, updated and scattered back in a few microseconds each)."""
 
-    def __init__(self, schema: dict[str, pl.DataType]) -> None:
+    def __init__(self, schema: dict[str, pl.DataType], dense: frozenset[str] = frozenset()) -> None:
         self.schema = dict(schema)
+        self.dense = frozenset(n for n in dense if n in self.schema)
         self.size = 0
-        self.cols = {n: pl.Series(n, [], dtype=t) for n, t in self.schema.items()}
+        self.capacity = 0
+        self.cols = {n: pl.Series(n, [], dtype=t) for n, t in self.schema.items() if n not in self.dense}
+        self.arrays = {n: np.zeros(0, dtype=_numpy_type(self.schema[n])) for n in self.dense}
 
     def gather(self, slots: np.ndarray, names: list[str] | None = None) -> pl.DataFrame:
         """The rows at ``slots``; NULL rows where a slot is -1."""
         missing = slots < 0
-        return pl.DataFrame([take(self.cols[n][:self.size], slots, missing) for n in (names or list(self.schema))])
+        return pl.DataFrame([self._take(n, slots, missing) for n in (names or list(self.schema))])
+
+    def _take(self, name: str, slots: np.ndarray, missing: np.ndarray) -> pl.Series:
+        if name not in self.dense:
+            return take(self.cols[name][:self.size], slots, missing)
+        values = self.arrays[name][np.where(missing, 0, slots)] if self.size else np.zeros(slots.size,
+                                                                                          self.arrays[name].dtype)
+        out = pl.Series(name, pa.array(values, mask=missing) if missing.any() else values)
+        return out if out.dtype == self.schema[name] else out.cast(self.schema[name])
 
     def zero_filled(self, name: str, slots: np.ndarray) -> np.ndarray | None:
         """Column ``name`` at ``slots`` as a NumPy array with 0 where a slot is -1; None when the column holds NULL or
         has no NumPy layout."""
+        missing = slots < 0
+        if name in self.dense:
+            if not self.size:
+                return np.zeros(slots.size, dtype=self.arrays[name].dtype)
+            values = self.arrays[name][np.where(missing, 0, slots)]
+            values[missing] = 0
+            return values
         live = self.cols[name][:self.size]
         if live.null_count() or not numpy_layout(live.dtype) or live.dtype.is_temporal():
             return None
         if not self.size:
             return np.zeros(slots.size, dtype=live.to_numpy().dtype)
-        missing = slots < 0
         values = live.to_numpy()[np.where(missing, 0, slots)]
         values[missing] = 0
         return values
 
     def column(self, name: str, slots: np.ndarray) -> np.ndarray:
+        """Column ``name`` at ``slots`` (-1: NULL, or 0 for a dense column)."""
+        if name in self.dense:
+            return self.zero_filled(name, slots)  # type: ignore[return-value]
         return take(self.cols[name][:self.size], slots, slots < 0).to_numpy()
 
     def scatter(self, slots: np.ndarray, frame: pl.DataFrame) -> None:
@@ -264,33 +288,59 @@ class SlotColumns:
             return
         for n, dtype in self.schema.items():
             values = frame.get_column(n)
-            self.cols[n].scatter(slots, values if values.dtype == dtype else values.cast(dtype))
+            values = values if values.dtype == dtype else values.cast(dtype)
+            if n in self.dense:
+                self.arrays[n][slots] = _dense_values(values)
+            else:
+                self.cols[n].scatter(slots, values)
 
     def append(self, frame: pl.DataFrame) -> np.ndarray:
         """Rows at new slots (returned, in the frame's order)."""
         slots = np.arange(self.size, self.size + frame.height, dtype=np.int64)
         if not slots.size:
             return slots
-        capacity = next(iter(self.cols.values())).len()
-        if self.size == 0 and frame.height > capacity:  # a load or a capture: the columns are the frame's (copied)
+        if self.size == 0 and frame.height > self.capacity:  # a load or a capture: the columns are the frame's (copied)
             spare = max(1024, frame.height // 8)
-            self.cols = {n: _own(frame.get_column(n).cast(t), spare) for n, t in self.schema.items()}
-            self.size = frame.height
+            self.cols = {n: _own(frame.get_column(n).cast(t), spare) for n, t in self.schema.items()
+                         if n not in self.dense}
+            for n in self.dense:
+                array = np.zeros(frame.height + spare, dtype=self.arrays[n].dtype)
+                array[:frame.height] = _dense_values(frame.get_column(n).cast(self.schema[n]))
+                self.arrays[n] = array
+            self.size, self.capacity = frame.height, frame.height + spare
             return slots
-        if self.size + frame.height > capacity:
-            grow = max(self.size + frame.height, 2 * capacity, 1024) - capacity
+        if self.size + frame.height > self.capacity:
+            grow = max(self.size + frame.height, 2 * self.capacity, 1024) - self.capacity
             self.cols = {n: s.extend_constant(None, grow).rechunk() for n, s in self.cols.items()}
+            for n, array in self.arrays.items():
+                self.arrays[n] = np.concatenate([array, np.zeros(grow, dtype=array.dtype)])
+            self.capacity += grow
         self.scatter(slots, frame)
         self.size += frame.height
         return slots
 
     def nbytes(self) -> int:
-        return int(sum(s.estimated_size() for s in self.cols.values()))
+        return int(sum(s.estimated_size() for s in self.cols.values()) + sum(a.nbytes for a in self.arrays.values()))
 
     def rows(self, slots: np.ndarray) -> pl.DataFrame:
         """The rows at ``slots`` in fresh buffers (a frame that shares none with the state)."""
         idx = pl.Series("__i", slots, dtype=pl.Int64)
-        return pl.DataFrame([self.cols[n].gather(idx) for n in self.schema])
+        return pl.DataFrame([pl.Series(n, self.arrays[n][slots]).cast(t) if n in self.dense else
+                             self.cols[n].gather(idx) for n, t in self.schema.items()])
+
+
+def _numpy_type(dtype: pl.DataType) -> type:
+    if dtype == pl.Int64:
+        return np.int64
+    if dtype == pl.Float64:
+        return np.float64
+    raise StateError(f"a dense state column must be BIGINT or DOUBLE, not {dtype}")
+
+
+def _dense_values(values: pl.Series) -> np.ndarray:
+    if values.null_count():
+        raise StateError(f"state column {values.name} got a NULL where a count or sum belongs; recapture the sketch")
+    return values.to_numpy()
 
 
 def _own(series: pl.Series, spare: int) -> pl.Series:

@@ -114,7 +114,9 @@ class Aggregation(OutputStateOperator):
         schema = self._groups_schema()
         self._groups = pl.DataFrame(schema=schema)
         self._fcounts = pl.DataFrame(schema={**self.key_types, FRAG: FRAG_DTYPE, COUNT: pl.Int64})
-        self._store = SlotColumns({n: t for n, t in schema.items() if n != SET})
+        dense = {c.name for c in self.layout.accumulators if c.dtype in (pl.Int64, pl.Float64)}
+        dense |= {c.compensation for c in self.layout.compensated if c.compensation is not None}
+        self._store = SlotColumns({n: t for n, t in schema.items() if n != SET}, frozenset(dense))
         self._index = KeyIndex(self.key_names)
         self._pairs = PairCounts()
         for multiset in self.multisets.values():
@@ -140,7 +142,7 @@ class Aggregation(OutputStateOperator):
             self._groups, self._fcounts = groups, fcounts
             return
         keys = self.key_names
-        self._store = SlotColumns(self._store.schema)
+        self._store = SlotColumns(self._store.schema, self._store.dense)
         self._store.append(groups.select(list(self._store.schema)))
         self._index.build(groups.select(keys), self._store)
         slots = self._slots_in(fcounts, groups)

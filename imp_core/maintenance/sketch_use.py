@@ -175,13 +175,17 @@ def run_query(parts: Parts, sql: str, dialect: str = "spark", *, use_sketch: boo
               on: list[str] | None = None, fragments: int = 100, trigger: str = "cli") -> QueryResult:
     """Run ``sql`` on Spark, restricted by a fresh sketch when one can answer it (lazily maintained first)."""
     from imp_core.use.query import QueryResult, collect, execute  # lazy start of Spark
+    from imp_core.use.sql_text import sketched_dataframe
 
     t0 = time.perf_counter()
     prepared = prepare(parts, sql, dialect, use_sketch=use_sketch, capture=capture, on=on, fragments=fragments,
                        trigger=trigger)
     applied = prepared.applied
-    df, scanned = execute(parts.spark, prepared.query.plan, prepared.sources, prepared.versions,
-                          applied.partitions if applied else None, applied.sketch if applied else None)
+    if applied is not None:  # one SQL text, a handful of JVM calls (use/sql_text.py)
+        df, scanned = sketched_dataframe(parts.spark, sql, dialect, prepared.sources, prepared.versions,
+                                         applied.partitions, applied.sketch)
+    else:
+        df, scanned = execute(parts.spark, prepared.query.plan, prepared.sources, prepared.versions)
     names = list(prepared.query.output_names)
     rows = collect(df, names, scanned)
     info = {"name": applied.name, "version": applied.version.version} if applied else None

@@ -36,6 +36,7 @@ from imp_core.sketch.sketch import Sketch
 from imp_core.sources.delta import DeltaSource
 from imp_core.sources.schema import schema_from_json
 from imp_core.use.rewrite import ranges_sql
+from imp_core.use.sql_text import sketched_dataframe
 
 if TYPE_CHECKING:
     from imp_core.use.query import QueryResult
@@ -175,7 +176,6 @@ def run_query(parts: Parts, sql: str, dialect: str = "spark", *, use_sketch: boo
               on: list[str] | None = None, fragments: int = 100, trigger: str = "cli") -> QueryResult:
     """Run ``sql`` on Spark, restricted by a fresh sketch when one can answer it (lazily maintained first)."""
     from imp_core.use.query import QueryResult, collect, execute  # lazy start of Spark
-    from imp_core.use.sql_text import sketched_dataframe
 
     t0 = time.perf_counter()
     prepared = prepare(parts, sql, dialect, use_sketch=use_sketch, capture=capture, on=on, fragments=fragments,

@@ -11,17 +11,19 @@ pinned version without a filter.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import TYPE_CHECKING
 
 import sqlglot
 from sqlglot import exp
 
 from imp_core.errors import UsageError
-from imp_core.sketch.partition import PartitionSet
+from imp_core.sketch.partition import Partition, PartitionSet
 from imp_core.sketch.sketch import Sketch
 from imp_core.sources import storage
 from imp_core.sources.delta import DeltaSource
-from imp_core.use.rewrite import ranges_sql
+from imp_core.use.rewrite import prune_files, ranges_sql
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -29,15 +31,40 @@ if TYPE_CHECKING:
     from imp_core.use.query import ScanReport
 
 
-def table_sql(source: DeltaSource, version: int, predicate: str | None = None) -> str:
-    """``SELECT * FROM`` the table at ``version`` (through Delta's connector), filtered by ``predicate``."""
+def table_sql(source: DeltaSource, version: int, predicate: str | None = None, view: str | None = None) -> str:
+    """``SELECT * FROM`` the table at ``version`` (temporary view ``view`` when given, else Delta's connector),
+    filtered by ``predicate``."""
     uri = storage.spark_uri(source.path).replace("`", "``")
-    text = f"SELECT * FROM delta.`{uri}` VERSION AS OF {int(version)}"
+    text = f"SELECT * FROM `{view}`" if view else f"SELECT * FROM delta.`{uri}` VERSION AS OF {int(version)}"
     return f"{text} WHERE {predicate}" if predicate else text
 
 
+# temporary views of direct Parquet reads registered per session: (session id, view name)
+_REGISTERED: set[tuple[int, str]] = set()
+
+
+def _direct_view(spark: SparkSession, source: DeltaSource, version: int, partition: Partition | None,
+                 fragments: list[int] | None) -> str:
+    """A temporary view over the version's Parquet files that may hold rows of ``fragments`` (all files when no
+    sketch applies), registered once per session: later queries reuse it without a JVM call.
+
+    The direct read skips the connector's snapshot reconstruction (a Spark job per pinned version); the files are
+    pruned by their statistics first, and the range filter in the SQL text still applies to every row.
+    """
+    files = source.files(version)
+    chosen = prune_files(files, partition, fragments) if partition is not None and fragments is not None else files
+    digest = hashlib.sha1("\n".join(sorted(f.uri for f in chosen)).encode()).hexdigest()[:12]
+    view = f"imp_{re.sub(r'[^0-9A-Za-z_]', '_', source.name)}_v{int(version)}_{digest}"
+    key = (id(spark), view)
+    if key not in _REGISTERED:
+        source.scan(spark, version, chosen).createOrReplaceTempView(view)
+        _REGISTERED.add(key)
+    return view
+
+
 def sketched_sql_text(sql: str, dialect: str, sources: dict[str, DeltaSource], versions: dict[str, int],
-                      partitions: PartitionSet | None = None, sketch: Sketch | None = None) -> str:
+                      partitions: PartitionSet | None = None, sketch: Sketch | None = None,
+                      views: dict[str, str] | None = None) -> str:
     """``sql`` as Spark SQL with every registered table read at ``versions`` and restricted to ``sketch``'s ranges.
 
     Raises:
@@ -61,7 +88,8 @@ def sketched_sql_text(sql: str, dialect: str, sources: dict[str, DeltaSource], v
         part = partitions.get(name) if partitions is not None else None
         if part is not None and sketch is not None:
             predicate = ranges_sql(f"`{part.column}`", part.ranges(list(sketch.fragments.get(name, ()))))
-        sub = sqlglot.parse_one(table_sql(sources[name], versions[name], predicate), read="spark")
+        view = (views or {}).get(name)
+        sub = sqlglot.parse_one(table_sql(sources[name], versions[name], predicate, view), read="spark")
         return exp.Subquery(this=sub, alias=exp.TableAlias(this=exp.to_identifier(node.alias_or_name)))
 
     return tree.transform(replace).sql(dialect="spark")
@@ -82,7 +110,13 @@ def sketched_dataframe(spark: SparkSession, sql: str, dialect: str, sources: dic
         files = source.files(versions[name])
         report.files_total += len(files)
         report.rows_total += sum(f.num_records or 0 for f in files)
-    return spark.sql(sketched_sql_text(sql, dialect, sources, versions, partitions, sketch)), report
+    views = {}
+    for name, source in sources.items():
+        if source.reads_parquet_directly(versions[name]):
+            part = partitions.get(name) if partitions is not None and sketch is not None else None
+            frags = list(sketch.fragments.get(name, ())) if part is not None and sketch is not None else None
+            views[name] = _direct_view(spark, source, versions[name], part, frags)
+    return spark.sql(sketched_sql_text(sql, dialect, sources, versions, partitions, sketch, views)), report
 
 
 __all__ = ["sketched_dataframe", "sketched_sql_text", "table_sql"]

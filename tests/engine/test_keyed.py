@@ -17,7 +17,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, SortedMap
+from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, SortedMap, lists_by_slot
 from imp_core.engine.annotation import consolidate
 from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.operators.partials import PartialLayout, group_ids
@@ -303,3 +303,18 @@ def test_output_values_in_numpy_match_the_expressions(keys: dict[str, pl.DataTyp
         assert got.sort(order, nulls_last=True).equals(want.sort(order, nulls_last=True), null_equal=True), i
     _same_state(frames, keyed)
     assert emitted and all(e is not None for e in emitted)
+
+
+@pytest.mark.parametrize("rows", [1_000, 70_000])  # searched per row, or counted (a whole state's save)
+def test_lists_by_slot_gives_each_slot_its_sorted_values(rows: int) -> None:
+    rng = np.random.default_rng(rows)
+    slots = rng.integers(0, rows, 3 * rows)
+    values = rng.integers(0, 50, slots.size).astype(np.uint32)
+    keep = np.unique((slots << 32) | values.astype(np.int64), return_index=True)[1]  # (slot, value) pairs distinct
+    slots, values = slots[keep], values[keep]
+    wanted = np.sort(rng.choice(rows + 10, rows, replace=False))  # some slots without values, some beyond
+    got = lists_by_slot(wanted, slots, values, "v").to_list()
+    model: dict[int, list[int]] = {}
+    for s_, v_ in zip(slots.tolist(), values.tolist()):
+        model.setdefault(s_, []).append(v_)
+    assert got == [sorted(model.get(w, [])) for w in wanted.tolist()]

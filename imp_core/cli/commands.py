@@ -211,6 +211,28 @@ def sketch_predicate(args: argparse.Namespace, service: SketchService) -> int:
 
 
 @with_service
+def sketch_advise(args: argparse.Namespace, service: SketchService) -> int:
+    """imp sketch advise --sql SQL [--table TABLE]"""
+    advice = service.advise(args.sql, args.table, args.fragments, args.dialect, args.max_columns)
+
+    def share(x: float | None) -> str:
+        return "" if x is None else f"{x:.1%}"
+
+    def text() -> None:
+        table("sketch columns for this query, best first",
+              ["column", "safe", "rows kept", "files read", "fragments in sketch", "why / notes"],
+              [[f"{a.table}.{a.column}", "yes" if a.safe else "no", share(a.row_share),
+                f"{a.files_read} of {a.files}" if a.file_share is not None else "",
+                f"{a.sketch_fragments} of {a.fragments}" if a.row_share is not None else "",
+                "; ".join(a.notes) if a.safe else a.reason] for a in advice])
+        best = advice[0]
+        print(f"register it with: imp sketch create NAME --sql '...' --on {best.table}.{best.column} "
+              f"--fragments {args.fragments}")
+
+    return emit(args, [a.to_json() for a in advice], text)
+
+
+@with_service
 def sketch_list(args: argparse.Namespace, service: SketchService) -> int:
     """imp sketch list"""
     rows = service.sketch_list()  # current versions, and tables that changed identity

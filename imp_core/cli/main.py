@@ -133,6 +133,16 @@ def _sketch_commands(ssub: argparse._SubParsersAction, common: argparse.Argument
                   "imp sketch predicate top", "imp sketch predicate top --table sales --json")
     pr.add_argument("name")
     pr.add_argument("--table", help="the table to restrict (default: the one table the sketch partitions)")
+    ad = _command(ssub, common, "advise", commands.sketch_advise,
+                  "list the columns a sketch of a query is safe on, best first, with the data each would skip",
+                  "imp sketch advise --sql \"SELECT brand, SUM(price) AS s FROM sales GROUP BY brand HAVING "
+                  "SUM(price) > 100\"", "imp sketch advise --sql \"...\" --table sales --fragments 200 --json")
+    ad.add_argument("--sql", required=True, help="the SELECT query")
+    ad.add_argument("--table", help="only this table's columns (default: every table the query reads)")
+    ad.add_argument("--fragments", type=int, default=100, help="equi-depth fragments per candidate (default 100)")
+    ad.add_argument("--max-columns", type=int, default=10,
+                    help="estimate at most this many safe columns (each costs a capture on Spark; default 10)")
+    ad.add_argument("--dialect", default="spark", help="SQL dialect of --sql (sqlglot name, default spark)")
 
 
 def _group(sub: argparse._SubParsersAction, common: argparse.ArgumentParser, name: str, help_text: str,

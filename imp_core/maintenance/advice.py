@@ -89,17 +89,7 @@ def advise(parts: Parts, sql: str, table: str | None = None, fragments: int = 10
     versions = {t: s.current_version() for t, s in sources.items()}
     schemas = {t: s.schema(versions[t]) for t, s in sources.items()}
     oracle = sign_oracle(sources, versions)
-    verdicts: list[tuple[str, str, safety.SafetyReport]] = []
-    seen: set[tuple[str, str]] = set()
-    for scan in query.plan.scans():
-        if (table is not None and scan.table != table) or scan.table not in schemas:
-            continue
-        for c in scan.columns:
-            key = (scan.table, c.name)
-            if key in seen or kind_of_type(schemas[scan.table].field(c.name).type) not in KINDS:
-                continue
-            seen.add(key)
-            verdicts.append((scan.table, c.name, safety.check(query.plan, {scan.table: c.name}, oracle)))
+    verdicts = _verdicts(query.plan, schemas, oracle, table)
     out: list[ColumnAdvice] = []
     safe_ones = [v for v in verdicts if v[2].safe]
     for t, c, report in safe_ones[:max_columns]:
@@ -118,6 +108,23 @@ def advise(parts: Parts, sql: str, table: str | None = None, fragments: int = 10
         raise UnsafeSketchError(f"no column of {where} is safe for a sketch of this query ({why}); see "
                                 f"docs/SAFETY.md for what makes a column safe")
     return sorted(out, key=_rank)
+
+
+def _verdicts(plan: Any, schemas: dict[str, Any], oracle: Any,
+              table: str | None) -> list[tuple[str, str, safety.SafetyReport]]:
+    """The safety check's verdict for a sketch on each partitionable column the query reads (of ``table``)."""
+    out = []
+    seen: set[tuple[str, str]] = set()
+    for scan in plan.scans():
+        if (table is not None and scan.table != table) or scan.table not in schemas:
+            continue
+        for c in scan.columns:
+            key = (scan.table, c.name)
+            if key in seen or kind_of_type(schemas[scan.table].field(c.name).type) not in KINDS:
+                continue
+            seen.add(key)
+            out.append((scan.table, c.name, safety.check(plan, {scan.table: c.name}, oracle)))
+    return out
 
 
 def _rank(a: ColumnAdvice) -> tuple[int, float, float, str, str]:

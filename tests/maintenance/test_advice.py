@@ -3,8 +3,6 @@ data their sketch lets the query skip, unsafe ones with the reason, and nothing 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake

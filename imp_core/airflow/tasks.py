@@ -68,6 +68,7 @@ def relayout(conn_id: str = CATALOG_CONN_ID) -> list[dict[str, Any]]:
             return []
         skip = layout.skipped_tables()
         done = ImpCatalogHook(conn_id).get_conn().relayout(skip=skip)
+    log.info("layout: %d table(s) partitioned by a usable sketch", len(done))
     out = []
     for before, after in done:
         if after is not None:

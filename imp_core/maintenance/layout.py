@@ -12,8 +12,9 @@ Delta file statistics at the table's current version:
   counts as needed whole, so the estimate never overstates waste);
 * the *unprunable share* ``1 - rows_needed / rows_read``: what the sketched scan reads in vain.
 
-The table's share is the largest of its sketches'. Above the threshold (``IMP_LAYOUT_THRESHOLD``, default 0.5) the
-table is compacted and Z-ordered by its sketched columns (delta-rs OPTIMIZE ZORDER BY): one Delta version without
+The table's share is the largest of its sketches'. Above the threshold (``IMP_LAYOUT_THRESHOLD``, default 0.5), and
+when it has at least ``MIN_FILES`` data files (fewer have little to prune), the table is compacted and Z-ordered by
+its sketched columns (delta-rs OPTIMIZE ZORDER BY): one Delta version without
 data change, which maintenance passes through as it passes any rewrite (its change feed is empty), after which the
 same ranges select few files. See docs/ARCHITECTURE.md, "Sketch use and reuse".
 """
@@ -33,6 +34,7 @@ from imp_core.sources.delta import FileStats
 from imp_core.use.rewrite import prune_files
 
 DEFAULT_THRESHOLD = 0.5
+MIN_FILES = 8  # a table of fewer files has little to prune: re-clustering it would only add a version
 MIN_FILE_BYTES = 1 << 10
 MAX_FILE_BYTES = 256 << 20  # Delta's usual target: a large table keeps the usual file size
 
@@ -144,7 +146,8 @@ def apply(parts: Parts, table: str | None = None, threshold: float | None = None
         raise UsageError(f"--threshold {limit}: give a share between 0 and 1, e.g. 0.5")
     out: list[tuple[TableLayout, TableLayout | None]] = []
     for before in measure(parts, table):
-        if not before.sketches or before.unprunable_share <= limit or before.table in skip:
+        if (not before.sketches or before.unprunable_share <= limit or before.table in skip
+                or before.files < MIN_FILES):
             out.append((before, None))
             continue
         parts.progress(f"table {before.table}: {before.unprunable_share:.0%} of what sketched scans read is outside "
@@ -200,5 +203,5 @@ def _number(v: Any) -> float | None:
     return None
 
 
-__all__ = ["DEFAULT_THRESHOLD", "SketchCoverage", "TableLayout", "apply", "measure", "skipped_tables", "switched_on",
-           "threshold_setting"]
+__all__ = ["DEFAULT_THRESHOLD", "MIN_FILES", "SketchCoverage", "TableLayout", "apply", "measure", "skipped_tables",
+           "switched_on", "threshold_setting"]

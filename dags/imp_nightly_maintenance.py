@@ -7,7 +7,10 @@ change feed read once for all of its sketches.
 Environment: ``IMP_NIGHTLY_CRON`` (default ``0 2 * * *``), ``IMP_NIGHTLY_BATCH_SIZE`` (default 1000 change rows per
 committed version), ``IMP_MAINTENANCE_GROUP_SIZE`` (sketches per job, default 25; 1: one job per sketch),
 ``IMP_MAINTENANCE_CONCURRENCY`` (jobs at once, default 2), ``IMP_MAINTENANCE_RUNNER`` (``spark-submit``, default,
-or ``connect``: jobs on a running Spark Connect server). Connections: ``spark_default`` (the Spark master) or
+or ``connect``: jobs on a running Spark Connect server), ``IMP_LAYOUT`` (``on``, default, or ``off``),
+``IMP_LAYOUT_THRESHOLD`` (default 0.5) and ``IMP_LAYOUT_SKIP`` (tables to leave alone) for the layout task that runs
+first: tables whose sketched scans read mostly rows outside their sketches are re-clustered by the sketched columns
+(``imp table layout``). Connections: ``spark_default`` (the Spark master) or
 ``spark_connect_default`` (the Connect server), and optionally ``imp_catalog`` (else ``IMP_CATALOG_URL`` or the
 embedded catalog). See docs/AIRFLOW.md.
 """
@@ -52,7 +55,12 @@ def imp_nightly_maintenance() -> None:
         params = context["params"]
         return tasks.stale_group_args(context, params["group_size"], Strategy.EAGER, params["batch_size"])
 
+    @task(retries=0, execution_timeout=JOB_TIMEOUT)
+    def relayout_tables() -> list[dict]:
+        return tasks.relayout()
+
     submitted = list_stale_groups()
+    relayout_tables() >> submitted
     maintained = job_operator().partial(
         task_id="maintain_group",
         max_active_tis_per_dag=int(os.environ.get("IMP_MAINTENANCE_CONCURRENCY", "2")),

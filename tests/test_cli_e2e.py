@@ -100,6 +100,14 @@ def test_running_example_end_to_end(env: dict[str, str], tmp_path: Path) -> None
                          "predicate": "`price` >= 601", "fragments": 3, "fragment_count": 4}
     assert_one_line_error(imp(env, "sketch", "predicate", "top", "--table", "nosuch"), 2, "does not partition")
 
+    # advice: every partitionable column the query reads, the safe ones estimated and ranked by rows kept
+    advice = ok_json(env, "sketch", "advise", "--sql", Q_TOP, "--fragments", "4", "--max-columns", "2")
+    assert advice[0]["safe"] and advice[0]["row_share"] is not None
+    shares = [a["row_share"] for a in advice if a["row_share"] is not None]
+    assert shares == sorted(shares) and {a["column"] for a in advice} >= {"brand", "price"}
+    assert [r["name"] for r in ok_json(env, "sketch", "list")] == ["top"]  # nothing registered by advice
+    assert_one_line_error(imp(env, "sketch", "advise", "--sql", Q_TOP, "--table", "nosuch"), 2, "does not read it")
+
 
 def test_bad_input_leaves_catalog_unchanged(env: dict[str, str], tmp_path: Path) -> None:
     good = tmp_path / "good"

@@ -19,6 +19,7 @@ from imp_core.airflow import CATALOG_CONN_ID
 from imp_core.airflow.hooks import ImpCatalogHook
 from imp_core.errors import CatalogError, ImpError, NotFoundError, UsageError, first_line
 from imp_core.jobs import MaintainGroupJob, MaintainJob, airflow_trigger, parse_job, sketches_of
+from imp_core.maintenance import layout
 from imp_core.maintenance.strategy import Strategy
 from imp_core.security.redact import scrub
 
@@ -54,6 +55,32 @@ def stale_group_args(context: Mapping[str, Any], size: int, strategy: str = Stra
     log.info("%d job(s) of at most %d sketches: %s", len(groups), size, "; ".join(", ".join(g) for g in groups))
     trigger = trigger_for(context)
     return [MaintainGroupJob(group, Strategy.parse(strategy), batch_size, trigger).argv() for group in groups]
+
+
+def relayout(conn_id: str = CATALOG_CONN_ID) -> list[dict[str, Any]]:
+    """The nightly layout pass (before maintenance, so the maintenance after it passes through the rewrite and the
+    sketches end the night current): tables whose sketched scans read more than ``IMP_LAYOUT_THRESHOLD`` outside
+    their sketches are re-clustered by the sketched columns, except ``IMP_LAYOUT_SKIP``; ``IMP_LAYOUT=off`` skips
+    the pass. Each table's share, and what was done, goes to the task log; the result to XCom."""
+    with _user_errors():
+        if not layout.switched_on():
+            log.info("layout pass switched off (IMP_LAYOUT=off)")
+            return []
+        skip = layout.skipped_tables()
+        done = ImpCatalogHook(conn_id).get_conn().relayout(skip=skip)
+    log.info("layout: %d table(s) partitioned by a usable sketch", len(done))
+    out = []
+    for before, after in done:
+        if after is not None:
+            log.info("layout: table %s: %.0f%% read outside its sketches -> %.0f%% after OPTIMIZE ZORDER BY (%s) at "
+                     "version %d (%d -> %d files)", before.table, 100 * before.unprunable_share,
+                     100 * after.unprunable_share, ", ".join(before.columns), after.version, before.files, after.files)
+        else:
+            why = "skipped (IMP_LAYOUT_SKIP)" if before.table in skip else "left as it is"
+            log.info("layout: table %s: %.0f%% read outside its sketches, %s", before.table,
+                     100 * before.unprunable_share, why)
+        out.append({**before.to_json(), "after": after.to_json() if after is not None else None})
+    return out
 
 
 def on_demand_args(context: Mapping[str, Any], conn_id: str = CATALOG_CONN_ID) -> list[str]:

@@ -123,6 +123,9 @@ def catalog_rows(conn_id: str = CATALOG_CONN_ID, rights: dict[str, bool] | None 
         if not rights.get("errors") and row["last_run"]["error"]:
             row["last_run"]["error"] = None
             row["last_run"]["error_hidden"] = True
+        if not rights.get("errors") and row.get("unusable_reason"):
+            row["unusable_reason"] = None
+            row["unusable_reason_hidden"] = True
     return rows
 
 
@@ -175,6 +178,7 @@ code { font-size: .8rem; color: #2d3748; }
 .stale { background: #fefcbf; color: #744210; } .fresh { background: #c6f6d5; color: #22543d; }
 .succeeded { background: #c6f6d5; color: #22543d; } .failed { background: #fed7d7; color: #822727; }
 .running { background: #bee3f8; color: #2a4365; } .none { background: #edf2f7; color: #4a5568; }
+.unusable { background: #fed7d7; color: #822727; }
 .err { color: #822727; font-size: .8rem; }
 .bar { background: #edf2f7; width: 6rem; height: .5rem; border-radius: .25rem; }
 .bar > span { display: block; height: 100%; background: #3182ce; border-radius: .25rem; }
@@ -200,6 +204,12 @@ def render_page(rows: list[dict[str, Any]], error: str | None = None, user: str 
             tv, cur = r["table_versions"], r["current_table_versions"]
             versions = "<br>".join(f"{e(t)}: {e(str(v))} / {e(str(cur.get(t, '?')))}" for t, v in sorted(tv.items()))
             fresh = '<span class="badge stale">stale</span>' if r["stale"] else '<span class="badge fresh">fresh</span>'
+            if not r.get("usable", True):  # queries run without it until it is recaptured
+                fresh = '<span class="badge unusable">unusable</span>'
+                if r.get("unusable_reason"):
+                    fresh += f'<br><span class="err">{e(r["unusable_reason"])}</span>'
+                elif r.get("unusable_reason_hidden"):
+                    fresh += '<br><span class="hidden">reason hidden (needs access to the task logs)</span>'
             run = r["last_run"]
             status_ = run["status"] or "none"
             last = (f'<span class="badge {e(status_)}">{e(status_)}</span> #{e(str(run["id"]))}'
@@ -223,13 +233,15 @@ def render_page(rows: list[dict[str, Any]], error: str | None = None, user: str 
                 f"<td>{versions}</td><td>{fresh}</td><td>{last}</td><td>{size}</td><td>{share}</td></tr>")
         body.append("</tbody></table>")
     stale = sum(1 for r in rows if r["stale"])
+    unusable = sum(1 for r in rows if not r.get("usable", True))
     who = f" Signed in as {e(user)}." if user else ""
     refresh = ('<form class="refresh" method="post" action="refresh"><button type="submit">Observe table versions '
                'now</button></form>' if can_refresh else "")
     # relative links: this page is <base>/imp/catalog, Airflow's DAG pages are <base>/dags/<id>
     return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>Sketch catalog</title>"
             f"<style>{_STYLE}</style></head><body><h1>Sketch catalog</h1>"
-            f'<p class="sub">{len(rows)} sketch(es), {stale} stale as of the last observation of their tables. '
+            f'<p class="sub">{len(rows)} sketch(es), {stale} stale as of the last observation of their tables'
+            f'{f", {unusable} unusable (queries run without them; recapture to use them again)" if unusable else ""}. '
             f'Maintain one with the <a href="../dags/imp_maintain_on_demand" target="_top">imp_maintain_on_demand'
             f'</a> DAG; stale ones are maintained nightly by <a href="../dags/imp_nightly_maintenance" '
             f'target="_top">imp_nightly_maintenance</a>.{who} {refresh}</p>{"".join(body)}</body></html>')

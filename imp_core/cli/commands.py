@@ -125,6 +125,32 @@ def table_list(args: argparse.Namespace, service: SketchService) -> int:
 
 
 @with_service
+def table_layout(args: argparse.Namespace, service: SketchService) -> int:
+    """imp table layout [NAME] [--apply] [--threshold X]"""
+    if args.apply:
+        done = service.relayout(args.name, args.threshold)
+        rows = [{**before.to_json(), "after": after.to_json() if after is not None else None}
+                for before, after in done]
+    else:
+        rows = [t.to_json() for t in service.layout(args.name)]
+
+    def text() -> None:
+        table("what sketched scans read outside their sketches",
+              ["table", "version", "files", "sketch", "files read", "rows read", "outside the sketch"],
+              [[r["table"], r["version"], r["files"], s["sketch"], s["files_read"], s["rows_read"],
+                f"{s['unprunable_share']:.0%}"] for r in rows for s in r["sketches"]]
+              or [[r["table"], r["version"], r["files"], "(no usable sketch)", "", "", ""] for r in rows])
+        for r in rows:
+            after = r.get("after")
+            if after is not None:
+                print(f"table {r['table']}: clustered by {', '.join(r['columns'])} at version {after['version']}: "
+                      f"{r['unprunable_share']:.0%} -> {after['unprunable_share']:.0%} read outside the sketches, "
+                      f"{r['files']} -> {after['files']} files")
+
+    return emit(args, rows, text)
+
+
+@with_service
 def sketch_create(args: argparse.Namespace, service: SketchService) -> int:
     """imp sketch create NAME --sql SQL --on TABLE.COLUMN (--fragments N | --bounds ...)"""
     record, version = service.create_sketch(args.name, args.sql, args.on, fragments=args.fragments,
@@ -208,6 +234,28 @@ def sketch_predicate(args: argparse.Namespace, service: SketchService) -> int:
               f"VERSION AS OF {p.table_version}, or maintain the sketch first)", file=sys.stderr)
 
     return emit(args, dataclasses.asdict(p), text)
+
+
+@with_service
+def sketch_advise(args: argparse.Namespace, service: SketchService) -> int:
+    """imp sketch advise --sql SQL [--table TABLE]"""
+    advice = service.advise(args.sql, args.table, args.fragments, args.dialect, args.max_columns)
+
+    def share(x: float | None) -> str:
+        return "" if x is None else f"{x:.1%}"
+
+    def text() -> None:
+        table("sketch columns for this query, best first",
+              ["column", "safe", "rows kept", "files read", "fragments in sketch", "why / notes"],
+              [[f"{a.table}.{a.column}", "yes" if a.safe else "no", share(a.row_share),
+                f"{a.files_read} of {a.files}" if a.file_share is not None else "",
+                f"{a.sketch_fragments} of {a.fragments}" if a.row_share is not None else "",
+                "; ".join(a.notes) if a.safe else a.reason] for a in advice])
+        best = advice[0]
+        print(f"register it with: imp sketch create NAME --sql '...' --on {best.table}.{best.column} "
+              f"--fragments {args.fragments}")
+
+    return emit(args, [a.to_json() for a in advice], text)
 
 
 @with_service

@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog="Start with `imp demo`. Every command has --help with an example.")
     parser.set_defaults(handler=commands.no_command)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
-    _table_commands(_group(sub, common, "table", "register and list Delta tables", "register, list"), common)
+    _table_commands(_group(sub, common, "table", "register and list Delta tables, keep their layout fit for sketches",
+                           "register, list, layout"), common)
     _sketch_commands(_group(sub, common, "sketch", "create, maintain and inspect sketches",
                             "see `imp sketch --help`"), common)
 
@@ -85,6 +86,14 @@ def _table_commands(tsub: argparse._SubParsersAction, common: argparse.ArgumentP
                           "every maintenance)")
     reg.add_argument("--replace", action="store_true", help="re-point an existing name to a new path")
     _command(tsub, common, "list", commands.table_list, "list registered tables", "imp table list")
+    lay = _command(tsub, common, "layout", commands.table_layout,
+                   "how much of what sketched scans read lies outside the sketches; --apply re-clusters",
+                   "imp table layout", "imp table layout sales --apply --threshold 0.3 --json")
+    lay.add_argument("name", nargs="?", help="one table (default: every table a usable sketch partitions)")
+    lay.add_argument("--apply", action="store_true",
+                     help="OPTIMIZE ZORDER BY the sketched columns where the share exceeds the threshold")
+    lay.add_argument("--threshold", type=float, default=None,
+                     help="share above which --apply re-clusters (default IMP_LAYOUT_THRESHOLD or 0.5)")
 
 
 def _sketch_commands(ssub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -133,6 +142,16 @@ def _sketch_commands(ssub: argparse._SubParsersAction, common: argparse.Argument
                   "imp sketch predicate top", "imp sketch predicate top --table sales --json")
     pr.add_argument("name")
     pr.add_argument("--table", help="the table to restrict (default: the one table the sketch partitions)")
+    ad = _command(ssub, common, "advise", commands.sketch_advise,
+                  "list the columns a sketch of a query is safe on, best first, with the data each would skip",
+                  "imp sketch advise --sql \"SELECT brand, SUM(price) AS s FROM sales GROUP BY brand HAVING "
+                  "SUM(price) > 100\"", "imp sketch advise --sql \"...\" --table sales --fragments 200 --json")
+    ad.add_argument("--sql", required=True, help="the SELECT query")
+    ad.add_argument("--table", help="only this table's columns (default: every table the query reads)")
+    ad.add_argument("--fragments", type=int, default=100, help="equi-depth fragments per candidate (default 100)")
+    ad.add_argument("--max-columns", type=int, default=10,
+                    help="estimate at most this many safe columns (each costs a capture on Spark; default 10)")
+    ad.add_argument("--dialect", default="spark", help="SQL dialect of --sql (sqlglot name, default spark)")
 
 
 def _group(sub: argparse._SubParsersAction, common: argparse.ArgumentParser, name: str, help_text: str,

@@ -93,8 +93,13 @@ def lists_by_slot(rows: np.ndarray, slots: np.ndarray, values: np.ndarray, name:
         order = argsort(pairs)
         slots, values = slots[order], values[order]
     s, v = slots.astype(np.int64), values
-    a = _search(s, rows, "left")
-    lens = np.where(rows >= 0, _search(s, rows, "right") - a, 0)
+    if rows.size >= 65_536 and s.size and rows.min() >= 0:  # a whole state (a save): counting beats searching
+        counts = np.bincount(s, minlength=int(max(s[-1], rows.max())) + 1)
+        lens = counts[rows]
+        a = (np.cumsum(counts) - counts)[rows]
+    else:
+        a = _search(s, rows, "left")
+        lens = np.where(rows >= 0, _search(s, rows, "right") - a, 0)
     offsets = np.zeros(rows.size + 1, dtype=np.int32)
     np.cumsum(lens, out=offsets[1:])
     items = pa.array(v[_expand(a, lens)].astype(np.uint32), pa.uint32())

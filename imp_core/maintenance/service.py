@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from imp_core.catalog import Catalog, SketchRecord, TableRecord, VersionRecord
 from imp_core.config import Settings
-from imp_core.maintenance import groups, maintain, registration, reports, sketch_use
+from imp_core.maintenance import advice, groups, layout, maintain, registration, reports, sketch_use
+from imp_core.maintenance.advice import ColumnAdvice
 from imp_core.maintenance.groups import GroupResult
 from imp_core.maintenance.guards import check_usable
+from imp_core.maintenance.layout import TableLayout
 from imp_core.maintenance.loading import LoadedSketch, load_sketch
 from imp_core.maintenance.maintain import MaintenanceResult
 from imp_core.maintenance.parts import Parts, Progress
@@ -170,6 +172,20 @@ class SketchService:
         """Sketch ``sketch`` loaded for use and its partition of ``table`` (:func:`sketch_use.sketch_for_table`)."""
         return sketch_use.sketch_for_table(self.parts, sketch, table, maintain_first=maintain_first,
                                            trigger=trigger, notes=notes)
+
+    def layout(self, table: str | None = None) -> list[TableLayout]:
+        """What sketched scans read outside their sketches, per table (:func:`layout.measure`)."""
+        return layout.measure(self.parts, table)
+
+    def relayout(self, table: str | None = None, threshold: float | None = None,
+                 skip: frozenset[str] = frozenset()) -> list[tuple[TableLayout, TableLayout | None]]:
+        """Re-cluster the tables above ``threshold`` but those in ``skip`` (:func:`layout.apply`)."""
+        return layout.apply(self.parts, table, threshold, skip)
+
+    def advise(self, sql: str, table: str | None = None, fragments: int = 100, dialect: str = "spark",
+               max_columns: int = 10) -> list[ColumnAdvice]:
+        """The columns a sketch of ``sql`` is safe on, best first, with estimates (:func:`advice.advise`)."""
+        return advice.advise(self.parts, sql, table, fragments, dialect, max_columns)
 
     def sketch_predicate(self, sketch: str, table: str | None = None) -> SketchPredicate:
         """The SQL range predicate of ``sketch``'s latest usable version (:func:`sketch_use.sketch_predicate`)."""

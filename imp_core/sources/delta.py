@@ -121,6 +121,18 @@ class DeltaSource:
         # opening a version replays its log (~10 ms); versions are immutable, so keep the handles
         return {}
 
+    def z_order(self, columns: list[str], target_size: int | None = None) -> dict[str, Any]:
+        """Compact the table's files and cluster them by ``columns`` (delta-rs OPTIMIZE ZORDER BY) into files of
+        about ``target_size`` bytes (delta-rs' default when None): one new version that changes no data (its change
+        feed is empty). Returns delta-rs' metrics."""
+        try:
+            metrics = self._open().optimize.z_order(columns, target_size=target_size)
+        except Exception as e:  # noqa: BLE001 - delta-rs raises generic errors
+            raise SourceError(f"table {self.name}: OPTIMIZE ZORDER BY ({', '.join(columns)}) failed: "
+                              f"{storage.redact(first_line(e))}") from e
+        self.refresh()
+        return dict(metrics)
+
     def refresh(self) -> None:
         """Catch up with commits made since the table was opened (reads only the new log entries)."""
         if "_latest" in self.__dict__:

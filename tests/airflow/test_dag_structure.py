@@ -44,7 +44,8 @@ def test_nightly_maintenance(dagbag, monkeypatch: pytest.MonkeyPatch) -> None:  
     dag = dagbag.dags["imp_nightly_maintenance"]
     assert dag.schedule == "0 2 * * *"
     assert dag.catchup is False and dag.max_active_runs == 1
-    assert {t.task_id for t in dag.tasks} == {"list_stale_groups", "maintain_group", "summarize"}
+    assert {t.task_id for t in dag.tasks} == {"relayout_tables", "list_stale_groups", "maintain_group", "summarize"}
+    assert dag.get_task("relayout_tables").downstream_task_ids == {"list_stale_groups"}  # the layout pass first
 
     listing, maintain, summary = (dag.get_task(t) for t in ("list_stale_groups", "maintain_group", "summarize"))
     # dynamic task mapping: one spark-submit per group of stale sketches, expanded over the listing task's result

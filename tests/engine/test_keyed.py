@@ -17,8 +17,9 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, SortedMap
 from imp_core.engine.annotation import consolidate
+from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, SortedMap, lists_by_slot
+from imp_core.engine.operators import small_batch
 from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.operators.partials import PartialLayout, group_ids
 from imp_core.engine.schema import MULT, frag_col
@@ -281,10 +282,11 @@ def test_netting_without_duplicates_keeps_the_rows_and_drops_zeros() -> None:
 def test_output_values_in_numpy_match_the_expressions(keys: dict[str, pl.DataType],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """COUNT, integer SUM, float SUM and AVG with the intervals of order-dependent sums: the keyed aggregation's
-    output values computed in NumPy (``_emit_in_numpy``) equal the polars expressions' (the frames engine), NULL,
+    output values computed in NumPy (``small_batch.emit``) equal the polars expressions' (the frames engine), NULL,
     NaN, ±0.0 and 1e16 among the values, batch by batch."""
     aggs = (("n", AggCall("count", None, pa.int64())), ("si", AggCall("sum", Col("i", INT), pa.int64())),
-            ("sx", AggCall("sum", Col("x", FLOAT), pa.float64())), ("ax", AggCall("avg", Col("x", FLOAT), pa.float64())),
+            ("sx", AggCall("sum", Col("x", FLOAT), pa.float64())),
+            ("ax", AggCall("avg", Col("x", FLOAT), pa.float64())),
             ("cx", AggCall("count", Col("x", FLOAT), pa.int64())))
     types = {pl.Int64: INT, pl.String: STRING, pl.Date: pa.date32()}
     key_exprs = tuple((k, Col(k, types[t])) for k, t in keys.items())
@@ -293,9 +295,8 @@ def test_output_values_in_numpy_match_the_expressions(keys: dict[str, pl.DataTyp
         return Aggregation("aggregation@r", key_exprs, aggs, keys, bounds={"sx", "ax"}, keyed=keyed)
 
     emitted = []
-    real = Aggregation._emit_in_numpy
-    monkeypatch.setattr(Aggregation, "_emit_in_numpy",
-                        lambda self, *a: emitted.append(real(self, *a)) or emitted[-1])
+    real = small_batch.emit
+    monkeypatch.setattr(small_batch, "emit", lambda *a: emitted.append(real(*a)) or emitted[-1])
     frames, keyed = build(False), build(True)
     order = [*keys, MULT]
     for i, batch in enumerate(_batches(7, 80)):
@@ -303,3 +304,18 @@ def test_output_values_in_numpy_match_the_expressions(keys: dict[str, pl.DataTyp
         assert got.sort(order, nulls_last=True).equals(want.sort(order, nulls_last=True), null_equal=True), i
     _same_state(frames, keyed)
     assert emitted and all(e is not None for e in emitted)
+
+
+@pytest.mark.parametrize("rows", [1_000, 70_000])  # searched per row, or counted (a whole state's save)
+def test_lists_by_slot_gives_each_slot_its_sorted_values(rows: int) -> None:
+    rng = np.random.default_rng(rows)
+    slots = rng.integers(0, rows, 3 * rows)
+    values = rng.integers(0, 50, slots.size).astype(np.uint32)
+    keep = np.unique((slots << 32) | values.astype(np.int64), return_index=True)[1]  # (slot, value) pairs distinct
+    slots, values = slots[keep], values[keep]
+    wanted = np.sort(rng.choice(rows + 10, rows, replace=False))  # some slots without values, some beyond
+    got = lists_by_slot(wanted, slots, values, "v").to_list()
+    model: dict[int, list[int]] = {}
+    for s_, v_ in zip(slots.tolist(), values.tolist()):
+        model.setdefault(s_, []).append(v_)
+    assert got == [sorted(model.get(w, [])) for w in wanted.tolist()]

@@ -7,7 +7,6 @@ and "Cost of a batch".
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -20,12 +19,13 @@ from imp_core.engine.evaluate import polars_type
 from imp_core.engine.exact_sum import neumaier
 from imp_core.engine.float_keys import from_nan_free
 from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, lists_by_slot, nullable_index
+from imp_core.engine.operators import small_batch
 from imp_core.engine.operators.base import OutputStateOperator
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.minmax import ValueMultiset
 from imp_core.engine.operators.minmax_keyed import SLOT, KeyedValueMultiset
 from imp_core.engine.operators.partials import PartialLayout, Partials, Term, agg_columns
-from imp_core.engine.order_dependence import UNIT, is_order_dependent, sum_interval
+from imp_core.engine.order_dependence import is_order_dependent, sum_interval
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, NO_GROUP, ROW, SET, hi_name, lo_name
 from imp_core.errors import StateError
 from imp_core.plan.expr import AggCall, Expr
@@ -79,6 +79,7 @@ class Aggregation(OutputStateOperator):
         self.key_types = {k: self.layout.key_types[k] for k in self.key_names}
         self._key_out = [from_nan_free(n) if n in self.layout.float_keys else pl.col(n) for n, _ in keys]
         self.floats = sorted({c.agg for c in self.layout.compensated})  # type: ignore[type-var]
+        self.numpy_outputs = small_batch.computes_outputs(self)  # output values of small batches in NumPy
         self.minmax_buffer = max(0, minmax_buffer)
         self.multisets: dict[int, ValueMultiset | KeyedValueMultiset] = {
             j: KeyedValueMultiset(op_id, j, aggs[j][1].func, self.layout.value_type(j), self.layout.float_values(j),
@@ -339,10 +340,10 @@ class Aggregation(OutputStateOperator):
 
         # NumPy reads the old state from the slots' buffers: the gathered copy is only made for the expressions
         joined = partial.hstack([nullable_index(old_slots).alias(ROW)])
-        lean = self._numpy_outputs
+        lean = self.numpy_outputs
         if not lean:
             joined = with_old(joined)
-        new = self._updated_in_numpy(partial, joined, old_slots)
+        new = small_batch.updated(self, partial, joined, old_slots)
         if new is None:
             if lean:
                 joined, lean = with_old(joined), False
@@ -353,24 +354,8 @@ class Aggregation(OutputStateOperator):
         slots = found.copy()
         fresh = (found < 0) & alive
         slots[fresh] = store.size + np.arange(int(fresh.sum()), dtype=np.int64)
-        commits = []
-        for j, multiset in self.multisets.items():
-            if isinstance(multiset, KeyedValueMultiset):
-                changes = partials.values.get(j)
-                if changes is not None and changes.height:  # the rows of a new group left empty net to nothing
-                    changes = _cast(changes, self.key_types, keys).join(
-                        partial.select(keys).with_columns(pl.Series(SLOT, slots)), on=keys, how="left",
-                        nulls_equal=True, maintain_order="left").filter(pl.col(SLOT) >= 0)
-                cols = agg_columns(j)
-                value, commit = multiset.prepare(changes, slots, new.get_column(cols.extreme),
-                                                 new.get_column(cols.non_null).to_numpy())
-                new = new.with_columns(value.alias(cols.extreme))
-                commits.append(commit)
-        if partials.fragment_rows is not None:
-            fslots = slots[partials.fragment_rows]
-        else:
-            fslots = fp.select(keys).join(partial.select(keys).with_columns(pl.Series(ROW, slots)), on=keys,
-                                          how="left", nulls_equal=True, maintain_order="left").get_column(ROW).to_numpy()
+        new, commits = self._keyed_extremes(partials, partial, slots, new)
+        fslots = self._fragment_slots(partials, partial, fp, slots)
         frags = fp.get_column(FRAG).to_numpy()
         touched = self._pairs.of_slots(found[found >= 0])  # every (slot, fragment) entry of the touched groups
         pos, before = touched.find(PairCounts.key(np.maximum(fslots, 0), frags), fslots >= 0)
@@ -391,7 +376,7 @@ class Aggregation(OutputStateOperator):
             new_s, new_f = np.concatenate([old_s[keep], fslots[live]]), np.concatenate([old_f[keep], frags[live]])
         new = new.with_columns(lists_by_slot(old_slots, old_s, old_f, f"{SET}{OLD}"),
                                lists_by_slot(slots, new_s, new_f, SET))
-        out = self._emit_in_numpy(new, alive, sets_change, old_slots)
+        out = small_batch.emit(self, new, alive, sets_change, old_slots)
         if out is None:
             out = self._emit(with_old(new) if lean else new, alive, sets_change)
 
@@ -407,6 +392,34 @@ class Aggregation(OutputStateOperator):
         for commit in commits:
             commit()
         return out
+
+    def _keyed_extremes(self, partials: Partials, partial: pl.DataFrame, slots: np.ndarray,
+                        new: pl.DataFrame) -> tuple[pl.DataFrame, list[Callable[[], None]]]:
+        """The touched groups' new MIN/MAX extremes from the keyed multisets, and the multisets' commits."""
+        keys = self.key_names
+        commits = []
+        for j, multiset in self.multisets.items():
+            if isinstance(multiset, KeyedValueMultiset):
+                changes = partials.values.get(j)
+                if changes is not None and changes.height:  # the rows of a new group left empty net to nothing
+                    changes = _cast(changes, self.key_types, keys).join(
+                        partial.select(keys).with_columns(pl.Series(SLOT, slots)), on=keys, how="left",
+                        nulls_equal=True, maintain_order="left").filter(pl.col(SLOT) >= 0)
+                cols = agg_columns(j)
+                value, commit = multiset.prepare(changes, slots, new.get_column(cols.extreme),
+                                                 new.get_column(cols.non_null).to_numpy())
+                new = new.with_columns(value.alias(cols.extreme))
+                commits.append(commit)
+        return new, commits
+
+    def _fragment_slots(self, partials: Partials, partial: pl.DataFrame, fp: pl.DataFrame,
+                        slots: np.ndarray) -> np.ndarray:
+        """The slot of each ``F_g`` change's group: known from a NumPy fold, else found by a join on the keys."""
+        if partials.fragment_rows is not None:
+            return slots[partials.fragment_rows]
+        keys = self.key_names
+        return fp.select(keys).join(partial.select(keys).with_columns(pl.Series(ROW, slots)), on=keys, how="left",
+                                    nulls_equal=True, maintain_order="left").get_column(ROW).to_numpy()
 
     def _apply_frames(self, partials: Partials, partial: pl.DataFrame, fp: pl.DataFrame) -> pl.DataFrame:
         """The first engine's state (switch ``-aggindex``): each batch joins its few touched groups with the whole
@@ -471,154 +484,6 @@ class Aggregation(OutputStateOperator):
             if isinstance(multiset, ValueMultiset):  # keyed multisets: `_apply_keyed` (they need the slots)
                 new = multiset.apply(partials.values.get(j), touched, new)
         return new
-
-    def _updated_in_numpy(self, partial: pl.DataFrame, joined: pl.DataFrame,
-                          old_slots: np.ndarray) -> pl.DataFrame | None:
-        """``_updated`` with NumPy on the keyed state's arrays (the same sums and Neumaier steps as
-        ``_update_exprs``, without a polars run); None where that does not apply: a DECIMAL sum, a NULL partial, a
-        bounded MIN/MAX multiset."""
-        if not self.layout._numpy_terms or any(isinstance(m, ValueMultiset) for m in self.multisets.values()):
-            return None
-        updated: dict[str, pl.Series] = {}
-        for c in self.layout.accumulators:
-            part = partial.get_column(c.name)
-            old = self._store.zero_filled(c.name, old_slots)
-            if part.null_count() or old is None:
-                return None
-            if c.compensation is None:
-                updated[c.name] = pl.Series(c.name, old + part.to_numpy(), dtype=c.dtype)
-                continue
-            err_old = self._store.zero_filled(c.compensation, old_slots)
-            if err_old is None:
-                return None
-            d0 = part.to_numpy()
-            carried = partial.get_column(c.compensation).to_numpy() if c.compensation in partial.columns else 0.0
-            with np.errstate(all="ignore"):
-                t = old + d0
-                err = np.where(np.abs(old) >= np.abs(d0), (old - t) + d0, (d0 - t) + old)
-                err = np.where(np.isfinite(t), err, 0.0)
-                updated[c.name] = pl.Series(c.name, t, dtype=pl.Float64)
-                updated[c.compensation] = pl.Series(c.compensation, err_old + err + carried, dtype=pl.Float64)
-        rows = updated[GROUP_ROWS].to_numpy()
-        if rows.size and rows.min() < 0:
-            raise StateError(f"operator {self.op_id}: a group's row count became negative — the change feed deleted "
-                             f"rows the state never saw; recapture the sketch")
-        columns = [updated.pop(c.name, c) for c in joined.get_columns()]
-        columns += [*updated.values(),
-                    *[joined.get_column(agg_columns(j).extreme + OLD).alias(agg_columns(j).extreme)
-                      for j in self.multisets]]
-        return pl.DataFrame(columns)
-
-    @cached_property
-    def _numpy_outputs(self) -> bool:
-        """Whether ``_emit_in_numpy`` computes this aggregation's output values: no float key, and only COUNT, and SUM
-        and AVG over doubles (their intervals too) or SUM over integers."""
-        if self.layout.float_keys or not self.layout._numpy_terms:
-            return False
-        for j, (_, a) in enumerate(self.aggs):
-            if a.arg is None or a.func == "count":
-                continue
-            if a.func not in ("sum", "avg"):
-                return False
-            if j in self.floats:
-                if polars_type(a.dtype) != pl.Float64:
-                    return False
-            elif a.func != "sum" or j in self.bounded or polars_type(a.dtype) != pl.Int64:
-                return False
-        return True
-
-    def _output_values(self, get: Callable[[str], np.ndarray]) -> list[tuple[np.ndarray, np.ndarray | None]]:
-        """``output_exprs``' values (aggregates, then the intervals of ``bounded``) in NumPy, from the state columns
-        ``get`` returns; each with its validity (None: never NULL). The same IEEE operations in the same order as the
-        expressions, so the same doubles."""
-        values: list[tuple[np.ndarray, np.ndarray | None]] = []
-        intervals: dict[int, list[tuple[np.ndarray, np.ndarray | None]]] = {}
-        for j, (_, a) in enumerate(self.aggs):
-            cols = agg_columns(j)
-            if a.arg is None:
-                values.append((get(GROUP_ROWS), None))
-                continue
-            if a.func == "count":
-                values.append((get(cols.non_null), None))
-                continue
-            n = get(cols.non_null)
-            valid = n > 0
-            if j not in self.floats:
-                values.append((get(cols.sum), valid))
-                continue
-            nan, pinf, ninf = get(cols.nan) > 0, get(cols.pos_inf) > 0, get(cols.neg_inf) > 0
-            with np.errstate(all="ignore"):
-                finite = get(cols.sum) + get(cols.compensation)
-                if a.func == "avg":
-                    finite = finite / n.astype(np.float64)
-                value = np.where(nan | (pinf & ninf), NAN, np.where(pinf, np.inf, np.where(ninf, -np.inf, finite)))
-                values.append((value, valid))
-                if j in self.bounded:
-                    total = get(cols.abs_sum) + get(cols.abs_compensation)
-                    m = (n.astype(np.float64) * 2.0 + 8.0) * UNIT
-                    g = m / (1.0 - m)
-                    err = g * total
-                    if a.func == "avg":
-                        err = err / n.astype(np.float64)
-                    unknown = ~np.isfinite(total * (1.0 + g))
-                    exact = nan | pinf | ninf
-                    lo = np.where(exact, value, np.where(unknown, -np.inf, value - err))
-                    hi = np.where(exact, value, np.where(unknown, NAN, value + err))
-                    intervals[j] = [(lo, valid), (hi, valid)]
-        for j in self.bounded:
-            values += intervals[j]
-        return values
-
-    def _emit_in_numpy(self, new: pl.DataFrame, alive: np.ndarray, sets_change: bool,
-                       old_slots: np.ndarray) -> pl.DataFrame | None:
-        """``_emit`` with the output values computed in NumPy, the old ones from the keyed state's buffers (the
-        state is committed after this); None where ``_numpy_outputs`` says no or a column holds NULL."""
-        if not self._numpy_outputs or any(new.get_column(c.name).null_count() for c in self.layout.accumulators):
-            return None
-        store = self._store
-        old_columns: dict[str, np.ndarray | None] = {}
-
-        def old(name: str) -> np.ndarray:
-            if name not in old_columns:
-                old_columns[name] = store.zero_filled(name, old_slots)
-            got = old_columns[name]
-            if got is None:
-                raise LookupError(name)
-            return got
-
-        try:
-            before = self._output_values(old)
-        except LookupError:
-            return None
-        after = self._output_values(lambda name: new.get_column(name).to_numpy())
-        had = old_slots >= 0
-        same = had & alive
-        for (a, va), (b, vb) in zip(before, after):
-            with np.errstate(invalid="ignore"):
-                equal = (a == b) | (np.isnan(a) & np.isnan(b)) if a.dtype.kind == "f" else a == b
-            if va is None:
-                same &= equal
-            else:  # NULL equals NULL
-                same &= np.where(va & vb, equal, va == vb)
-        if sets_change:
-            same &= new.get_column(SET).eq_missing(new.get_column(f"{SET}{OLD}")).to_numpy()
-        schema = self.empty_delta().schema
-        keys, names = [n for n, _ in self.keys], self._value_names()
-        parts = []
-        for mask, sign, values, sketch in ((had & ~same, -1, before, f"{SET}{OLD}"), (alive & ~same, 1, after, SET)):
-            if not mask.any():
-                continue
-            keep = pl.Series(mask)
-            cols = [new.get_column(k).filter(keep) for k in keys]
-            for name, (v, valid) in zip(names, values):
-                picked = pa.array(v[mask], mask=None if valid is None else ~valid[mask])
-                cols.append(pl.Series(name, picked).cast(schema[name]))
-            cols += [pl.Series(MULT, np.full(int(mask.sum()), sign, dtype=np.int64)),
-                     new.get_column(sketch).filter(keep).alias(SET)]
-            parts.append(pl.DataFrame(cols))
-        if not parts:
-            return self.empty_delta()
-        return pl.concat(parts) if len(parts) > 1 else parts[0]
 
     def _emit(self, new: pl.DataFrame, alive: np.ndarray, sets_change: bool) -> pl.DataFrame:
         """The output delta: Δ− old row, Δ+ new row, for groups whose row or sketch changed (an unchanged pair would

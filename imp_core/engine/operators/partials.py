@@ -304,44 +304,17 @@ class PartialLayout:
         n = int(first.size)
         m = d.get_column(MULT).to_numpy().astype(np.int64, copy=False)
         out = [take(s, first) for s in columns]
-        args: dict[int, tuple[pl.Series, np.ndarray]] = {}
-
-        def arg(j: int | None) -> tuple[pl.Series, np.ndarray]:
-            assert j is not None
-            if j not in args:
-                a = d.get_column(f"__arg{j}")
-                args[j] = a, (~a.is_null().to_numpy() if a.null_count() else np.ones(a.len(), dtype=bool))
-            return args[j]
-
-        def floats(j: int | None) -> np.ndarray:
-            a, valid = arg(j)
-            with np.errstate(invalid="ignore"):
-                return np.where(valid, a.cast(pl.Float64).to_numpy(), 0.0)
-
+        args = _Arguments(d)
         for c in self.accumulators:
-            if c.compensation is not None:
-                continue
-            if c.term == Term.ROWS:
-                w = m
-            elif c.term == Term.NON_NULL:
-                w = np.where(arg(c.agg)[1], m, 0)
-            elif c.term == Term.WRAPPED:
-                a, valid = arg(c.agg)
-                ints = a.cast(pl.Int64)
-                w = (ints.fill_null(0) if ints.null_count() else ints).to_numpy() * m
-            else:
-                x = floats(c.agg)
-                with np.errstate(invalid="ignore"):
-                    hit = {Term.NAN: np.isnan(x), Term.POS_INF: x == np.inf, Term.NEG_INF: x == -np.inf}[c.term]
-                w = np.where(arg(c.agg)[1] & hit, m, 0)
-            total = np.zeros(n, dtype=np.int64)
-            np.add.at(total, inv, w)
-            out.append(pl.Series(c.name, total, dtype=c.dtype))
+            if c.compensation is None:
+                total = np.zeros(n, dtype=np.int64)
+                np.add.at(total, inv, args.term(c, m))
+                out.append(pl.Series(c.name, total, dtype=c.dtype))
         if self.compensated:
             sources, source_of = self._sources
             values = []
             for j, term in sources:
-                x = floats(j)
+                x = args.floats(j)
                 with np.errstate(invalid="ignore"):
                     values.append(np.where(np.isfinite(x), np.abs(x) if term == Term.FINITE_ABS else x, 0.0))
             levels = [[np.bincount(inv, weights=x, minlength=n) for x in parts]
@@ -352,16 +325,7 @@ class PartialLayout:
                 out += [pl.Series(c.name, total, dtype=pl.Float64), pl.Series(c.compensation, err, dtype=pl.Float64)]
         groups = pl.DataFrame(out)
 
-        # F_g changes: (group, fragment) pairs of every fragment column, counted
-        pair_keys = np.concatenate([(inv.astype(np.uint64) << np.uint64(32)) | d.get_column(c).to_numpy().astype(
-            np.uint64) for c in frag_cols]) if frag_cols else np.zeros(0, dtype=np.uint64)
-        unique, at = np.unique(pair_keys, return_inverse=True)
-        counts = np.zeros(unique.size, dtype=np.int64)
-        np.add.at(counts, at.reshape(-1), np.tile(m, len(frag_cols)))
-        rows = (unique >> np.uint64(32)).astype(np.int64)
-        fragments = pl.DataFrame([*[take(s, first[rows]) for s in columns],
-                                  pl.Series(FRAG, (unique & np.uint64(0xFFFFFFFF)).astype(np.uint32), dtype=FRAG_DTYPE),
-                                  pl.Series(COUNT, counts, dtype=pl.Int64)])
+        fragments, rows = _fragment_pairs(d, frag_cols, inv, m, [groups.get_column(k) for k in keys])
         return groups, fragments, rows
 
     def _groups_of(self, d: pl.DataFrame) -> pl.DataFrame:
@@ -385,6 +349,58 @@ class PartialLayout:
             folded += [pl.Series(c.name, total, dtype=pl.Float64),
                        pl.Series(c.compensation, err, dtype=pl.Float64)]
         return out.select([*keys, *sums]).hstack(folded)
+
+
+class _Arguments:
+    """A batch's aggregate arguments (``__arg{j}``) as NumPy arrays, each with its validity, read once."""
+
+    def __init__(self, d: pl.DataFrame) -> None:
+        self.d = d
+        self.read: dict[int, tuple[pl.Series, np.ndarray]] = {}
+
+    def arg(self, j: int | None) -> tuple[pl.Series, np.ndarray]:
+        assert j is not None
+        if j not in self.read:
+            a = self.d.get_column(f"__arg{j}")
+            self.read[j] = a, (~a.is_null().to_numpy() if a.null_count() else np.ones(a.len(), dtype=bool))
+        return self.read[j]
+
+    def floats(self, j: int | None) -> np.ndarray:
+        """Argument ``j`` as doubles, 0 where NULL."""
+        a, valid = self.arg(j)
+        with np.errstate(invalid="ignore"):
+            return np.where(valid, a.cast(pl.Float64).to_numpy(), 0.0)
+
+    def term(self, c: Accumulator, m: np.ndarray) -> np.ndarray:
+        """What each row adds to accumulator ``c`` (not a compensated one): its ``Term`` times the multiplicity."""
+        if c.term == Term.ROWS:
+            return m
+        a, valid = self.arg(c.agg)
+        if c.term == Term.NON_NULL:
+            return np.where(valid, m, 0)
+        if c.term == Term.WRAPPED:
+            ints = a.cast(pl.Int64)
+            return (ints.fill_null(0) if ints.null_count() else ints).to_numpy() * m
+        x = self.floats(c.agg)
+        with np.errstate(invalid="ignore"):
+            hit = {Term.NAN: np.isnan(x), Term.POS_INF: x == np.inf, Term.NEG_INF: x == -np.inf}[c.term]
+        return np.where(valid & hit, m, 0)
+
+
+def _fragment_pairs(d: pl.DataFrame, frag_cols: list[str], inv: np.ndarray, m: np.ndarray,
+                    keys: list[pl.Series]) -> tuple[pl.DataFrame, np.ndarray]:
+    """``F_g`` changes of a batch: its (group, fragment) pairs over every fragment column, counted (``keys``: the
+    groups' key columns), and each change's group row."""
+    pair_keys = np.concatenate([(inv.astype(np.uint64) << np.uint64(32)) | d.get_column(c).to_numpy().astype(
+        np.uint64) for c in frag_cols]) if frag_cols else np.zeros(0, dtype=np.uint64)
+    unique, at = np.unique(pair_keys, return_inverse=True)
+    counts = np.zeros(unique.size, dtype=np.int64)
+    np.add.at(counts, at.reshape(-1), np.tile(m, len(frag_cols)))
+    rows = (unique >> np.uint64(32)).astype(np.int64)
+    fragments = pl.DataFrame([*[take(s, rows) for s in keys],
+                              pl.Series(FRAG, (unique & np.uint64(0xFFFFFFFF)).astype(np.uint32), dtype=FRAG_DTYPE),
+                              pl.Series(COUNT, counts, dtype=pl.Int64)])
+    return fragments, rows
 
 
 def _integer_like(dtype: pl.DataType) -> bool:

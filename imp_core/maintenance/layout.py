@@ -1,0 +1,207 @@
+"""Sketch-aware layout: how much of what a sketched scan reads lies outside the sketches, per table, and the
+compaction that clusters the table by its sketched columns when that share grows too large.
+
+A sketched scan reads every data file whose min/max statistics overlap the sketch's ranges. After a stream of small
+appends, each new file spans most of the domain, so it is read although it holds few rows of the ranges: the sketch
+still holds (maintenance is exact), but the query reads more than it needs. Per usable sketch on a table, from the
+Delta file statistics at the table's current version:
+
+* ``files_read`` / ``rows_read``: the files a scan restricted to the sketch's latest ranges reads, and their rows;
+* ``rows_needed``: the rows of those files estimated to lie inside the ranges, by the share of each file's
+  ``[min, max]`` the ranges cover (numbers, dates and timestamps; a file of another type or without statistics
+  counts as needed whole, so the estimate never overstates waste);
+* the *unprunable share* ``1 - rows_needed / rows_read``: what the sketched scan reads in vain.
+
+The table's share is the largest of its sketches'. Above the threshold (``IMP_LAYOUT_THRESHOLD``, default 0.5), and
+when it has at least ``MIN_FILES`` data files (fewer have little to prune), the table is compacted and Z-ordered by
+its sketched columns (delta-rs OPTIMIZE ZORDER BY): one Delta version without
+data change, which maintenance passes through as it passes any rewrite (its change feed is empty), after which the
+same ranges select few files. See docs/ARCHITECTURE.md, "Sketch use and reuse".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from imp_core.errors import UsageError
+from imp_core.maintenance.parts import Parts
+from imp_core.sketch.partition import Partition, PartitionSet
+from imp_core.sources.delta import FileStats
+from imp_core.use.rewrite import prune_files
+
+DEFAULT_THRESHOLD = 0.5
+MIN_FILES = 8  # a table of fewer files has little to prune: re-clustering it would only add a version
+MIN_FILE_BYTES = 1 << 10
+MAX_FILE_BYTES = 256 << 20  # Delta's usual target: a large table keeps the usual file size
+
+
+def threshold_setting() -> float:
+    """``IMP_LAYOUT_THRESHOLD``: the unprunable share above which a table is re-clustered."""
+    raw = os.environ.get("IMP_LAYOUT_THRESHOLD", "")
+    try:
+        value = float(raw) if raw else DEFAULT_THRESHOLD
+    except ValueError:
+        raise UsageError(f"IMP_LAYOUT_THRESHOLD={raw!r}: give a share between 0 and 1, e.g. 0.5") from None
+    if not 0 <= value <= 1:
+        raise UsageError(f"IMP_LAYOUT_THRESHOLD={raw!r}: give a share between 0 and 1, e.g. 0.5")
+    return value
+
+
+@dataclass(frozen=True)
+class SketchCoverage:
+    """What a scan restricted to one sketch's latest ranges reads of the table."""
+
+    sketch: str
+    column: str
+    files_read: int
+    rows_read: int
+    rows_needed: float
+
+    @property
+    def unprunable_share(self) -> float:
+        return 1.0 - self.rows_needed / self.rows_read if self.rows_read else 0.0
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """One table's files against its sketches."""
+
+    table: str
+    version: int
+    files: int
+    rows: int
+    sketches: list[SketchCoverage] = field(default_factory=list)
+    fragments: int = 1  # the most fragments a sketch's partition of the table has
+
+    @property
+    def unprunable_share(self) -> float:
+        return max((s.unprunable_share for s in self.sketches), default=0.0)
+
+    @property
+    def columns(self) -> list[str]:
+        """The sketched columns, most wasteful sketch's first (Z-order weighs earlier columns no more than later)."""
+        out: list[str] = []
+        for s in sorted(self.sketches, key=lambda s: -s.unprunable_share):
+            if s.column not in out:
+                out.append(s.column)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "version": self.version, "files": self.files, "rows": self.rows,
+                "unprunable_share": round(self.unprunable_share, 4), "columns": self.columns,
+                "sketches": [{**asdict(s), "rows_needed": round(s.rows_needed, 1),
+                              "unprunable_share": round(s.unprunable_share, 4)} for s in self.sketches]}
+
+
+def measure(parts: Parts, table: str | None = None) -> list[TableLayout]:
+    """The layout of ``table`` (every table some usable sketch partitions, by default) at its current version."""
+    catalog = parts.catalog
+    registered = {t.name for t in catalog.list_tables()}
+    if table is not None and table not in registered:
+        raise UsageError(f"table {table} is not registered; registered: {', '.join(sorted(registered)) or 'none'}")
+    per_table: dict[str, list[tuple[str, Partition, list[int]]]] = {}
+    for record in catalog.list_sketches():
+        if not record.usable:
+            continue
+        fragments = catalog.latest_version(record.id).fragments
+        for part in PartitionSet.from_json(record.partitions).partitions:
+            if table is None or part.table == table:
+                per_table.setdefault(part.table, []).append((record.name, part, list(fragments.get(part.table, []))))
+    if table is not None:
+        per_table.setdefault(table, [])
+    out = []
+    for name in sorted(per_table):
+        source = parts.sources([name])[name]
+        version = source.current_version()
+        files = source.files(version)
+        coverage = [_coverage(sketch, part, frags, files) for sketch, part, frags in per_table[name]]
+        out.append(TableLayout(name, version, len(files), sum(f.num_records or 0 for f in files), coverage,
+                               max((p.fragments for _, p, _ in per_table[name]), default=1)))
+    return out
+
+
+def skipped_tables() -> frozenset[str]:
+    """Tables the layout pass leaves alone: those listed in ``IMP_LAYOUT_SKIP`` (comma-separated)."""
+    return frozenset(t.strip() for t in os.environ.get("IMP_LAYOUT_SKIP", "").split(",") if t.strip())
+
+
+def switched_on() -> bool:
+    """``IMP_LAYOUT`` (default ``on``): whether the nightly DAG re-clusters tables at all."""
+    raw = os.environ.get("IMP_LAYOUT", "on").strip().lower()
+    if raw not in ("on", "off"):
+        raise UsageError(f"IMP_LAYOUT={raw!r}: give on or off")
+    return raw == "on"
+
+
+def apply(parts: Parts, table: str | None = None, threshold: float | None = None,
+          skip: frozenset[str] = frozenset()) -> list[tuple[TableLayout, TableLayout | None]]:
+    """Re-cluster every measured table (but those in ``skip``) whose unprunable share exceeds ``threshold``:
+    (before, after) per table, ``after`` None where nothing was done."""
+    limit = threshold_setting() if threshold is None else threshold
+    if not 0 <= limit <= 1:
+        raise UsageError(f"--threshold {limit}: give a share between 0 and 1, e.g. 0.5")
+    out: list[tuple[TableLayout, TableLayout | None]] = []
+    for before in measure(parts, table):
+        if (not before.sketches or before.unprunable_share <= limit or before.table in skip
+                or before.files < MIN_FILES):
+            out.append((before, None))
+            continue
+        parts.progress(f"table {before.table}: {before.unprunable_share:.0%} of what sketched scans read is outside "
+                       f"the sketches; OPTIMIZE ZORDER BY ({', '.join(before.columns)})")
+        source = parts.sources([before.table])[before.table]
+        size = sum(f.size_bytes for f in source.files(before.version))
+        # about one file per fragment of the finest sketch, so a range of fragments selects its own files
+        per_file = size // max(before.fragments, 1)
+        source.z_order(before.columns, target_size=min(MAX_FILE_BYTES, max(MIN_FILE_BYTES, per_file)))
+        out.append((before, measure(parts, before.table)[0]))
+    return out
+
+
+def _coverage(sketch: str, part: Partition, fragments: list[int], files: list[FileStats]) -> SketchCoverage:
+    read = prune_files(files, part, fragments) if fragments else []
+    ranges = part.ranges(fragments) if fragments else []
+    rows = sum(f.num_records or 0 for f in read)
+    needed = sum(_rows_inside(f, part.column, ranges) for f in read)
+    return SketchCoverage(sketch, part.column, len(read), rows, min(needed, float(rows)))
+
+
+def _rows_inside(f: FileStats, column: str, ranges: list[tuple[Any, Any, bool]]) -> float:
+    """The file's rows estimated to lie in ``ranges`` (values spread evenly over the file's [min, max])."""
+    total = f.num_records or 0
+    nulls = f.null_counts.get(column) or 0
+    lo, hi = _number(f.min_values.get(column)), _number(f.max_values.get(column))
+    if lo is None or hi is None or total == 0:
+        return float(total)
+    covered = 0.0
+    with_nulls = False
+    for r_lo, r_hi, r_nulls in ranges:
+        with_nulls |= r_nulls
+        a = lo if r_lo is None or _number(r_lo) is None else max(lo, _number(r_lo))  # type: ignore[type-var]
+        b = hi if r_hi is None or _number(r_hi) is None else min(hi, _number(r_hi))  # type: ignore[type-var]
+        if hi == lo:  # one value: inside the range [r_lo, r_hi) or not
+            above = r_lo is None or _number(r_lo) is None or lo >= _number(r_lo)  # type: ignore[operator]
+            below = r_hi is None or _number(r_hi) is None or lo < _number(r_hi)  # type: ignore[operator]
+            covered = 1.0 if above and below else covered
+        elif b > a:
+            covered += (b - a) / (hi - lo)
+    return min(covered, 1.0) * (total - nulls) + (nulls if with_nulls else 0)
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (int, float, decimal.Decimal)):
+        return float(v)
+    if isinstance(v, dt.datetime):
+        return (v if v.tzinfo else v.replace(tzinfo=dt.timezone.utc)).timestamp()
+    if isinstance(v, dt.date):
+        return float(v.toordinal())
+    return None
+
+
+__all__ = ["DEFAULT_THRESHOLD", "MIN_FILES", "SketchCoverage", "TableLayout", "apply", "measure", "skipped_tables",
+           "switched_on", "threshold_setting"]

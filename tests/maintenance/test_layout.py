@@ -1,0 +1,66 @@
+"""Sketch-aware layout (``imp_core.maintenance.layout``) on real Spark, Delta and the catalog: small appends that
+span the domain make sketched scans read outside the sketch; re-clustering brings it down, the sketch stays current
+and answers with and without it stay equal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from imp_core.errors import UsageError
+from imp_core.maintenance.layout import _rows_inside
+from imp_core.sources.delta import FileStats
+from tests.oracles import answers_with_and_without_sketch, canonical
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+
+SQL = "SELECT g, SUM(v) AS s FROM {t} GROUP BY g HAVING SUM(v) > 1000"
+
+
+def test_rows_inside_spread_evenly_over_a_files_range() -> None:
+    f = FileStats("f", 1, 100, {"a": 0}, {"a": 100}, {"a": 0}, {})
+    assert _rows_inside(f, "a", [(0, 10, False)]) == pytest.approx(10.0)
+    assert _rows_inside(f, "a", [(None, 10, False), (90, None, False)]) == pytest.approx(20.0)
+    one = FileStats("g", 1, 5, {"a": 7}, {"a": 7}, {"a": 0}, {})
+    assert _rows_inside(one, "a", [(5, 8, False)]) == 5 and _rows_inside(one, "a", [(8, 9, False)]) == 0
+    unknown = FileStats("h", 1, 5, {}, {}, {}, {})
+    assert _rows_inside(unknown, "a", [(0, 1, False)]) == 5  # no statistics: counted as needed
+
+
+def test_small_appends_are_measured_and_reclustering_restores_pruning(service, tmp_path: Path) -> None:  # noqa: ANN001
+    path = tmp_path / "lay"
+    cdf = {"delta.enableChangeDataFeed": "true"}
+    g = list(range(100)) * 200
+    write_deltalake(str(path), pa.table({"g": g, "v": [10.0 if x >= 90 else 1.0 for x in g]}), configuration=cdf)
+    service.register_table("lay", str(path), replace=True)
+    service.create_sketch("lay_s", SQL.format(t="lay"), ["lay.g"], bounds=["0,10,20,30,40,50,60,70,80,90,100"])
+    try:
+        for _ in range(12):  # small appends, each spanning the whole domain
+            write_deltalake(str(path), pa.table({"g": list(range(0, 100, 2)) * 6, "v": [1.0] * 300}), mode="append")
+        service.maintain("lay_s")
+        [before] = service.layout("lay")
+        [cov] = before.sketches
+        assert cov.sketch == "lay_s" and cov.files_read >= 12 and before.unprunable_share > 0.5
+
+        assert service.relayout("lay", threshold=0.99)[0][1] is None  # below the threshold: nothing done
+        [(measured, after)] = service.relayout("lay", threshold=0.3)
+        assert after is not None and after.version == measured.version + 1
+        assert after.unprunable_share < before.unprunable_share and after.sketches[0].files_read < cov.files_read
+
+        maintained = service.maintain("lay_s")  # through the rewrite: no change rows, the sketch stays exact
+        assert maintained.delta_rows == 0
+        with_sketch, without = answers_with_and_without_sketch(service, SQL.format(t="lay"))
+        assert with_sketch.sketch is not None and canonical(with_sketch.rows) == canonical(without.rows)
+        assert len(with_sketch.rows) == 10  # g = 90..99
+    finally:
+        service.drop_sketch("lay_s")
+
+
+def test_bad_input(service) -> None:  # noqa: ANN001
+    with pytest.raises(UsageError, match="not registered"):
+        service.layout("nosuch")
+    with pytest.raises(UsageError, match="between 0 and 1"):
+        service.relayout(None, threshold=2.0)

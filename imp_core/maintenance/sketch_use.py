@@ -36,6 +36,7 @@ from imp_core.sketch.sketch import Sketch
 from imp_core.sources.delta import DeltaSource
 from imp_core.sources.schema import schema_from_json
 from imp_core.use.rewrite import ranges_sql
+from imp_core.use.sql_text import sketched_dataframe
 
 if TYPE_CHECKING:
     from imp_core.use.query import QueryResult
@@ -180,8 +181,11 @@ def run_query(parts: Parts, sql: str, dialect: str = "spark", *, use_sketch: boo
     prepared = prepare(parts, sql, dialect, use_sketch=use_sketch, capture=capture, on=on, fragments=fragments,
                        trigger=trigger)
     applied = prepared.applied
-    df, scanned = execute(parts.spark, prepared.query.plan, prepared.sources, prepared.versions,
-                          applied.partitions if applied else None, applied.sketch if applied else None)
+    if applied is not None:  # one SQL text, a handful of JVM calls (use/sql_text.py)
+        df, scanned = sketched_dataframe(parts.spark, sql, dialect, prepared.sources, prepared.versions,
+                                         applied.partitions, applied.sketch)
+    else:
+        df, scanned = execute(parts.spark, prepared.query.plan, prepared.sources, prepared.versions)
     names = list(prepared.query.output_names)
     rows = collect(df, names, scanned)
     info = {"name": applied.name, "version": applied.version.version} if applied else None

@@ -67,6 +67,7 @@ from imp_core.sketch.partition import Partition
 from imp_core.spark.session import apply_semantics, semantics_differences
 from imp_core.use.query import execute, range_filter
 from imp_core.use.rewrite import prune_files
+from imp_core.use.sql_text import sketched_dataframe
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +100,10 @@ def sketched_sql(spark: SparkSession, sql: str, *, dialect: str = "spark", maint
     if prepared.unusable is not None:
         _unusable(prepared.unusable)
     applied = prepared.applied
-    return execute(spark, prepared.query.plan, prepared.sources, prepared.versions,
-                   applied.partitions if applied else None, applied.sketch if applied else None)[0]
+    if applied is not None:  # one SQL text, a handful of JVM calls
+        return sketched_dataframe(spark, sql, dialect, prepared.sources, prepared.versions, applied.partitions,
+                                  applied.sketch)[0]
+    return execute(spark, prepared.query.plan, prepared.sources, prepared.versions)[0]
 
 
 def _fresh(service: SketchService, sketch: str, table: str, maintain: bool) -> tuple[SketchInUse | None, Partition]:

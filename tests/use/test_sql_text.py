@@ -52,7 +52,8 @@ def floor_tables(service, tmp_path_factory):  # noqa: ANN001, ANN201
     rng = np.random.default_rng(5)
     n = 50_000
     a = np.sort(rng.integers(0, 500, n))
-    b = np.where(a < 20, 300, 1).astype(np.int64)  # even groups 0..18 pass HAVING SUM(f.b) > 2000 (odd ones have no dimension row)
+    # even groups 0..18 pass HAVING SUM(f.b) > 2000 (odd ones have no dimension row)
+    b = np.where(a < 20, 300, 1).astype(np.int64)
     fact = tmp_path_factory.mktemp("floor") / "f"
     write_in_files(fact, pa.table({"a": a, "b": b}), files=10)
     dim = tmp_path_factory.mktemp("floor") / "d"

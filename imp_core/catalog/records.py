@@ -14,7 +14,7 @@ from typing import Any
 
 from imp_core.errors import UsageError
 
-METHODS = ("capture", "incremental", "recapture")
+METHODS = ("capture", "incremental", "recapture", "repartition")
 FINAL_RUN_STATUSES = ("succeeded", "failed")
 
 

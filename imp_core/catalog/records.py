@@ -69,6 +69,9 @@ class NewVersion:
         table_identities: Per table, ``{"id": Delta metadata id, "path": registered path}`` the table versions
             refer to.
         state_options: Engine options that shaped the operator state (``imp_core.maintenance.options``).
+        partitions: The partitions (``PartitionSet.to_json``) the fragment ids refer to.
+        fragment_rows: Per partitioned table, the table's rows in each fragment at ``table_versions``; None when not
+            tracked.
     """
 
     table_versions: Mapping[str, int]
@@ -81,6 +84,8 @@ class NewVersion:
     run_id: int | None = None
     table_identities: Mapping[str, Mapping[str, str]] | None = None
     state_options: Mapping[str, Any] | None = None
+    partitions: Any = None
+    fragment_rows: Mapping[str, Sequence[int]] | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -104,6 +109,8 @@ class VersionRecord:
     created_at: datetime
     table_identities: dict[str, dict[str, str]] | None = None  # None: committed before identities were recorded
     state_options: dict[str, Any] | None = None  # None: committed before options were recorded
+    partitions: Any = None  # None: the sketch's registered partitions (committed before versions recorded them)
+    fragment_rows: dict[str, list[int]] | None = None  # None: not tracked
 
 
 @dataclass(frozen=True)
@@ -184,6 +191,8 @@ def version_record(row: Mapping[Any, Any]) -> VersionRecord:
         created_at=row["created_at"],
         table_identities=row.get("table_identities"),
         state_options=row.get("state_options"),
+        partitions=row.get("partitions"),
+        fragment_rows=row.get("fragment_rows"),
     )
 
 

@@ -202,9 +202,10 @@ def insert_version(
     """Insert version ``version`` of a sketch and its prepared operator state (:func:`prepared_states`) on ``conn``."""
     row = conn.execute(
         sa.text("INSERT INTO sketch_version (sketch_id, version, table_versions, bits, fragments, method, reason, "
-                "delta_rows, duration_ms, run_id, table_identities, state_options) VALUES (:s, :v, "
-                "CAST(:tv AS jsonb), CAST(:bits AS jsonb), CAST(:frags AS jsonb), :m, :reason, :dr, :dur, :run, "
-                "CAST(:ids AS jsonb), CAST(:opts AS jsonb)) RETURNING *"),
+                "delta_rows, duration_ms, run_id, table_identities, state_options, partitions, fragment_rows) "
+                "VALUES (:s, :v, CAST(:tv AS jsonb), CAST(:bits AS jsonb), CAST(:frags AS jsonb), :m, :reason, :dr, "
+                ":dur, :run, CAST(:ids AS jsonb), CAST(:opts AS jsonb), CAST(:parts AS jsonb), "
+                "CAST(:rows AS jsonb)) RETURNING *"),
         {"s": sketch_id, "v": version,
          "tv": as_json({t: int(v) for t, v in new.table_versions.items()}),
          "bits": as_json({t: bytes(b).hex() for t, b in new.bits.items()}),
@@ -212,7 +213,10 @@ def insert_version(
          "m": new.method, "reason": new.reason, "dr": new.delta_rows, "dur": new.duration_ms, "run": new.run_id,
          "ids": as_json({t: dict(i) for t, i in new.table_identities.items()}
                         if new.table_identities is not None else None),
-         "opts": as_json(dict(new.state_options) if new.state_options is not None else None)},
+         "opts": as_json(dict(new.state_options) if new.state_options is not None else None),
+         "parts": as_json(new.partitions),
+         "rows": as_json({t: [int(n) for n in c] for t, c in new.fragment_rows.items()}
+                         if new.fragment_rows is not None else None)},
     ).mappings().one()
     if blobs:
         conn.execute(

@@ -237,6 +237,28 @@ def sketch_predicate(args: argparse.Namespace, service: SketchService) -> int:
 
 
 @with_service
+def sketch_repartition(args: argparse.Namespace, service: SketchService) -> int:
+    """imp sketch repartition NAME [--apply] [--factor F]"""
+    result = service.repartition(args.name, args.factor, args.apply)
+
+    def text() -> None:
+        table(f"ranges of sketch {result.sketch} (split above {result.factor:g}x the mean rows)",
+              ["table", "column", "fragments", "largest / mean", "split", "merged", "rows moved"],
+              [[t.table, t.column, f"{t.fragments_before} -> {t.fragments_after}", f"{t.skew_before:g} -> "
+                f"{t.skew_after:g}", ", ".join(f"{s['fragment']} into {s['pieces']}" for s in t.splits) or "-",
+                ", ".join(f"{m['fragments'][0]}-{m['fragments'][1]}" for m in t.merges) or "-", t.rows_moved]
+               for t in result.tables])
+        if result.version is not None:
+            print(f"committed version {result.version.version} of sketch {result.sketch} (method repartition)")
+        elif result.changed:
+            print("nothing committed; run again with --apply to split and merge these ranges")
+        else:
+            print("every range is within the factor; nothing to do")
+
+    return emit(args, result.to_json(), text)
+
+
+@with_service
 def sketch_advise(args: argparse.Namespace, service: SketchService) -> int:
     """imp sketch advise --sql SQL [--table TABLE]"""
     advice = service.advise(args.sql, args.table, args.fragments, args.dialect, args.max_columns)

@@ -34,6 +34,7 @@ from imp_core.cli.scaffold import (
     strategy_option,
 )
 from imp_core.maintenance.strategy import Strategy
+from imp_core.sketch.repartition import DEFAULT_FACTOR
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,6 +143,14 @@ def _sketch_commands(ssub: argparse._SubParsersAction, common: argparse.Argument
                   "imp sketch predicate top", "imp sketch predicate top --table sales --json")
     pr.add_argument("name")
     pr.add_argument("--table", help="the table to restrict (default: the one table the sketch partitions)")
+    rp = _command(ssub, common, "repartition", commands.sketch_repartition,
+                  "split ranges that hold too many rows and merge neighbours that hold few (paper 7.4)",
+                  "imp sketch repartition top", "imp sketch repartition top --apply --factor 3 --json")
+    rp.add_argument("name")
+    rp.add_argument("--apply", action="store_true", help="commit the new ranges as a version (default: only show)")
+    rp.add_argument("--factor", type=float, default=DEFAULT_FACTOR,
+                    help=f"split a range above FACTOR x the mean rows, merge neighbours below the mean / FACTOR "
+                         f"(default {DEFAULT_FACTOR:g})")
     ad = _command(ssub, common, "advise", commands.sketch_advise,
                   "list the columns a sketch of a query is safe on, best first, with the data each would skip",
                   "imp sketch advise --sql \"SELECT brand, SUM(price) AS s FROM sales GROUP BY brand HAVING "

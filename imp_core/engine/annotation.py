@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.schema import (
@@ -21,6 +22,7 @@ from imp_core.engine.schema import (
     is_annotation,
     raw_col,
 )
+from imp_core.errors import StateError
 from imp_core.plan.nodes import Plan, Scan
 from imp_core.sketch.partition import Partition, PartitionSet
 
@@ -160,6 +162,46 @@ def _distinct_rows(df: pl.DataFrame, keys: list[str]) -> bool:
     return bool(np.unique(pl.DataFrame(columns).hash_rows()).size == df.height)
 
 
+def relabel(df: pl.DataFrame, mapping: np.ndarray) -> pl.DataFrame:
+    """``df`` with every fragment id in its annotation columns (``__f{i}``, ``__frag``, ``__sk``) replaced by
+    ``mapping[id]``: how operator state follows a repartition (paper 7.4) without recomputing anything.
+
+    ``mapping`` must be strictly increasing on the ids ``df`` holds, so a set stays sorted and duplicate-free.
+
+    Raises:
+        StateError: An id is outside ``mapping``, or two ids in use map to one.
+    """
+    out = []
+    for name in df.columns:
+        col = df.get_column(name)
+        if name == FRAG or is_annotation(name) and name != SET:
+            out.append(pl.Series(name, _mapped(col.to_numpy(), mapping), dtype=FRAG_DTYPE))
+        elif name == SET:
+            lengths = col.list.len().fill_null(0).to_numpy().astype(np.int64)
+            flat = col.explode(keep_nulls=False, empty_as_null=False).to_numpy()
+            offsets = np.concatenate([[0], np.cumsum(lengths)])
+            lists = pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()),
+                                                  pa.array(_mapped(flat, mapping), pa.uint32()))
+            mapped = pl.Series(name, lists, dtype=SET_DTYPE)
+            out.append(mapped if not col.null_count() else
+                       pl.select(pl.when(col.is_null()).then(None).otherwise(mapped).alias(name)).to_series())
+        else:
+            out.append(col)
+    return pl.DataFrame(out)
+
+
+def _mapped(ids: np.ndarray, mapping: np.ndarray) -> np.ndarray:
+    if ids.size == 0:
+        return ids.astype(np.uint32)
+    used = np.unique(ids.astype(np.int64))
+    if used[0] < 0 or used[-1] >= mapping.size:
+        raise StateError(f"fragment id {int(used[-1])} is outside the repartition's mapping ({mapping.size} ids); "
+                         f"recapture the sketch")
+    if used.size > 1 and not (np.diff(mapping[used]) > 0).all():
+        raise StateError("a repartition would map two fragment ids in use to one; recapture the sketch")
+    return mapping[ids.astype(np.int64)].astype(np.uint32)
+
+
 # -- how a plan's scans are annotated ----------------------------------------------------------------------------
 
 
@@ -222,4 +264,4 @@ class AnnotationLayout:
 
 
 __all__ = ["FRAG_DTYPE", "SET_DTYPE", "AnnotationLayout", "ScanAnnotation", "after_join", "ann_cols", "as_sets",
-           "consolidate", "data_cols", "empty_delta", "pairs", "pairs_lazy", "rename_for_join", "set_expr"]
+           "consolidate", "data_cols", "empty_delta", "pairs", "pairs_lazy", "relabel", "rename_for_join", "set_expr"]

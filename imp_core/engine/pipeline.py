@@ -136,6 +136,26 @@ class Pipeline:
                 raise StateError(f"operator state for {op.op_id} is missing; recapture the sketch")
             op.load_state(blobs[op.op_id])
 
+    def repartitioned(self, partitions: PartitionSet, mapping: np.ndarray) -> Pipeline:
+        """The same operators under ``partitions``, holding this pipeline's state with every fragment id ``i``
+        renamed ``mapping[i]`` (a split or merge of ranges, paper 7.4; ``mapping`` strictly increasing on the ids in
+        use). The rows that change fragment are then moved by a pass of deletions under the old id and insertions
+        under the new (``__refrag``).
+
+        Raises:
+            StateError: The mapping would merge ids in use, or leaves the new partitions.
+        """
+        if mapping.size != self.partitions.total_fragments:
+            raise StateError(f"a repartition maps {mapping.size} fragment ids, the sketch has "
+                             f"{self.partitions.total_fragments}")
+        new = Pipeline(self.plan, partitions, **self._options)
+        if mapping.size and (mapping.min() < 0 or mapping.max() >= partitions.total_fragments):
+            raise StateError("a repartition maps fragment ids outside the new partitions")
+        old_ops = {op.op_id: op for op in self.stateful()}
+        for op in new.stateful():
+            op.set_state_frames(*old_ops[op.op_id].relabeled_state(mapping, partitions.total_fragments))
+        return new
+
     def reset(self) -> None:
         for op in self.stateful():
             op.reset()

@@ -13,6 +13,7 @@ SET = "__sk"  # a row's fragments as a sorted, duplicate-free List[UInt32] (abov
 FRAG_PREFIX = "__f"  # __f{i}: the fragment of partitioned scan i (UInt32), below the first aggregation
 RAW_PREFIX = "__p"  # __p{i}: scan i's raw partition value, carried from Spark and turned into __f{i} in memory
 FRAG = "__frag"  # the fragment of one exploded (row, fragment) pair
+REFRAG = "__refrag"  # a change row's global fragment id set by the caller (a repartition moving rows between ids)
 COUNT = "__n"  # a count per key: F_g per (group, fragment), MIN/MAX values per (group, value), join-key counts
 VALUE = "__v"  # a value of a MIN/MAX multiset
 ROW = "__row"  # a row's index in operator state

@@ -7,13 +7,13 @@ See docs/ARCHITECTURE.md, "State and versions".
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 
 from imp_core.catalog import SketchRecord, VersionRecord
-from imp_core.engine.pipeline import Pipeline
+from imp_core.engine.pipeline import Pipeline, plan_fingerprint
 from imp_core.errors import ImpError, PlanError, StateError, first_line
 from imp_core.maintenance.changes import used_columns
 from imp_core.maintenance.options import with_state_options
@@ -49,6 +49,16 @@ class LoadedSketch:
 
     def used_columns(self, table: str) -> list[str]:
         return used_columns(self.plan, table)
+
+    def at(self, version: VersionRecord) -> LoadedSketch:
+        """The sketch with the partitions ``version``'s fragment ids refer to (a repartition changes them)."""
+        return replace(self, partitions=version_partitions(self.record, version))
+
+
+def version_partitions(record: SketchRecord, version: VersionRecord) -> PartitionSet:
+    """The partitions a version's fragment ids refer to: its own, or the sketch's registered ones for versions
+    committed before versions recorded them."""
+    return PartitionSet.from_json(version.partitions if version.partitions is not None else record.partitions)
 
 
 def load_sketch(parts: Parts, name: str) -> LoadedSketch:
@@ -103,7 +113,10 @@ def pipeline(parts: Parts, loaded: LoadedSketch, options: Mapping[str, Any]) -> 
     opts = with_state_options(parts.settings.optimizations, options, loaded.name)
     built = Pipeline.configured(loaded.plan, loaded.partitions, opts)
     expected = (loaded.record.plan_json or {}).get("fingerprint")
-    if expected and expected != built.fingerprint:
+    # recorded at registration, under the registered partitions (a repartition changes the bounds, not the plan)
+    registered = built.fingerprint if loaded.partitions.to_json() == loaded.record.partitions else \
+        plan_fingerprint(loaded.plan, PartitionSet.from_json(loaded.record.partitions))
+    if expected and expected != registered:
         raise StateError(f"sketch {loaded.name}: its plan no longer builds the operators it was captured with (imp "
                          f"was upgraded?); recapture the sketch")
     return built
@@ -132,4 +145,4 @@ def load_state(parts: Parts, loaded: LoadedSketch, latest: VersionRecord) -> Pip
     return built
 
 
-__all__ = ["LoadedSketch", "load_sketch", "load_state", "pipeline", "stored_query"]
+__all__ = ["LoadedSketch", "load_sketch", "load_state", "pipeline", "stored_query", "version_partitions"]

@@ -24,6 +24,7 @@ from imp_core.maintenance.feeds import ChangeFeeds
 from imp_core.maintenance.loading import LoadedSketch, load_sketch, load_state, pipeline
 from imp_core.maintenance.options import state_options
 from imp_core.maintenance.parts import Parts
+from imp_core.maintenance.repartition import advance_rows, count_rows
 from imp_core.maintenance.runs import Run, commit, maintenance_run, new_version, table_identities
 from imp_core.maintenance.statistics import rows_per_version
 from imp_core.maintenance.strategy import Strategy
@@ -66,6 +67,7 @@ def maintain(parts: Parts, name: str, strategy: str | None = None, batch_size: i
         # holding the lock, any run still marked running for this sketch belongs to a dead process
         catalog.abandon_running(loaded.record.id)
         latest = catalog.latest_version(loaded.record.id)
+        loaded = loaded.at(latest)
         target = parts.observe(loaded.sources)
         guards.check_identity(catalog, loaded.record, loaded.sources, latest, target)
         if chosen is Strategy.RECAPTURE:
@@ -119,6 +121,7 @@ def incremental(parts: Parts, loaded: LoadedSketch, operators: Pipeline, latest:
     backend = parts.backend(loaded.sources)
     reached = dict(latest.table_versions)
     rows = 0
+    fragment_rows = latest.fragment_rows
     for table in sorted(target):
         start, end = reached.get(table, -1), target[table]
         if end <= start:
@@ -131,10 +134,11 @@ def incremental(parts: Parts, loaded: LoadedSketch, operators: Pipeline, latest:
         operators.maintain_pass(table, changes.drop(VERSION), backend, dict(reached),
                                 netting=parts.settings.optimizations.netting)
         faults.point("after_pass")
+        fragment_rows = advance_rows(fragment_rows, loaded, table, changes)
         rows += changes.height
     version = new_version(operators, loaded.partitions, run, method="incremental", table_versions=reached,
                           identities=table_identities(loaded.sources), options=latest.state_options or {},
-                          started=t0, delta_rows=rows)
+                          started=t0, delta_rows=rows, fragment_rows=fragment_rows)
     return commit(parts.catalog, loaded.record.id, latest, version, run, parts.settings.state_retention)
 
 
@@ -152,9 +156,12 @@ def recapture(parts: Parts, loaded: LoadedSketch, latest: VersionRecord, target:
     operators = pipeline(parts, loaded, options)
     parts.progress(f"recapturing sketch {loaded.name} on Spark at versions {dict(target)}")
     operators.capture(parts.backend(loaded.sources), dict(target))
+    # rows per fragment stay tracked once a repartition started tracking them (one read of the partition columns)
+    rows = None if latest.fragment_rows is None else \
+        {t: count_rows(parts, loaded, t, target[t]) for t in loaded.partitions.tables}
     version = new_version(operators, loaded.partitions, run, method="recapture", table_versions=target,
                           identities=table_identities(loaded.sources, target), options=options, started=t0,
-                          reason=reason)
+                          reason=reason, fragment_rows=rows)
     return commit(parts.catalog, loaded.record.id, latest, version, run, parts.settings.state_retention,
                   safety=report.to_json())
 

@@ -82,27 +82,29 @@ def table_identities(sources: Mapping[str, DeltaSource],
 def new_version(pipeline: Pipeline, partitions: PartitionSet, run: Run, *, method: str,
                 table_versions: Mapping[str, int], identities: Mapping[str, Mapping[str, str]],
                 options: Mapping[str, Any], started: float, reason: str | None = None, delta_rows: int = 0,
-                ) -> tuple[NewVersion, list[StateBlob]]:
+                fragment_rows: Mapping[str, list[int]] | None = None) -> tuple[NewVersion, list[StateBlob]]:
     """The sketch version ``pipeline`` holds now and its operator state, ready to commit.
 
     Args:
         pipeline: The sketch's operators after a capture or a maintenance pass.
-        partitions: The sketch's partitions.
+        partitions: The partitions the pipeline's fragment ids refer to (recorded with the version).
         run: The run making it.
-        method: ``capture``, ``incremental`` or ``recapture``.
+        method: ``capture``, ``incremental``, ``recapture`` or ``repartition``.
         table_versions: The table versions it reflects.
         identities: The tables' identities (:func:`table_identities`).
         options: The engine options that shaped the state (:mod:`imp_core.maintenance.options`).
         started: ``time.perf_counter()`` when the work began (its duration is recorded).
         reason: Why a recapture happened.
         delta_rows: Change rows processed.
+        fragment_rows: Per partitioned table, its rows per fragment at ``table_versions`` (None: not tracked).
     """
     sketch = Sketch.from_global(partitions, pipeline.sketch())
     new = NewVersion(table_versions=dict(table_versions), bits=sketch.bits(partitions), fragments=sketch.to_json(),
                      method=method, reason=reason, delta_rows=delta_rows,
                      duration_ms=(time.perf_counter() - started) * 1000, run_id=run.id,
                      table_identities={t: dict(i) for t, i in identities.items()},
-                     state_options=dict(options))
+                     state_options=dict(options), partitions=partitions.to_json(),
+                     fragment_rows=None if fragment_rows is None else {t: list(c) for t, c in fragment_rows.items()})
     blobs = [StateBlob(op_id, FORMAT, FORMAT_VERSION, blob) for op_id, blob in pipeline.state_blobs().items()]
     return new, blobs
 

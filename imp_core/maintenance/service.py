@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from imp_core.catalog import Catalog, SketchRecord, TableRecord, VersionRecord
 from imp_core.config import Settings
-from imp_core.maintenance import advice, groups, layout, maintain, registration, reports, sketch_use
+from imp_core.maintenance import advice, groups, layout, maintain, registration, repartition, reports, sketch_use
 from imp_core.maintenance.advice import ColumnAdvice
 from imp_core.maintenance.groups import GroupResult
 from imp_core.maintenance.guards import check_usable
@@ -21,10 +21,12 @@ from imp_core.maintenance.loading import LoadedSketch, load_sketch
 from imp_core.maintenance.maintain import MaintenanceResult
 from imp_core.maintenance.parts import Parts, Progress
 from imp_core.maintenance.registration import ParsedSql
+from imp_core.maintenance.repartition import RepartitionResult
 from imp_core.maintenance.sketch_use import PreparedQuery, SketchInUse, SketchPredicate
 from imp_core.maintenance.strategy import Strategy
 from imp_core.plan.sql import Query
 from imp_core.sketch.partition import Partition
+from imp_core.sketch.repartition import DEFAULT_FACTOR
 from imp_core.sources.delta import DeltaSource
 
 if TYPE_CHECKING:
@@ -186,6 +188,11 @@ class SketchService:
                max_columns: int = 10) -> list[ColumnAdvice]:
         """The columns a sketch of ``sql`` is safe on, best first, with estimates (:func:`advice.advise`)."""
         return advice.advise(self.parts, sql, table, fragments, dialect, max_columns)
+
+    def repartition(self, name: str, factor: float = DEFAULT_FACTOR, apply: bool = False,
+                    trigger: str = "cli") -> RepartitionResult:
+        """Split over- and merge underflowing ranges of a sketch (paper 7.4; :func:`repartition.repartition`)."""
+        return repartition.repartition(self.parts, name, factor, apply, trigger)
 
     def sketch_predicate(self, sketch: str, table: str | None = None) -> SketchPredicate:
         """The SQL range predicate of ``sketch``'s latest usable version (:func:`sketch_use.sketch_predicate`)."""

@@ -10,9 +10,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+import numpy as np
 import polars as pl
 
 from imp_core.engine import state as state_codec
+from imp_core.engine.annotation import relabel
 from imp_core.engine.operators.context import BuildContext
 from imp_core.errors import StateError, UnsupportedError
 from imp_core.plan.nodes import Plan
@@ -117,6 +119,12 @@ class StatefulOperator(Operator, ABC):
     @abstractmethod
     def canonical(self) -> dict[str, pl.DataFrame]:
         """State in a canonical order, to compare the states reached by two routes (capture and maintenance)."""
+
+    def relabeled_state(self, mapping: np.ndarray, total: int) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
+        """The state with every fragment id ``i`` renamed ``mapping[i]`` (``annotation.relabel``; ``total`` ids
+        after), for the same operator of a pipeline under repartitioned bounds (its ``set_state_frames``)."""
+        meta, frames = self.state_frames()
+        return meta, {name: relabel(df, mapping) for name, df in frames.items()}
 
     def state_to_bytes(self) -> bytes:
         meta, frames = self.state_frames()

@@ -68,6 +68,12 @@ class Merge(SinkOperator, StatefulOperator):
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
         return {"total": self.total}, {"counts": pl.DataFrame({"count": self.counts})}
 
+    def relabeled_state(self, mapping: np.ndarray, total: int) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
+        """Counts under renamed fragment ids; ids that map to one (a merge of ranges) add up."""
+        counts = np.zeros(total, dtype=np.int64)
+        np.add.at(counts, mapping[:self.total], self.counts)
+        return {"total": total}, {"counts": pl.DataFrame({"count": counts})}
+
     def set_state_frames(self, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
         if int(meta.get("total", -1)) != self.total or "counts" not in frames:
             raise StateError(f"operator {self.op_id}: saved merge state is for a different partition; recapture")

@@ -13,7 +13,7 @@ from imp_core.engine.annotation import FRAG_DTYPE, ScanAnnotation
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.operators.base import UnaryOperator
 from imp_core.engine.operators.context import BuildContext
-from imp_core.engine.schema import MULT
+from imp_core.engine.schema import MULT, REFRAG
 from imp_core.plan.nodes import Plan, Scan
 
 
@@ -33,11 +33,15 @@ class TableAccess(UnaryOperator):
         return cls(ctx.op_id(cls.kind), node, ctx.annotations.of_scan(node))
 
     def process(self, delta: pl.DataFrame) -> pl.DataFrame:
-        """Annotate change rows: ``delta`` has the table's columns and ``__mult``."""
+        """Annotate change rows: ``delta`` has the table's columns and ``__mult``, and may carry each row's global
+        fragment id in ``__refrag`` (a repartition deletes rows under their old id and inserts them under the new)."""
         ann = self.annotation
         if ann is None:
             return delta.select(self._columns)
-        frag = ann.fragments(delta.get_column(ann.partition.column))
+        if REFRAG in delta.columns:
+            frag = delta.get_column(REFRAG).to_numpy()
+        else:
+            frag = ann.fragments(delta.get_column(ann.partition.column))
         return delta.select([*self._columns, pl.lit(pl.Series(ann.column, frag, dtype=FRAG_DTYPE))])
 
 

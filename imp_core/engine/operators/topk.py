@@ -155,6 +155,16 @@ class TopKOp(OutputStateOperator):
         if self.indexed:
             self._rebuild()
 
+    def relabeled_state(self, mapping: np.ndarray, total: int) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
+        """Renamed fragment ids change the set keys that order ties: the state goes out in the single-frame layout,
+        so the operator taking it re-sorts its head (``set_state_frames``)."""
+        meta, frames = super().relabeled_state(mapping, total)
+        skey = pl.col(SET).cast(pl.List(pl.String)).list.join(",").alias(SKEY)
+        frames = {n: df.with_columns(skey) if SKEY in df.columns else df for n, df in frames.items()}
+        if meta.get("layout") == LAYOUT:
+            meta = {**meta, "layout": 1}
+        return meta, frames
+
     def all_rows(self) -> pl.DataFrame:
         """Every kept row (indexed: head and compacted rest together)."""
         if not self.indexed or self.rest.height == 0:

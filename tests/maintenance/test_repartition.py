@@ -1,0 +1,75 @@
+"""Range split and merge (paper 7.4, ``imp_core.maintenance.repartition``) on real Spark, Delta and the catalog:
+after a skewed stream of inserts the overflowing range is split and the near-empty ones merged, in place; the
+repartitioned sketch equals a recapture with the new bounds, later maintenance stays exact, and Spark's answer is
+the same with and without the sketch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from imp_core.errors import UnsupportedError, UsageError
+from tests.oracles import answers_with_and_without_sketch, canonical
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+
+AGG = "SELECT g, SUM(v) AS s FROM {t} GROUP BY g HAVING SUM(v) > 300"
+TOPK = "SELECT g, v FROM {t} ORDER BY v DESC, g LIMIT 5"
+CDF = {"delta.enableChangeDataFeed": "true"}
+
+
+def _table(path: Path) -> None:
+    g = [x for x in range(100) for _ in range(1 if x >= 70 else 20)]  # 70..99 sparse: their ranges underflow
+    write_deltalake(str(path), pa.table({"g": g, "v": [float(x % 7) for x in range(len(g))]}), configuration=CDF)
+
+
+def _skewed_inserts(path: Path, rounds: int) -> None:
+    for i in range(rounds):  # new rows concentrated in 40..49: that range overflows
+        g = [40 + (i + k) % 10 for k in range(200)]
+        write_deltalake(str(path), pa.table({"g": g, "v": [float(k % 5 + 60) for k in range(200)]}), mode="append")
+
+
+@pytest.mark.parametrize("sql", [AGG, TOPK], ids=["aggregation", "topk"])
+def test_split_and_merge_in_place_equal_a_recapture(service, tmp_path: Path, sql: str) -> None:  # noqa: ANN001
+    path = tmp_path / "skew"
+    _table(path)
+    service.register_table("skew", str(path), replace=True)
+    query = sql.format(t="skew")
+    service.create_sketch("skew_s", query, ["skew.g"], bounds=["0,10,20,30,40,50,60,70,80,90,100"])
+    try:
+        _skewed_inserts(path, 3)
+        service.maintain("skew_s")
+        dry = service.repartition("skew_s", factor=3.0)
+        [plan] = dry.tables
+        assert dry.version is None and dry.counted and plan.splits and plan.merges
+        assert [s["fragment"] for s in plan.splits] == [4] and plan.skew_after < plan.skew_before
+
+        done = service.repartition("skew_s", factor=3.0, apply=True)
+        v = done.version
+        assert v is not None and v.method == "repartition" and v.delta_rows == done.tables[0].rows_moved > 0
+        bounds = v.partitions[0]["bounds"]
+        assert len(bounds) - 1 == plan.fragments_after != 10 and v.fragment_rows["skew"] == _recount(service, bounds)
+        again = service.recapture("skew_s")  # a capture with the new bounds: the same sketch
+        assert again.partitions == v.partitions and again.fragments == v.fragments
+
+        history = service.history("skew_s")
+        assert [h["method"] for h in history][-2:] == ["repartition", "recapture"]
+        _skewed_inserts(path, 1)
+        write_deltalake(str(path), pa.table({"g": [45], "v": [1.0]}), mode="append")
+        maintained = service.maintain("skew_s").versions[-1]  # incremental on the moved state, rows tracked on
+        assert maintained.method == "incremental" and maintained.fragment_rows["skew"] == _recount(service, bounds)
+        assert service.recapture("skew_s").fragments == maintained.fragments
+        with_sketch, without = answers_with_and_without_sketch(service, query)
+        assert with_sketch.sketch is not None and canonical(with_sketch.rows) == canonical(without.rows)
+    finally:
+        service.drop_sketch("skew_s")
+
+
+def _recount(service, bounds: list) -> list[int]:  # noqa: ANN001
+    rows = service.spark.read.format("delta").load(service.source("skew").path).select("g").toPandas()["g"]
+    inner = bounds[1:-1]
+    return [int(((rows >= (inner[i - 1] if i else -10**9)) & (rows < (inner[i] if i < len(inner) else 10**9))).sum())
+            for i in range(len(bounds) - 1)]

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from imp_core.catalog import Catalog, SketchRecord
+from imp_core.catalog import Catalog, SketchRecord, VersionRecord
 from imp_core.errors import ImpError, first_line
 from imp_core.maintenance.guards import mark_changed_identities
 from imp_core.maintenance.parts import Parts
@@ -64,7 +64,7 @@ def describe(catalog: Catalog, name: str, version: int | None = None,
         "method": v.method,
         "reason": v.reason,
         "table_versions": dict(v.table_versions),
-        "partitions": partitions_shown(record.partitions, v.fragments, bounds=True),
+        "partitions": partitions_shown(_partitions(record, v), v.fragments, bounds=True),
         "strategy": record.strategy,
         "template_key": record.template_key,
         "safety": record.safety,
@@ -83,9 +83,16 @@ def history(catalog: Catalog, name: str) -> list[dict[str, Any]]:
     """``imp sketch history --json``: every version of a sketch, oldest first."""
     record = catalog.get_sketch(name)
     return [{"version": v.version, "method": v.method, "reason": v.reason, "table_versions": dict(v.table_versions),
-             "fragments": v.fragments, "delta_rows": v.delta_rows, "duration_ms": v.duration_ms, "run_id": v.run_id,
+             "fragments": v.fragments,
+             "fragment_counts": {p["table"]: len(p["bounds"]) - 1 for p in _partitions(record, v)},
+             "delta_rows": v.delta_rows, "duration_ms": v.duration_ms, "run_id": v.run_id,
              "has_state": catalog.has_states(record.id, v.version), "created_at": _iso(v.created_at)}
             for v in catalog.versions(record.id)]
+
+
+def _partitions(record: SketchRecord, version: VersionRecord) -> Any:
+    """The partitions (JSON) a version's fragment ids refer to."""
+    return version.partitions if version.partitions is not None else record.partitions
 
 
 def refresh_observations(catalog: Catalog, strict: bool = True) -> dict[str, int | str]:
@@ -145,7 +152,8 @@ def overview(parts: Parts, refresh: bool = True) -> list[dict[str, Any]]:
     out = []
     for row in catalog.sketch_catalog():
         record = records.get(row["name"])
-        shown = partitions_shown(record.partitions, row.get("fragments")) if record is not None else []
+        shown = partitions_shown(row.get("partitions") or record.partitions, row.get("fragments")) \
+            if record is not None else []
         out.append({
             "name": row["name"],
             "sql": row["sql"],

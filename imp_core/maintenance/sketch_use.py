@@ -22,7 +22,7 @@ from imp_core.errors import (
     first_line,
 )
 from imp_core.maintenance import guards
-from imp_core.maintenance.loading import stored_query
+from imp_core.maintenance.loading import stored_query, version_partitions
 from imp_core.maintenance.maintain import maintain
 from imp_core.maintenance.parts import Parts
 from imp_core.maintenance.registration import ParsedSql, analyze, create_sketch
@@ -143,7 +143,7 @@ def sketch_for_use(parts: Parts, name: str, current: dict[str, int], *, maintain
         record, version = guards.check_usable(parts, name)
     if version is None:
         return None
-    return SketchInUse(name, version, PartitionSet.from_json(record.partitions))
+    return SketchInUse(name, version, version_partitions(record, version))
 
 
 def prepare(parts: Parts, sql: str, dialect: str = "spark", *, use_sketch: bool = True, capture: bool = False,
@@ -209,7 +209,8 @@ def sketch_for_table(parts: Parts, sketch: str, table: str, *, maintain_first: b
     tables = parts.catalog.latest_version(record.id).table_versions  # every table the sketch depends on
     current = {t: s.current_version() for t, s in parts.sources(tables).items()}
     applied = sketch_for_use(parts, sketch, current, maintain_first=maintain_first, trigger=trigger, notes=notes)
-    partitions = PartitionSet.from_json(record.partitions)
+    partitions = applied.partitions if applied is not None else \
+        version_partitions(record, parts.catalog.latest_version(record.id))
     part = partitions.get(table)
     if part is None:
         raise UsageError(f"sketch {sketch} does not partition table {table} (it partitions "

@@ -11,13 +11,14 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from imp_core.errors import UnsupportedError, UsageError
 from tests.oracles import answers_with_and_without_sketch, canonical
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
 AGG = "SELECT g, SUM(v) AS s FROM {t} GROUP BY g HAVING SUM(v) > 300"
 TOPK = "SELECT g, v FROM {t} ORDER BY v DESC, g LIMIT 5"
+JOIN = ("SELECT s.g, SUM(s.v * d.w) AS s FROM {t} s JOIN skew_dim d ON s.g = d.g GROUP BY s.g "
+        "HAVING SUM(s.v * d.w) > 300")
 CDF = {"delta.enableChangeDataFeed": "true"}
 
 
@@ -32,18 +33,25 @@ def _skewed_inserts(path: Path, rounds: int) -> None:
         write_deltalake(str(path), pa.table({"g": g, "v": [float(k % 5 + 60) for k in range(200)]}), mode="append")
 
 
-@pytest.mark.parametrize("sql", [AGG, TOPK], ids=["aggregation", "topk"])
+@pytest.mark.parametrize("sql", [AGG, TOPK, JOIN], ids=["aggregation", "topk", "join"])
 def test_split_and_merge_in_place_equal_a_recapture(service, tmp_path: Path, sql: str) -> None:  # noqa: ANN001
     path = tmp_path / "skew"
     _table(path)
     service.register_table("skew", str(path), replace=True)
     query = sql.format(t="skew")
-    service.create_sketch("skew_s", query, ["skew.g"], bounds=["0,10,20,30,40,50,60,70,80,90,100"])
+    on, bounds = ["skew.g"], ["0,10,20,30,40,50,60,70,80,90,100"]
+    if sql is JOIN:  # both tables partitioned: the dimension's ids shift when the fact table's ranges change
+        dim = pa.table({"g": list(range(100)), "w": [1.0 + x % 3 for x in range(100)]})
+        write_deltalake(str(tmp_path / "dim"), dim, configuration=CDF)
+        service.register_table("skew_dim", str(tmp_path / "dim"), replace=True)
+        on, bounds = [*on, "skew_dim.g"], [*bounds, "0,50,100"]
+    service.create_sketch("skew_s", query, on, bounds=bounds)
     try:
         _skewed_inserts(path, 3)
         service.maintain("skew_s")
         dry = service.repartition("skew_s", factor=3.0)
-        [plan] = dry.tables
+        plan = dry.tables[0]
+        assert plan.table == "skew" and all(not (t.splits or t.merges) for t in dry.tables[1:])
         assert dry.version is None and dry.counted and plan.splits and plan.merges
         assert [s["fragment"] for s in plan.splits] == [4] and plan.skew_after < plan.skew_before
 
@@ -51,6 +59,7 @@ def test_split_and_merge_in_place_equal_a_recapture(service, tmp_path: Path, sql
         v = done.version
         assert v is not None and v.method == "repartition" and v.delta_rows == done.tables[0].rows_moved > 0
         bounds = v.partitions[0]["bounds"]
+        assert v.partitions[1:] == service.catalog.get_sketch("skew_s").partitions[1:]  # the dimension's: unchanged
         assert len(bounds) - 1 == plan.fragments_after != 10 and v.fragment_rows["skew"] == _recount(service, bounds)
         again = service.recapture("skew_s")  # a capture with the new bounds: the same sketch
         assert again.partitions == v.partitions and again.fragments == v.fragments
@@ -62,6 +71,8 @@ def test_split_and_merge_in_place_equal_a_recapture(service, tmp_path: Path, sql
         maintained = service.maintain("skew_s").versions[-1]  # incremental on the moved state, rows tracked on
         assert maintained.method == "incremental" and maintained.fragment_rows["skew"] == _recount(service, bounds)
         assert service.recapture("skew_s").fragments == maintained.fragments
+        applied, used = service.sketch_for_table("skew_s", "skew", maintain_first=False)
+        assert used.fragments == len(bounds) - 1 and applied is not None  # the bounds of the version in use
         with_sketch, without = answers_with_and_without_sketch(service, query)
         assert with_sketch.sketch is not None and canonical(with_sketch.rows) == canonical(without.rows)
     finally:

@@ -153,20 +153,20 @@ def _merge_runs(rows: Sequence[int], factor: float, keep: set[int]) -> list[tupl
 
 def split_bounds(partition: Partition, frag: int, values: pl.Series, pieces: int) -> tuple[Bound, ...]:
     """Inner bounds cutting fragment ``frag`` into up to ``pieces`` pieces of about equal rows: quantiles of its
-    non-NULL, non-NaN ``values``, strictly between the fragment's lowest and highest value and below the next
-    fragment's bound (fewer when values repeat)."""
+    non-NULL, non-NaN ``values``, above the fragment's lowest value and below the next fragment's bound (fewer
+    when values repeat)."""
     clean = values.drop_nulls()
     if clean.dtype.is_float():
         clean = clean.filter(~clean.is_nan())
     if pieces < 2 or clean.len() < 2:
         return ()
     ordered = clean.sort()
-    lo, hi = ordered[0], ordered[-1]
+    lo = ordered[0]
     upper = partition.bounds[frag + 1] if frag + 1 < partition.fragments else None
     out: list[Bound] = []
     for k in range(1, pieces):
         q = ordered[min(ordered.len() - 1, (k * ordered.len()) // pieces)]
-        if lo < q < hi and (upper is None or q < upper) and (not out or q > out[-1]):
+        if q > lo and (upper is None or q < upper) and (not out or q > out[-1]):
             out.append(q)
     return tuple(out)
 

@@ -13,7 +13,7 @@ import importlib
 import sys
 import time
 
-SUITES = ["engine", "skipping", "floor", "maintenance", "tpch", "topk", "strategies", "lakehouse", "nightly",
+SUITES = ["engine", "skipping", "floor", "skew", "maintenance", "tpch", "topk", "strategies", "lakehouse", "nightly",
           "engine_v2"]
 
 

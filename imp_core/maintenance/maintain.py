@@ -24,7 +24,7 @@ from imp_core.maintenance.feeds import ChangeFeeds
 from imp_core.maintenance.loading import LoadedSketch, load_sketch, load_state, pipeline
 from imp_core.maintenance.options import state_options
 from imp_core.maintenance.parts import Parts
-from imp_core.maintenance.repartition import advance_rows, count_rows
+from imp_core.maintenance.repartition import advance_rows, tracked_rows
 from imp_core.maintenance.runs import Run, commit, maintenance_run, new_version, table_identities
 from imp_core.maintenance.statistics import rows_per_version
 from imp_core.maintenance.strategy import Strategy
@@ -156,9 +156,7 @@ def recapture(parts: Parts, loaded: LoadedSketch, latest: VersionRecord, target:
     operators = pipeline(parts, loaded, options)
     parts.progress(f"recapturing sketch {loaded.name} on Spark at versions {dict(target)}")
     operators.capture(parts.backend(loaded.sources), dict(target))
-    # rows per fragment stay tracked once a repartition started tracking them (one read of the partition columns)
-    rows = None if latest.fragment_rows is None else \
-        {t: count_rows(parts, loaded, t, target[t]) for t in loaded.partitions.tables}
+    rows = tracked_rows(parts, loaded.plan, loaded.partitions, loaded.sources, target)
     version = new_version(operators, loaded.partitions, run, method="recapture", table_versions=target,
                           identities=table_identities(loaded.sources, target), options=options, started=t0,
                           reason=reason, fragment_rows=rows)

@@ -21,6 +21,7 @@ from imp_core.engine.support import require_engine_support
 from imp_core.errors import PlanError, UnsafeSketchError, UsageError
 from imp_core.maintenance.options import state_options
 from imp_core.maintenance.parts import Parts
+from imp_core.maintenance.repartition import tracked_rows
 from imp_core.maintenance.runs import maintenance_run, new_version, table_identities
 from imp_core.maintenance.statistics import equi_depth, sign_oracle, violated_assumption
 from imp_core.maintenance.strategy import Strategy
@@ -208,9 +209,10 @@ def create_sketch(parts: Parts, name: str, sql: str | ParsedSql, on: list[str], 
         parts.progress(f"capturing sketch {name} on Spark at versions {reg.versions}")
         t0 = time.perf_counter()
         pipeline.capture(parts.backend(reg.sources), dict(reg.versions))
+        rows = tracked_rows(parts, reg.query.plan, partitions, reg.sources, reg.versions)
         first, blobs = new_version(pipeline, partitions, run, method="capture", table_versions=reg.versions,
                                    identities=table_identities(reg.sources, reg.versions), options=options,
-                                   started=t0)
+                                   started=t0, fragment_rows=rows)
         key, constants = reg.parsed.template
         record = catalog.create_sketch(name, reg.parsed.sql, reg.parsed.dialect, key,
                                        _plan_json(reg, pipeline, constants),

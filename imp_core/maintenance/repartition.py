@@ -27,13 +27,16 @@ from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.schema import MULT, REFRAG
 from imp_core.errors import StateError, UnsupportedError
 from imp_core.maintenance import guards
+from imp_core.maintenance.changes import used_columns
 from imp_core.maintenance.loading import LoadedSketch, load_sketch, load_state
 from imp_core.maintenance.parts import Parts
 from imp_core.maintenance.runs import Run, commit, maintenance_run, new_version
+from imp_core.plan.nodes import Plan
 from imp_core.plan.pushdown import change_filter
 from imp_core.sketch import repartition as rp
 from imp_core.sketch.partition import Partition, PartitionSet
 from imp_core.sketch.sketch import Sketch
+from imp_core.sources.delta import DeltaSource
 from imp_core.use.rewrite import ranges_sql
 
 
@@ -50,6 +53,7 @@ class TablePlan:
     splits: list[dict[str, Any]] = field(default_factory=list)  # {"fragment", "rows", "pieces"}
     merges: list[dict[str, Any]] = field(default_factory=list)  # {"fragments": [first, last], "rows"}
     rows_moved: int = 0
+    rows: list[int] = field(default_factory=list)  # rows per fragment before
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -102,7 +106,8 @@ def repartition(parts: Parts, name: str, factor: float = rp.DEFAULT_FACTOR, appl
         counted = any(t not in rows for t in loaded.partitions.tables)
         for table in loaded.partitions.tables:
             if table not in rows:
-                rows[table] = count_rows(parts, loaded, table, latest.table_versions[table])
+                rows[table] = count_rows(parts, loaded.plan, loaded.partitions, loaded.sources, table,
+                                         latest.table_versions[table])
         plans, reads = _plans(parts, loaded, latest, rows, factor)
         result = RepartitionResult(name, factor, [_describe(loaded, p, rows[p.old.table], reads.get(p.old.table))
                                                   for p in plans.values()], counted=counted)
@@ -113,16 +118,28 @@ def repartition(parts: Parts, name: str, factor: float = rp.DEFAULT_FACTOR, appl
     return result
 
 
-def count_rows(parts: Parts, loaded: LoadedSketch, table: str, version: int) -> list[int]:
-    """Rows of ``table`` at ``version`` in each fragment of the sketch's partition, counting the rows the sketch's
-    pipeline sees (those passing the query's selections right above the table's scans), one Spark read of the
-    columns involved."""
-    part = loaded.partitions.get(table)
+def count_rows(parts: Parts, plan: Plan, partitions: PartitionSet, sources: Mapping[str, DeltaSource], table: str,
+               version: int) -> list[int]:
+    """Rows of ``table`` at ``version`` in each fragment of its partition, counting the rows the sketch's pipeline
+    sees (those passing the query's selections right above the table's scans): the partition column (and the
+    selections' columns) read from the Parquet files when the table allows it, else through Spark."""
+    part = partitions.get(table)
     assert part is not None
-    pred = change_filter(loaded.plan, table)
-    columns = loaded.used_columns(table) if pred is not None else [part.column]
-    rows = _read(parts, loaded, table, version, columns, None)
-    return _counts(loaded, part, rows, pred)
+    pred = change_filter(plan, table)
+    columns = used_columns(plan, table) if pred is not None else [part.column]
+    source = sources[table]
+    if source.reads_parquet_directly(version):
+        rows = pl.from_arrow(source.table_at(version).to_pyarrow_table(columns=columns))
+        assert isinstance(rows, pl.DataFrame)
+    else:
+        rows = _read(parts, source, part, version, columns, None)
+    return _counts(plan, part, rows, pred)
+
+
+def tracked_rows(parts: Parts, plan: Plan, partitions: PartitionSet, sources: Mapping[str, DeltaSource],
+                 versions: Mapping[str, int]) -> dict[str, list[int]]:
+    """``count_rows`` of every partitioned table (what a capture records with its version)."""
+    return {t: count_rows(parts, plan, partitions, sources, t, versions[t]) for t in partitions.tables}
 
 
 def advance_rows(rows: Mapping[str, list[int]] | None, loaded: LoadedSketch, table: str,
@@ -134,37 +151,34 @@ def advance_rows(rows: Mapping[str, list[int]] | None, loaded: LoadedSketch, tab
     part = loaded.partitions.get(table)
     if part is None or table not in rows or changes.height == 0:
         return dict(rows)
-    delta = np.asarray(_counts(loaded, part, changes, change_filter(loaded.plan, table)), dtype=np.int64)
+    delta = np.asarray(_counts(loaded.plan, part, changes, change_filter(loaded.plan, table)), dtype=np.int64)
     before = np.asarray(rows[table], dtype=np.int64)
     if before.size != delta.size:
         return None  # counts of other bounds: stop tracking (a recount follows when a repartition needs them)
     return {**rows, table: (before + delta).tolist()}
 
 
-def _counts(loaded: LoadedSketch, part: Partition, rows: pl.DataFrame, pred: Any) -> list[int]:
+def _counts(plan: Plan, part: Partition, rows: pl.DataFrame, pred: Any) -> list[int]:
     if pred is not None and rows.height:
         rows = rows.filter(compile_expr(pred).fill_null(False))
-    values = _values(loaded, part, rows)
+    values = _values(plan, part, rows)
     weights = rows.get_column(MULT).to_numpy() if MULT in rows.columns else None
     counts = np.bincount(part.fragment_of(values), weights=weights, minlength=part.fragments)
     return [int(n) for n in np.rint(counts)]
 
 
-def _values(loaded: LoadedSketch, part: Partition, rows: pl.DataFrame) -> pl.Series:
+def _values(plan: Plan, part: Partition, rows: pl.DataFrame) -> pl.Series:
     """The partition column of ``rows`` in the engine's storage type (as the scans annotate it)."""
-    dtype = next(c.dtype for s in loaded.plan.scans() if s.table == part.table for c in s.columns
-                 if c.name == part.column)
+    dtype = next(c.dtype for s in plan.scans() if s.table == part.table for c in s.columns if c.name == part.column)
     return rows.get_column(part.column).cast(polars_type(dtype), strict=False)
 
 
-def _read(parts: Parts, loaded: LoadedSketch, table: str, version: int, columns: list[str],
+def _read(parts: Parts, source: DeltaSource, part: Partition, version: int, columns: list[str],
           fragments: list[int] | None) -> pl.DataFrame:
-    """``columns`` of ``table`` at ``version`` (only the rows of ``fragments`` of its partition when given)."""
-    source = loaded.sources[table]
+    """``columns`` of the table at ``version`` through Spark (only the rows of ``fragments`` of ``part`` when
+    given: files are skipped by their statistics)."""
     df = source.scan(parts.spark, version)
     if fragments is not None:
-        part = loaded.partitions.get(table)
-        assert part is not None
         df = df.where(ranges_sql(f"`{part.column}`", part.ranges(fragments)))
     out = pl.from_arrow(df.select(*[f"`{c}`" for c in columns]).toArrow())
     assert isinstance(out, pl.DataFrame)
@@ -181,18 +195,19 @@ def _plans(parts: Parts, loaded: LoadedSketch, latest: VersionRecord, rows: Mapp
         over = rp.overflowing(counts, factor)
         values: dict[int, pl.Series] = {}
         if over:
-            read = _read(parts, loaded, part.table, latest.table_versions[part.table],
+            read = _read(parts, loaded.sources[part.table], part, latest.table_versions[part.table],
                          loaded.used_columns(part.table), over)
-            frag = part.fragment_of(_values(loaded, part, read))
+            frag = part.fragment_of(_values(loaded.plan, part, read))
             reads[part.table] = read
-            values = {f: _values(loaded, part, read.filter(pl.Series(frag == f))) for f in over}
+            values = {f: _values(loaded.plan, part, read.filter(pl.Series(frag == f))) for f in over}
         plans[part.table] = rp.plan(part, counts, factor, values)
     return plans, reads
 
 
 def _describe(loaded: LoadedSketch, plan: rp.Repartition, rows: list[int], overflow: pl.DataFrame | None) -> TablePlan:
     after = plan.new_rows(rows, _split_rows(plan, *_pieces(loaded, plan, overflow)))
-    out = TablePlan(plan.old.table, plan.old.column, plan.old.fragments, plan.new.fragments, _skew(rows), _skew(after))
+    out = TablePlan(plan.old.table, plan.old.column, plan.old.fragments, plan.new.fragments, _skew(rows), _skew(after),
+                    rows=list(rows))
     to_mid = plan.old_to_mid()
     for m, cuts in plan.splits.items():
         old = int(np.flatnonzero(to_mid == m)[0])
@@ -207,7 +222,7 @@ def _pieces(loaded: LoadedSketch, plan: rp.Repartition, overflow: pl.DataFrame |
     piece) and the new id it belongs to."""
     if overflow is None or not plan.splits:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    values = _values(loaded, plan.old, overflow)
+    values = _values(loaded.plan, plan.old, overflow)
     first = plan.mid_to_new()[plan.old_to_mid()[plan.old.fragment_of(values)]]
     return first, plan.new.fragment_of(values).astype(np.int64)
 
@@ -271,8 +286,9 @@ def _table(parts: Parts, loaded: LoadedSketch, operators: Pipeline, partitions: 
     offset = partitions.offset(table)
     merged_away = plan.moved_by_merge()
     if merged_away:
-        rows = _read(parts, loaded, table, versions[table], loaded.used_columns(table), [f for f, _ in merged_away])
-        old_ids = plan.old.fragment_of(_values(loaded, plan.old, rows)).astype(np.int64)
+        rows = _read(parts, loaded.sources[table], plan.old, versions[table], loaded.used_columns(table),
+                     [f for f, _ in merged_away])
+        old_ids = plan.old.fragment_of(_values(loaded.plan, plan.old, rows)).astype(np.int64)
         target = np.arange(plan.old.fragments, dtype=np.int64)
         for f, to in merged_away:
             target[f] = to
@@ -309,4 +325,4 @@ def _reason(result: RepartitionResult) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["RepartitionResult", "TablePlan", "advance_rows", "count_rows", "repartition"]
+__all__ = ["RepartitionResult", "TablePlan", "advance_rows", "count_rows", "repartition", "tracked_rows"]

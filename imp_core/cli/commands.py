@@ -21,7 +21,7 @@ from imp_core.catalog.embedded import embedded_url, stop_embedded
 from imp_core.cli.scaffold import settings_from
 from imp_core.config import Settings, redact_url
 from imp_core.demo import run_demo
-from imp_core.errors import UsageError
+from imp_core.errors import GroupFailedError, UsageError
 from imp_core.maintenance.service import SketchService
 from imp_core.maintenance.strategy import Strategy
 
@@ -238,7 +238,24 @@ def sketch_predicate(args: argparse.Namespace, service: SketchService) -> int:
 
 @with_service
 def sketch_repartition(args: argparse.Namespace, service: SketchService) -> int:
-    """imp sketch repartition NAME [--apply] [--factor F]"""
+    """imp sketch repartition NAME [--apply] [--factor F] | --all"""
+    if (args.name is None) == (not args.all):
+        raise UsageError("give a sketch name or --all (every usable sketch, applied)")
+    if args.all:
+        done = service.repartition_all(args.factor)
+
+        def summary() -> None:
+            table(f"ranges of every usable sketch (split above {args.factor:g}x the mean rows)",
+                  ["sketch", "changed", "version", "error"],
+                  [[d["sketch"], "yes" if d.get("changed") else "no", d.get("version") or "", d.get("error", "")]
+                   for d in done])
+
+        emit(args, done, summary)
+        failed = [d["sketch"] for d in done if d.get("error")]
+        if failed:
+            raise GroupFailedError(f"repartition failed for {len(failed)} sketch(es): {', '.join(failed)}; see "
+                                   f"their errors above")
+        return 0
     result = service.repartition(args.name, args.factor, args.apply)
 
     def text() -> None:

@@ -145,8 +145,10 @@ def _sketch_commands(ssub: argparse._SubParsersAction, common: argparse.Argument
     pr.add_argument("--table", help="the table to restrict (default: the one table the sketch partitions)")
     rp = _command(ssub, common, "repartition", commands.sketch_repartition,
                   "split ranges that hold too many rows and merge neighbours that hold few (paper 7.4)",
-                  "imp sketch repartition top", "imp sketch repartition top --apply --factor 3 --json")
-    rp.add_argument("name")
+                  "imp sketch repartition top", "imp sketch repartition top --apply --factor 3 --json",
+                  "imp sketch repartition --all")
+    rp.add_argument("name", nargs="?")
+    rp.add_argument("--all", action="store_true", help="every usable sketch, applied (what the nightly DAG runs)")
     rp.add_argument("--apply", action="store_true", help="commit the new ranges as a version (default: only show)")
     rp.add_argument("--factor", type=float, default=DEFAULT_FACTOR,
                     help=f"split a range above FACTOR x the mean rows, merge neighbours below the mean / FACTOR "

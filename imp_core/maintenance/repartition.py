@@ -25,7 +25,7 @@ from imp_core.catalog import VersionRecord
 from imp_core.engine.evaluate import compile_expr, polars_type
 from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.schema import MULT, REFRAG
-from imp_core.errors import StateError, UnsupportedError
+from imp_core.errors import ImpError, StateError, UnsupportedError, first_line
 from imp_core.maintenance import guards
 from imp_core.maintenance.changes import used_columns
 from imp_core.maintenance.loading import LoadedSketch, load_sketch, load_state
@@ -116,6 +116,20 @@ def repartition(parts: Parts, name: str, factor: float = rp.DEFAULT_FACTOR, appl
         with maintenance_run(catalog, trigger, "repartition", sketch_id=loaded.record.id, start=latest) as run:
             result.version = _apply(parts, loaded, latest, plans, reads, rows, run, result)
     return result
+
+
+def repartition_all(parts: Parts, factor: float = rp.DEFAULT_FACTOR, trigger: str = "cli") -> list[dict[str, Any]]:
+    """:func:`repartition` with ``apply`` of every usable sketch (what the nightly DAG runs); one sketch's failure is
+    reported in its entry (``error``) and does not stop the others."""
+    out: list[dict[str, Any]] = []
+    for record in parts.catalog.list_sketches():
+        if not record.usable:
+            continue
+        try:
+            out.append(repartition(parts, record.name, factor, apply=True, trigger=trigger).to_json())
+        except ImpError as e:
+            out.append({"sketch": record.name, "factor": factor, "changed": False, "error": first_line(e)})
+    return out
 
 
 def count_rows(parts: Parts, plan: Plan, partitions: PartitionSet, sources: Mapping[str, DeltaSource], table: str,
@@ -325,4 +339,4 @@ def _reason(result: RepartitionResult) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["RepartitionResult", "TablePlan", "advance_rows", "count_rows", "repartition", "tracked_rows"]
+__all__ = ["RepartitionResult", "TablePlan", "advance_rows", "count_rows", "repartition", "repartition_all", "tracked_rows"]

@@ -194,6 +194,10 @@ class SketchService:
         """Split over- and merge underflowing ranges of a sketch (paper 7.4; :func:`repartition.repartition`)."""
         return repartition.repartition(self.parts, name, factor, apply, trigger)
 
+    def repartition_all(self, factor: float = DEFAULT_FACTOR, trigger: str = "cli") -> list[dict[str, Any]]:
+        """Repartition every usable sketch whose ranges over- or underflow (:func:`repartition.repartition_all`)."""
+        return repartition.repartition_all(self.parts, factor, trigger)
+
     def sketch_predicate(self, sketch: str, table: str | None = None) -> SketchPredicate:
         """The SQL range predicate of ``sketch``'s latest usable version (:func:`sketch_use.sketch_predicate`)."""
         return sketch_use.sketch_predicate(self.parts, sketch, table)

@@ -339,4 +339,5 @@ def _reason(result: RepartitionResult) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["RepartitionResult", "TablePlan", "advance_rows", "count_rows", "repartition", "repartition_all", "tracked_rows"]
+__all__ = ["RepartitionResult", "TablePlan", "advance_rows", "count_rows", "repartition", "repartition_all",
+           "tracked_rows"]

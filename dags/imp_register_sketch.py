@@ -31,8 +31,11 @@ from imp_core.maintenance.strategy import Strategy
                       description="ASCII letters, digits, '-' and '_', not starting with '-'."),
         "sql": Param("", type="string", minLength=1, title="SQL", format="multiline",
                      description="The SELECT query the sketch is for, over registered tables."),
-        "on": Param("", type="string", pattern="^[A-Za-z_][A-Za-z0-9_]*\\.[A-Za-z_][A-Za-z0-9_]*$",
-                    title="Partition column", description="TABLE.COLUMN whose range partition the sketch records."),
+        "on": Param("auto", type="string", pattern="^(auto|[A-Za-z_][A-Za-z0-9_]*\\.[A-Za-z_][A-Za-z0-9_]*)$",
+                    title="Partition column",
+                    description="TABLE.COLUMN whose range partition the sketch records, or auto: the safe column "
+                                "sketch advice ranks first (it keeps the fewest rows; a few candidates are captured "
+                                "to compare)."),
         "fragments": Param(100, type="integer", minimum=1, maximum=int(os.environ.get("IMP_MAX_FRAGMENTS") or 10_000),
                            title="Fragments",
                            description="Number of equi-depth fragments of the partition column."),

@@ -101,11 +101,13 @@ def _sketch_commands(ssub: argparse._SubParsersAction, common: argparse.Argument
     cr = _command(ssub, common, "create", commands.sketch_create, "register a sketch and capture it",
                   "imp sketch create top --sql \"SELECT brand, SUM(price*numSold) AS rev FROM sales GROUP BY brand "
                   "HAVING SUM(price*numSold) > 5000\" --on sales.price --bounds 1,601,1001,1501,10001",
-                  "imp sketch create g --sql \"...\" --on t.a --fragments 1000")
+                  "imp sketch create g --sql \"...\" --on t.a --fragments 1000",
+                  "imp sketch create g --sql \"...\" --on auto --fragments 100")
     cr.add_argument("name")
     cr.add_argument("--sql", required=True, help="the SELECT query")
     cr.add_argument("--on", action="append", required=True, metavar="TABLE.COLUMN",
-                    help="partition column (repeat for several tables)")
+                    help="partition column (repeat for several tables), or auto: the column `imp sketch advise` "
+                         "ranks first")
     group = cr.add_mutually_exclusive_group(required=True)
     group.add_argument("--fragments", type=int, help="number of equi-depth fragments picked from the data")
     group.add_argument("--bounds", action="append", metavar="b0,...,bn",

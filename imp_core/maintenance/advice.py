@@ -110,6 +110,46 @@ def advise(parts: Parts, sql: str, table: str | None = None, fragments: int = 10
     return sorted(out, key=_rank)
 
 
+AUTO = "auto"
+"""``--on auto`` (and the register DAG's ``on`` = ``auto``): the sketch goes on advice's first choice."""
+
+AUTO_CANDIDATES = 3
+"""Safe columns ``auto`` estimates (each a capture) before choosing."""
+
+
+def safe_candidates(parts: Parts, sql: str, dialect: str = "spark") -> list[str]:
+    """``TABLE.COLUMN`` of every column a sketch of ``sql`` is safe on, by the safety check alone (no Spark): what
+    ``auto`` will choose among.
+
+    Raises:
+        UnsafeSketchError: No column is safe (the message says why, per column).
+    """
+    query = analyze(parts, ParsedSql.parse(sql, dialect))
+    require_engine_support(query.plan)
+    sources = parts.sources(query.plan.tables())
+    versions = {t: s.current_version() for t, s in sources.items()}
+    schemas = {t: s.schema(versions[t]) for t, s in sources.items()}
+    verdicts = _verdicts(query.plan, schemas, sign_oracle(sources, versions), None)
+    safe = [f"{t}.{c}" for t, c, report in verdicts if report.safe]
+    if not safe:
+        why = "; ".join(f"{t}.{c}: {r.reason}" for t, c, r in verdicts) or "no column can be range-partitioned"
+        raise UnsafeSketchError(f"no column of the query's tables is safe for a sketch of this query ({why}); see "
+                                f"docs/SAFETY.md for what makes a column safe")
+    return safe
+
+
+def first_choice(parts: Parts, sql: str, fragments: int = 100, dialect: str = "spark") -> str:
+    """``TABLE.COLUMN`` advice ranks first for ``sql`` (estimating at most :data:`AUTO_CANDIDATES` safe columns).
+
+    Raises:
+        UnsafeSketchError: No column is safe.
+    """
+    best = advise(parts, sql, None, fragments, dialect, AUTO_CANDIDATES)[0]
+    parts.progress(f"advice: the sketch goes on {best.table}.{best.column} (keeps {best.row_share:.1%} of the rows)"
+                   if best.row_share is not None else f"advice: the sketch goes on {best.table}.{best.column}")
+    return f"{best.table}.{best.column}"
+
+
 def _verdicts(plan: Any, schemas: dict[str, Any], oracle: Any,
               table: str | None) -> list[tuple[str, str, safety.SafetyReport]]:
     """The safety check's verdict for a sketch on each partitionable column the query reads (of ``table``)."""
@@ -155,4 +195,4 @@ def _estimate(parts: Parts, plan: Any, sources: dict[str, Any], versions: dict[s
                         int(counted["k"] or 0), list(notes))
 
 
-__all__ = ["ColumnAdvice", "advise"]
+__all__ = ["AUTO", "AUTO_CANDIDATES", "ColumnAdvice", "advise", "first_choice", "safe_candidates"]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from imp_core.catalog import Catalog, SketchRecord, TableRecord, VersionRecord
 from imp_core.config import Settings
+from imp_core.errors import UsageError
 from imp_core.maintenance import advice, groups, layout, maintain, registration, repartition, reports, sketch_use
 from imp_core.maintenance.advice import ColumnAdvice
 from imp_core.maintenance.groups import GroupResult
@@ -88,18 +89,37 @@ class SketchService:
 
     def check_registration(self, name: str, sql: str, on: list[str], fragments: int | None = None,
                            bounds: list[str] | None = None, dialect: str = "spark") -> dict[str, Any]:
-        """The safety check of :meth:`create_sketch` without the capture: no Spark, nothing written.
+        """The safety check of :meth:`create_sketch` without the capture: no Spark, nothing written. With
+        ``on == ["auto"]`` every safe column is listed (advice chooses among them at the capture).
 
         Returns:
-            ``{"name", "tables", "on", "safety"}`` where ``safety`` is the safety report.
+            ``{"name", "tables", "on", "safety"}`` where ``safety`` is the safety report (of the first safe column
+            for ``auto``, with ``candidates`` listing them all).
         """
-        reg = registration.check(self.parts, name, sql, on, fragments, bounds, dialect)
-        return {"name": name, "tables": reg.versions, "on": list(on), "safety": reg.report.to_json()}
+        candidates = self._auto(on, bounds, sql, dialect)
+        reg = registration.check(self.parts, name, sql, candidates[:1] if candidates else on, fragments, bounds,
+                                 dialect)
+        out = {"name": name, "tables": reg.versions, "on": list(on), "safety": reg.report.to_json()}
+        return {**out, "candidates": candidates} if candidates else out
+
+    def _auto(self, on: list[str], bounds: list[str] | None, sql: str, dialect: str) -> list[str]:
+        """The safe columns ``on == ["auto"]`` chooses among (none for explicit columns)."""
+        if [o.strip().lower() for o in on] != [advice.AUTO]:
+            return []
+        if bounds is not None:
+            raise UsageError("--bounds needs the column they are for: give --on TABLE.COLUMN, or --fragments N with "
+                             "--on auto")
+        return advice.safe_candidates(self.parts, sql, dialect)
 
     def create_sketch(self, name: str, sql: str, on: list[str], fragments: int | None = None,
                       bounds: list[str] | None = None, dialect: str = "spark", strategy: str = Strategy.LAZY,
                       trigger: str = "cli") -> tuple[SketchRecord, VersionRecord]:
-        """Parse, check safety, pick bounds, capture at pinned versions and commit version 1."""
+        """Parse, check safety, pick bounds, capture at pinned versions and commit version 1. ``on == ["auto"]``:
+        on the column sketch advice ranks first (paper 7.4; estimating a few safe columns costs a capture each)."""
+        candidates = self._auto(on, bounds, sql, dialect)
+        if candidates:  # a bad name or argument fails before any capture
+            registration.check(self.parts, name, sql, candidates[:1], fragments, bounds, dialect)
+            on = [advice.first_choice(self.parts, sql, fragments or 100, dialect)]
         return registration.create_sketch(self.parts, name, sql, on, fragments, bounds, dialect, strategy, trigger)
 
     def drop_sketch(self, name: str) -> None:

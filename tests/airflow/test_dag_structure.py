@@ -116,7 +116,8 @@ def test_register_sketch(dagbag) -> None:  # noqa: ANN001
     assert "--sql={{ params.sql }}" in capture.application_args  # SQL may start with '--' (a comment)
     assert {"name", "sql", "on", "fragments"} <= set(dag.params.keys())
     assert _schema(dag, "fragments")["minimum"] == 1
-    assert _schema(dag, "on")["pattern"]
+    on = re.compile(_schema(dag, "on")["pattern"])
+    assert on.match("auto") and on.match("sales.price") and not on.match("sales") and not on.match("auto.x;y")
 
 
 @pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")

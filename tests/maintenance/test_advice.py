@@ -63,3 +63,16 @@ def test_bad_input_is_refused_with_what_to_do(service, adv: str) -> None:  # noq
         service.advise("SELECT SUM(v - 10) AS s FROM adv HAVING SUM(v - 10) > 5", fragments=4)
     with pytest.raises(UsageError):
         service.advise(SQL.format(t=adv), fragments=0)
+
+
+def test_on_auto_registers_advice_first_choice(service, adv: str) -> None:  # noqa: ANN001
+    checked = service.check_registration("adv_auto", SQL.format(t=adv), ["auto"], fragments=10)
+    assert "adv.g" in checked["candidates"] and "adv.v" in checked["candidates"]  # every safe column, no Spark
+    with pytest.raises(UsageError, match="--bounds needs the column"):
+        service.create_sketch("adv_auto", SQL.format(t=adv), ["auto"], bounds=["0,5,10"])
+    service.create_sketch("adv_auto", SQL.format(t=adv), ["auto"], fragments=10)
+    try:
+        [part] = service.describe("adv_auto")["partitions"]
+        assert (part["table"], part["column"]) == ("adv", "g")  # the selective group key, as advice ranks it
+    finally:
+        service.drop_sketch("adv_auto")

@@ -10,7 +10,10 @@ committed version), ``IMP_MAINTENANCE_GROUP_SIZE`` (sketches per job, default 25
 or ``connect``: jobs on a running Spark Connect server), ``IMP_LAYOUT`` (``on``, default, or ``off``),
 ``IMP_LAYOUT_THRESHOLD`` (default 0.5) and ``IMP_LAYOUT_SKIP`` (tables to leave alone) for the layout task that runs
 first: tables whose sketched scans read mostly rows outside their sketches are re-clustered by the sketched columns
-(``imp table layout``). Connections: ``spark_default`` (the Spark master) or
+(``imp table layout``; a table switched off with ``imp table layout TABLE --off`` is left alone).
+After maintenance, ``IMP_REPARTITION`` (``on``, default, or ``off``) and ``IMP_REPARTITION_FACTOR`` (default 4) for
+range split and merge: sketches whose ranges hold more than FACTOR x the mean rows (or far fewer) get new ranges in
+place (``imp sketch repartition``). Connections: ``spark_default`` (the Spark master) or
 ``spark_connect_default`` (the Connect server), and optionally ``imp_catalog`` (else ``IMP_CATALOG_URL`` or the
 embedded catalog). See docs/AIRFLOW.md.
 """
@@ -50,7 +53,7 @@ from imp_core.maintenance.strategy import Strategy
     doc_md=__doc__,
 )
 def imp_nightly_maintenance() -> None:
-    @task(execution_timeout=CHECK_TIMEOUT)
+    @task(execution_timeout=CHECK_TIMEOUT, trigger_rule="all_done")  # maintenance runs even if the layout failed
     def list_stale_groups(**context: Any) -> list[list[str]]:
         params = context["params"]
         return tasks.stale_group_args(context, params["group_size"], Strategy.EAGER, params["batch_size"])
@@ -73,6 +76,14 @@ def imp_nightly_maintenance() -> None:
         return tasks.report_runs(context, submitted)
 
     maintained >> summarize(submitted)
+
+    @task(trigger_rule="all_done", retries=0, execution_timeout=CHECK_TIMEOUT)
+    def list_skewed_sketches(**context: Any) -> list[str]:
+        return tasks.repartition_args(context)
+
+    skewed = list_skewed_sketches()
+    maintained >> skewed
+    job_operator()(task_id="repartition_sketches", application_args=skewed, execution_timeout=JOB_TIMEOUT)
 
 
 imp_nightly_maintenance()

@@ -135,6 +135,8 @@ def test_bad_input_leaves_catalog_unchanged(env: dict[str, str], tmp_path: Path)
     assert_one_line_error(imp(env, "sketch", "show", "ghost"), 7, "ghost")
     assert_one_line_error(imp(env, "sketch", "maintain", "top", "--batch-size", "x"), 2, "--batch-size")
     assert_one_line_error(imp(env, "sketch", "repartition"), 2, "--all")
+    assert_one_line_error(imp(env, "table", "layout", "--off"), 2, "switch one table")
+    assert_one_line_error(imp(env, "table", "layout", "ghost", "--off"), 7, "ghost")
     assert_one_line_error(imp(env, "sketch", "repartition", "ghost", "--apply"), 7, "ghost")
     assert_one_line_error(imp(env, "sketch", "repartition", "ghost", "--factor", "0.5"), 2, "above 1")
     missing = imp(env, "query", "SELECT brand FROM broken", "--no-sketch")  # Spark started: its progress lines first

@@ -18,8 +18,8 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from imp_core.airflow import CATALOG_CONN_ID
 from imp_core.airflow.hooks import ImpCatalogHook
 from imp_core.errors import CatalogError, ImpError, NotFoundError, UsageError, first_line
-from imp_core.jobs import MaintainGroupJob, MaintainJob, airflow_trigger, parse_job, sketches_of
-from imp_core.maintenance import layout
+from imp_core.jobs import MaintainGroupJob, MaintainJob, RepartitionJob, airflow_trigger, parse_job, sketches_of
+from imp_core.maintenance import layout, repartition
 from imp_core.maintenance.strategy import Strategy
 from imp_core.security.redact import scrub
 
@@ -60,27 +60,53 @@ def stale_group_args(context: Mapping[str, Any], size: int, strategy: str = Stra
 def relayout(conn_id: str = CATALOG_CONN_ID) -> list[dict[str, Any]]:
     """The nightly layout pass (before maintenance, so the maintenance after it passes through the rewrite and the
     sketches end the night current): tables whose sketched scans read more than ``IMP_LAYOUT_THRESHOLD`` outside
-    their sketches are re-clustered by the sketched columns, except ``IMP_LAYOUT_SKIP``; ``IMP_LAYOUT=off`` skips
-    the pass. Each table's share, and what was done, goes to the task log; the result to XCom."""
+    their sketches are re-clustered by the sketched columns, except tables switched off (``imp table layout TABLE
+    --off``) or listed in ``IMP_LAYOUT_SKIP``; ``IMP_LAYOUT=off`` skips the pass. Each table's share, and what was
+    done, goes to the task log; the result to XCom. A table whose rewrite fails does not stop the others; the task
+    fails at the end naming it (maintenance runs anyway: its trigger rule is ``all_done``).
+
+    Raises:
+        AirflowFailException: A table could not be re-clustered.
+    """
     with _user_errors():
         if not layout.switched_on():
             log.info("layout pass switched off (IMP_LAYOUT=off)")
             return []
-        skip = layout.skipped_tables()
-        done = ImpCatalogHook(conn_id).get_conn().relayout(skip=skip)
+        done = ImpCatalogHook(conn_id).get_conn().relayout(skip=layout.skipped_tables())
     log.info("layout: %d table(s) partitioned by a usable sketch", len(done))
-    out = []
-    for before, after in done:
+    for d in done:
+        before, after = d.before, d.after
         if after is not None:
             log.info("layout: table %s: %.0f%% read outside its sketches -> %.0f%% after OPTIMIZE ZORDER BY (%s) at "
                      "version %d (%d -> %d files)", before.table, 100 * before.unprunable_share,
                      100 * after.unprunable_share, ", ".join(before.columns), after.version, before.files, after.files)
         else:
-            why = "skipped (IMP_LAYOUT_SKIP)" if before.table in skip else "left as it is"
-            log.info("layout: table %s: %.0f%% read outside its sketches, %s", before.table,
-                     100 * before.unprunable_share, why)
-        out.append({**before.to_json(), "after": after.to_json() if after is not None else None})
-    return out
+            log.info("layout: table %s: %.0f%% read outside its sketches, %s%s", before.table,
+                     100 * before.unprunable_share, d.outcome, f": {scrub(d.error)}" if d.error else "")
+    failed = [d for d in done if d.failed]
+    if failed:
+        raise AirflowFailException(f"re-clustering failed for table(s) {', '.join(d.before.table for d in failed)}; "
+                                   f"see the log (maintenance runs anyway)")
+    return [d.to_json() for d in done]
+
+
+def repartition_args(context: Mapping[str, Any], conn_id: str = CATALOG_CONN_ID) -> list[str]:
+    """The argv of the job that splits and merges the ranges of the sketches that need it (after maintenance, from
+    the rows per range the catalog tracks: no Spark here); skipped when ``IMP_REPARTITION=off`` or none needs it.
+
+    Raises:
+        AirflowSkipException: Nothing to do.
+    """
+    with _user_errors():
+        if not repartition.switched_on():
+            raise AirflowSkipException("range split and merge switched off (IMP_REPARTITION=off)")
+        factor = repartition.factor_setting()
+        names = ImpCatalogHook(conn_id).get_conn().skewed_sketches(factor)
+    if not names:
+        raise AirflowSkipException(f"every sketch's ranges hold within {factor:g}x the mean rows: nothing to split "
+                                   f"or merge")
+    log.info("%d sketch(es) to repartition (factor %g): %s", len(names), factor, ", ".join(names))
+    return RepartitionJob(tuple(names), factor, trigger_for(context)).argv()
 
 
 def on_demand_args(context: Mapping[str, Any], conn_id: str = CATALOG_CONN_ID) -> list[str]:
@@ -178,4 +204,4 @@ def report_job(application_args: Sequence[str], conn_id: str = CATALOG_CONN_ID) 
 
 
 __all__ = ["on_demand_args", "report_job", "report_runs", "stale_group_args", "trigger_for", "validate_maintenance",
-           "validate_registration"]
+           "repartition_args", "validate_registration"]

@@ -28,6 +28,7 @@ class TableRecord:
     schema_json: Any
     observed_version: int | None
     observed_at: datetime | None
+    layout_maintenance: bool = True  # the nightly layout task may re-cluster it
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ def default_triggered_by() -> str:
 
 def table_record(row: Mapping[Any, Any]) -> TableRecord:
     return TableRecord(row["name"], row["path"], row["registered_at"], row["schema_json"], row["observed_version"],
-                       row["observed_at"])
+                       row["observed_at"], bool(row.get("layout_maintenance", True)))
 
 
 def sketch_record(row: Mapping[Any, Any]) -> SketchRecord:

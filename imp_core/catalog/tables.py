@@ -14,7 +14,8 @@ from imp_core.catalog.records import TableRecord, table_record
 from imp_core.errors import CatalogError, NotFoundError, UsageError
 
 _TABLE_SELECT = (
-    "SELECT t.name, t.path, t.registered_at, t.schema_json, o.version AS observed_version, o.observed_at "
+    "SELECT t.name, t.path, t.registered_at, t.schema_json, t.layout_maintenance, o.version AS observed_version, "
+    "o.observed_at "
     "FROM source_table t LEFT JOIN table_observation o ON o.table_name = t.name"
 )
 
@@ -103,6 +104,19 @@ class TableStore(CatalogConnection):
         with self._transaction("list tables") as conn:
             rows = conn.execute(sa.text(_TABLE_SELECT + " ORDER BY t.name")).mappings()
             return [table_record(r) for r in rows]
+
+    def set_layout_maintenance(self, name: str, on: bool) -> TableRecord:
+        """Let the nightly layout task re-cluster table ``name`` (``on``) or leave it alone.
+
+        Raises:
+            NotFoundError: The table is not registered.
+        """
+        with self._transaction(f"switch layout maintenance of table {name!r}") as conn:
+            done = conn.execute(sa.text("UPDATE source_table SET layout_maintenance = :on WHERE name = :n "
+                                        "RETURNING name"), {"n": name, "on": on}).first()
+            if done is None:
+                raise self._table_not_found(name, conn)
+            return self._table(conn, name)
 
     def observe_table_version(self, name: str, version: int, table_id: str | None = None) -> None:
         """Record that Delta version ``version`` of table ``name`` exists (drives ``is_stale`` in the catalog view).

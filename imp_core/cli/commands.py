@@ -21,7 +21,7 @@ from imp_core.catalog.embedded import embedded_url, stop_embedded
 from imp_core.cli.scaffold import settings_from
 from imp_core.config import Settings, redact_url
 from imp_core.demo import run_demo
-from imp_core.errors import GroupFailedError, UsageError
+from imp_core.errors import GroupFailedError, SourceError, UsageError
 from imp_core.maintenance.service import SketchService
 from imp_core.maintenance.strategy import Strategy
 
@@ -126,11 +126,19 @@ def table_list(args: argparse.Namespace, service: SketchService) -> int:
 
 @with_service
 def table_layout(args: argparse.Namespace, service: SketchService) -> int:
-    """imp table layout [NAME] [--apply] [--threshold X]"""
+    """imp table layout [NAME] [--apply] [--threshold X] | NAME --on | NAME --off"""
+    if args.on or args.off:
+        if args.name is None or args.apply:
+            raise UsageError("--on/--off switch one table: imp table layout TABLE --off (no --apply)")
+        record = service.set_layout_maintenance(args.name, bool(args.on))
+        state = "re-clusters" if record.layout_maintenance else "leaves alone"
+        return emit(args, {"table": record.name, "layout_maintenance": record.layout_maintenance},
+                    lambda: print(f"table {record.name}: the layout pass {state} it from now on"))
+    failed: list[str] = []
     if args.apply:
         done = service.relayout(args.name, args.threshold)
-        rows = [{**before.to_json(), "after": after.to_json() if after is not None else None}
-                for before, after in done]
+        rows = [d.to_json() for d in done]
+        failed = [f"{d.before.table} ({d.error})" for d in done if d.failed]
     else:
         rows = [t.to_json() for t in service.layout(args.name)]
 
@@ -146,8 +154,13 @@ def table_layout(args: argparse.Namespace, service: SketchService) -> int:
                 print(f"table {r['table']}: clustered by {', '.join(r['columns'])} at version {after['version']}: "
                       f"{r['unprunable_share']:.0%} -> {after['unprunable_share']:.0%} read outside the sketches, "
                       f"{r['files']} -> {after['files']} files")
+            elif r.get("outcome"):
+                print(f"table {r['table']}: {r['outcome']}" + (f": {r['error']}" if r.get("error") else ""))
 
-    return emit(args, rows, text)
+    code = emit(args, rows, text)
+    if failed:
+        raise SourceError(f"re-clustering failed for {', '.join(failed)}; the other tables were done")
+    return code
 
 
 @with_service

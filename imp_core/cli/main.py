@@ -89,8 +89,12 @@ def _table_commands(tsub: argparse._SubParsersAction, common: argparse.ArgumentP
     _command(tsub, common, "list", commands.table_list, "list registered tables", "imp table list")
     lay = _command(tsub, common, "layout", commands.table_layout,
                    "how much of what sketched scans read lies outside the sketches; --apply re-clusters",
-                   "imp table layout", "imp table layout sales --apply --threshold 0.3 --json")
+                   "imp table layout", "imp table layout sales --apply --threshold 0.3 --json",
+                   "imp table layout sales --off")
     lay.add_argument("name", nargs="?", help="one table (default: every table a usable sketch partitions)")
+    switch = lay.add_mutually_exclusive_group()
+    switch.add_argument("--on", action="store_true", help="let the nightly layout task re-cluster the table (default)")
+    switch.add_argument("--off", action="store_true", help="the nightly layout task leaves the table alone")
     lay.add_argument("--apply", action="store_true",
                      help="OPTIMIZE ZORDER BY the sketched columns where the share exceeds the threshold")
     lay.add_argument("--threshold", type=float, default=None,

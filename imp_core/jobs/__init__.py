@@ -183,8 +183,33 @@ class RegisterJob:
                    args.dialect, args.trigger)
 
 
-Job = MaintainJob | MaintainGroupJob | MaintainAllJob | RecaptureJob | RegisterJob
-JOBS: tuple[type[Job], ...] = (MaintainJob, MaintainGroupJob, MaintainAllJob, RecaptureJob, RegisterJob)
+@dataclass(frozen=True)
+class RepartitionJob:
+    """Split over- and merge underflowing ranges of sketches (paper 7.4), each committed as a version."""
+
+    COMMAND: ClassVar[str] = "repartition"
+    sketches: tuple[str, ...]
+    factor: float | str | None = None
+    trigger: str = DEFAULT_TRIGGER
+
+    def argv(self) -> list[str]:
+        return _argv(self.COMMAND, sketch=tuple(self.sketches), factor=self.factor, trigger=self.trigger)
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--sketch", required=True, action="append", type=sketch_name,
+                            help="a sketch to repartition (repeat the option for each)")
+        parser.add_argument("--factor", type=float, default=None,
+                            help="split above FACTOR x the mean rows (default IMP_REPARTITION_FACTOR or 4)")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RepartitionJob:
+        return cls(tuple(args.sketch), args.factor, args.trigger)
+
+
+Job = MaintainJob | MaintainGroupJob | MaintainAllJob | RecaptureJob | RegisterJob | RepartitionJob
+JOBS: tuple[type[Job], ...] = (MaintainJob, MaintainGroupJob, MaintainAllJob, RecaptureJob, RegisterJob,
+                               RepartitionJob)
 COMMANDS = tuple(job.COMMAND for job in JOBS)
 """Subcommands of :data:`SUBMIT_PATH`."""
 
@@ -264,5 +289,6 @@ def _argv(command: str, **options: Any) -> list[str]:
 
 
 __all__ = ["AIRFLOW_TRIGGER", "COMMANDS", "DEFAULT_TRIGGER", "JOBS", "SUBMIT_PATH", "Job", "MaintainAllJob",
-           "MaintainGroupJob", "MaintainJob", "RecaptureJob", "RegisterJob", "airflow_trigger", "group_label",
+           "MaintainGroupJob", "MaintainJob", "RecaptureJob", "RegisterJob", "RepartitionJob", "airflow_trigger",
+           "group_label",
            "job_from_args", "job_parser", "parse_job", "sketch_of", "sketches_of"]

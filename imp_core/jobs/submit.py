@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from imp_core.cli.scaffold import run_main, settings_from
-from imp_core.errors import GroupFailedError
+from imp_core.errors import GroupFailedError, ImpError, first_line
 from imp_core.inputs import check_batch_size
 from imp_core.jobs import (
     Job,
@@ -28,10 +28,12 @@ from imp_core.jobs import (
     MaintainJob,
     RecaptureJob,
     RegisterJob,
+    RepartitionJob,
     job_from_args,
     job_parser,
 )
 from imp_core.maintenance.maintain import MaintenanceResult
+from imp_core.maintenance.repartition import factor_setting
 from imp_core.maintenance.service import SketchService
 from imp_core.maintenance.strategy import Strategy
 from imp_core.security.redact import scrub
@@ -83,6 +85,28 @@ def run(service: SketchService, job: Job) -> dict[str, Any]:
         out.update({"sketch": record.name, "versions": [version.version], "latest_version": version.version,
                     "table_versions": dict(version.table_versions), "fragments": version.fragments,
                     "safety": record.safety})
+    elif isinstance(job, RepartitionJob):
+        out.update(_repartition(service, job))
+    return out
+
+
+def _repartition(service: SketchService, job: RepartitionJob) -> dict[str, Any]:
+    """Each sketch's repartition (one's failure does not stop the others; the job fails at the end naming it)."""
+    factor = float(job.factor) if job.factor is not None else factor_setting()
+    done, failed = [], []
+    for name in job.sketches:
+        try:
+            result = service.repartition(name, factor, apply=True, trigger=job.trigger).to_json()
+            log.info("sketch %s: %s", name, f"version {result['version']} with new ranges" if result["version"]
+                     else "ranges within the factor")
+            done.append(result)
+        except ImpError as e:
+            log.warning("sketch %s: repartition failed: %s", name, scrub(first_line(e)))
+            done.append({"sketch": name, "error": first_line(e)})
+            failed.append(name)
+    out: dict[str, Any] = {"sketches": done, "failed": failed}
+    if failed:
+        out.update(status="failed", error=f"repartition failed for {len(failed)} sketch(es): {', '.join(failed)}")
     return out
 
 

@@ -27,7 +27,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from imp_core.errors import UsageError
+from imp_core.errors import ImpError, UsageError, first_line
 from imp_core.maintenance.parts import Parts
 from imp_core.sketch.partition import Partition, PartitionSet
 from imp_core.sources.delta import FileStats
@@ -137,28 +137,67 @@ def switched_on() -> bool:
     return raw == "on"
 
 
+@dataclass(frozen=True)
+class Relayout:
+    """What the layout pass did with one table: ``after`` is its layout after re-clustering (None when left as it
+    was), ``outcome`` says why, ``error`` is the one-line reason of a failed rewrite."""
+
+    before: TableLayout
+    after: TableLayout | None
+    outcome: str
+    error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.before.to_json(), "after": self.after.to_json() if self.after is not None else None,
+                "outcome": self.outcome, "error": self.error}
+
+
 def apply(parts: Parts, table: str | None = None, threshold: float | None = None,
-          skip: frozenset[str] = frozenset()) -> list[tuple[TableLayout, TableLayout | None]]:
-    """Re-cluster every measured table (but those in ``skip``) whose unprunable share exceeds ``threshold``:
-    (before, after) per table, ``after`` None where nothing was done."""
+          skip: frozenset[str] = frozenset()) -> list[Relayout]:
+    """Re-cluster every measured table whose unprunable share exceeds ``threshold``, but those switched off in the
+    catalog (``imp table layout TABLE --off``) or listed in ``skip``. A table whose rewrite fails is reported with
+    its error and the others go on."""
     limit = threshold_setting() if threshold is None else threshold
     if not 0 <= limit <= 1:
         raise UsageError(f"--threshold {limit}: give a share between 0 and 1, e.g. 0.5")
-    out: list[tuple[TableLayout, TableLayout | None]] = []
+    off = {t.name for t in parts.catalog.list_tables() if not t.layout_maintenance}
+    out: list[Relayout] = []
     for before in measure(parts, table):
-        if (not before.sketches or before.unprunable_share <= limit or before.table in skip
-                or before.files < MIN_FILES):
-            out.append((before, None))
+        why = _left_alone(before, limit, off, skip)
+        if why is not None:
+            out.append(Relayout(before, None, why))
             continue
         parts.progress(f"table {before.table}: {before.unprunable_share:.0%} of what sketched scans read is outside "
                        f"the sketches; OPTIMIZE ZORDER BY ({', '.join(before.columns)})")
-        source = parts.sources([before.table])[before.table]
-        size = sum(f.size_bytes for f in source.files(before.version))
-        # about one file per fragment of the finest sketch, so a range of fragments selects its own files
-        per_file = size // max(before.fragments, 1)
-        source.z_order(before.columns, target_size=min(MAX_FILE_BYTES, max(MIN_FILE_BYTES, per_file)))
-        out.append((before, measure(parts, before.table)[0]))
+        try:
+            source = parts.sources([before.table])[before.table]
+            size = sum(f.size_bytes for f in source.files(before.version))
+            # about one file per fragment of the finest sketch, so a range of fragments selects its own files
+            per_file = size // max(before.fragments, 1)
+            source.z_order(before.columns, target_size=min(MAX_FILE_BYTES, max(MIN_FILE_BYTES, per_file)))
+            out.append(Relayout(before, measure(parts, before.table)[0], "re-clustered"))
+        except ImpError as e:
+            out.append(Relayout(before, None, "failed", first_line(e)))
     return out
+
+
+def _left_alone(before: TableLayout, limit: float, off: set[str], skip: frozenset[str]) -> str | None:
+    """Why the pass leaves a table as it is (None: re-cluster it)."""
+    if before.table in off:
+        return "switched off (imp table layout TABLE --on)"
+    if before.table in skip:
+        return "skipped (IMP_LAYOUT_SKIP)"
+    if not before.sketches:
+        return "no usable sketch"
+    if before.unprunable_share <= limit:
+        return f"below the threshold ({limit:.0%})"
+    if before.files < MIN_FILES:
+        return f"fewer than {MIN_FILES} files"
+    return None
 
 
 def _coverage(sketch: str, part: Partition, fragments: list[int], files: list[FileStats]) -> SketchCoverage:
@@ -170,12 +209,18 @@ def _coverage(sketch: str, part: Partition, fragments: list[int], files: list[Fi
 
 
 def _rows_inside(f: FileStats, column: str, ranges: list[tuple[Any, Any, bool]]) -> float:
-    """The file's rows estimated to lie in ``ranges`` (values spread evenly over the file's [min, max])."""
+    """The file's rows estimated to lie in ``ranges`` (values spread evenly over the file's [min, max]).
+
+    Integers and dates are counted as values (a file of 15..24 holds 5 of its 10 values in [10, 20)); a timestamp
+    maximum is widened by the millisecond Delta truncates statistics to."""
     total = f.num_records or 0
     nulls = f.null_counts.get(column) or 0
-    lo, hi = _number(f.min_values.get(column)), _number(f.max_values.get(column))
+    raw_lo, raw_hi = f.min_values.get(column), f.max_values.get(column)
+    lo, hi = _number(raw_lo), _number(raw_hi)
     if lo is None or hi is None or total == 0:
         return float(total)
+    step = _step(raw_lo)
+    hi += step if step else 0.001 if isinstance(raw_hi, dt.datetime) else 0.0
     covered = 0.0
     with_nulls = False
     for r_lo, r_hi, r_nulls in ranges:
@@ -191,6 +236,16 @@ def _rows_inside(f: FileStats, column: str, ranges: list[tuple[Any, Any, bool]])
     return min(covered, 1.0) * (total - nulls) + (nulls if with_nulls else 0)
 
 
+def _step(v: Any) -> float:
+    """The distance between neighbouring values of a discrete kind (integers, dates), 0 for continuous ones: a file
+    of integers ``lo..hi`` covers ``[lo, hi + 1)``."""
+    if isinstance(v, bool):
+        return 0.0
+    if isinstance(v, int) or (isinstance(v, dt.date) and not isinstance(v, dt.datetime)):
+        return 1.0
+    return 0.0
+
+
 def _number(v: Any) -> float | None:
     if isinstance(v, bool) or v is None:
         return None
@@ -203,5 +258,5 @@ def _number(v: Any) -> float | None:
     return None
 
 
-__all__ = ["DEFAULT_THRESHOLD", "MIN_FILES", "SketchCoverage", "TableLayout", "apply", "measure", "skipped_tables",
-           "switched_on", "threshold_setting"]
+__all__ = ["DEFAULT_THRESHOLD", "MIN_FILES", "Relayout", "SketchCoverage", "TableLayout", "apply", "measure",
+           "skipped_tables", "switched_on", "threshold_setting"]

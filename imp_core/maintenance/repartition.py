@@ -13,6 +13,7 @@ holding a merged fragment's part holds the merged fragment) before it is committ
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from imp_core.catalog import VersionRecord
 from imp_core.engine.evaluate import compile_expr, polars_type
 from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.schema import MULT, REFRAG
-from imp_core.errors import ImpError, StateError, UnsupportedError, first_line
+from imp_core.errors import ImpError, StateError, UnsupportedError, UsageError, first_line
 from imp_core.maintenance import guards
 from imp_core.maintenance.changes import used_columns
 from imp_core.maintenance.loading import LoadedSketch, load_sketch, load_state
@@ -116,6 +117,41 @@ def repartition(parts: Parts, name: str, factor: float = rp.DEFAULT_FACTOR, appl
         with maintenance_run(catalog, trigger, "repartition", sketch_id=loaded.record.id, start=latest) as run:
             result.version = _apply(parts, loaded, latest, plans, reads, rows, run, result)
     return result
+
+
+def switched_on() -> bool:
+    """``IMP_REPARTITION`` (default ``on``): whether the nightly DAG splits and merges ranges."""
+    raw = os.environ.get("IMP_REPARTITION", "on").strip().lower()
+    if raw not in ("on", "off"):
+        raise UsageError(f"IMP_REPARTITION={raw!r}: give on or off")
+    return raw == "on"
+
+
+def factor_setting() -> float:
+    """``IMP_REPARTITION_FACTOR`` (default :data:`~imp_core.sketch.repartition.DEFAULT_FACTOR`)."""
+    raw = os.environ.get("IMP_REPARTITION_FACTOR", "")
+    try:
+        factor = float(raw) if raw else rp.DEFAULT_FACTOR
+    except ValueError:
+        factor = 0.0
+    if not factor > 1:
+        raise UsageError(f"IMP_REPARTITION_FACTOR={raw!r}: give a number above 1, e.g. 4")
+    return factor
+
+
+def skewed(parts: Parts, factor: float) -> list[str]:
+    """The usable sketches whose ranges over- or underflow by their latest version's rows per range, and those whose
+    rows are not tracked (a repartition counts them): no Spark, only the catalog."""
+    catalog = parts.catalog
+    out = []
+    for record in catalog.list_sketches():
+        if not record.usable:
+            continue
+        version = catalog.latest_version(record.id)
+        rows = version.fragment_rows
+        if rows is None or any(rp.needs_change(counts, factor) for counts in rows.values() if counts):
+            out.append(record.name)
+    return out
 
 
 def repartition_all(parts: Parts, factor: float = rp.DEFAULT_FACTOR, trigger: str = "cli") -> list[dict[str, Any]]:
@@ -339,5 +375,5 @@ def _reason(result: RepartitionResult) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["RepartitionResult", "TablePlan", "advance_rows", "count_rows", "repartition", "repartition_all",
-           "tracked_rows"]
+__all__ = ["RepartitionResult", "TablePlan", "advance_rows", "count_rows", "factor_setting", "repartition",
+           "repartition_all", "skewed", "switched_on", "tracked_rows"]

@@ -17,7 +17,7 @@ from imp_core.maintenance import advice, groups, layout, maintain, registration,
 from imp_core.maintenance.advice import ColumnAdvice
 from imp_core.maintenance.groups import GroupResult
 from imp_core.maintenance.guards import check_usable
-from imp_core.maintenance.layout import TableLayout
+from imp_core.maintenance.layout import Relayout, TableLayout
 from imp_core.maintenance.loading import LoadedSketch, load_sketch
 from imp_core.maintenance.maintain import MaintenanceResult
 from imp_core.maintenance.parts import Parts, Progress
@@ -200,9 +200,13 @@ class SketchService:
         return layout.measure(self.parts, table)
 
     def relayout(self, table: str | None = None, threshold: float | None = None,
-                 skip: frozenset[str] = frozenset()) -> list[tuple[TableLayout, TableLayout | None]]:
-        """Re-cluster the tables above ``threshold`` but those in ``skip`` (:func:`layout.apply`)."""
+                 skip: frozenset[str] = frozenset()) -> list[Relayout]:
+        """Re-cluster the tables above ``threshold`` but those switched off or in ``skip`` (:func:`layout.apply`)."""
         return layout.apply(self.parts, table, threshold, skip)
+
+    def set_layout_maintenance(self, table: str, on: bool) -> TableRecord:
+        """Let the layout pass re-cluster ``table`` (``on``) or leave it alone."""
+        return self.parts.catalog.set_layout_maintenance(table, on)
 
     def advise(self, sql: str, table: str | None = None, fragments: int = 100, dialect: str = "spark",
                max_columns: int = 10) -> list[ColumnAdvice]:
@@ -213,6 +217,10 @@ class SketchService:
                     trigger: str = "cli") -> RepartitionResult:
         """Split over- and merge underflowing ranges of a sketch (paper 7.4; :func:`repartition.repartition`)."""
         return repartition.repartition(self.parts, name, factor, apply, trigger)
+
+    def skewed_sketches(self, factor: float = DEFAULT_FACTOR) -> list[str]:
+        """Usable sketches whose ranges call for a split or merge (:func:`repartition.skewed`; no Spark)."""
+        return repartition.skewed(self.parts, factor)
 
     def repartition_all(self, factor: float = DEFAULT_FACTOR, trigger: str = "cli") -> list[dict[str, Any]]:
         """Repartition every usable sketch whose ranges over- or underflow (:func:`repartition.repartition_all`)."""

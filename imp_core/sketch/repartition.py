@@ -119,6 +119,11 @@ def overflowing(rows: Sequence[int], factor: float) -> list[int]:
     return [i for i, n in enumerate(rows) if mean and n > factor * mean]
 
 
+def needs_change(rows: Sequence[int], factor: float) -> bool:
+    """Whether some fragment over- or underflows: what :func:`plan` would split or merge (from the counts alone)."""
+    return bool(overflowing(rows, factor) or _merge_runs(rows, factor, set(overflowing(rows, factor))))
+
+
 def _merge_map(fragments: int, merges: Sequence[tuple[int, int]]) -> np.ndarray:
     out = np.arange(fragments, dtype=np.int64)
     shift = 0
@@ -237,5 +242,5 @@ def replaced(partitions: PartitionSet, partition: Partition) -> PartitionSet:
     return PartitionSet(tuple(partition if p.table == partition.table else p for p in partitions.partitions))
 
 
-__all__ = ["DEFAULT_FACTOR", "MAX_PIECES", "Repartition", "check", "global_map", "overflowing", "plan", "replaced",
-           "split_bounds"]
+__all__ = ["DEFAULT_FACTOR", "MAX_PIECES", "Repartition", "check", "global_map", "needs_change", "overflowing", "plan",
+           "replaced", "split_bounds"]

@@ -44,8 +44,15 @@ def test_nightly_maintenance(dagbag, monkeypatch: pytest.MonkeyPatch) -> None:  
     dag = dagbag.dags["imp_nightly_maintenance"]
     assert dag.schedule == "0 2 * * *"
     assert dag.catchup is False and dag.max_active_runs == 1
-    assert {t.task_id for t in dag.tasks} == {"relayout_tables", "list_stale_groups", "maintain_group", "summarize"}
+    assert {t.task_id for t in dag.tasks} == {"relayout_tables", "list_stale_groups", "maintain_group", "summarize",
+                                              "list_skewed_sketches", "repartition_sketches"}
     assert dag.get_task("relayout_tables").downstream_task_ids == {"list_stale_groups"}  # the layout pass first
+    # a failed layout pass does not keep the sketches from being maintained
+    assert dag.get_task("list_stale_groups").trigger_rule == "all_done"
+    # range split and merge after maintenance (whatever it did), as a job of its own, skipped when nothing to do
+    skewed, split = dag.get_task("list_skewed_sketches"), dag.get_task("repartition_sketches")
+    assert skewed.trigger_rule == "all_done" and "maintain_group" in skewed.upstream_task_ids
+    assert split.upstream_task_ids == {"list_skewed_sketches"} and isinstance(split, SparkSubmitOperator)
 
     listing, maintain, summary = (dag.get_task(t) for t in ("list_stale_groups", "maintain_group", "summarize"))
     # dynamic task mapping: one spark-submit per group of stale sketches, expanded over the listing task's result

@@ -12,6 +12,7 @@ from imp_core.jobs import (
     MaintainJob,
     RecaptureJob,
     RegisterJob,
+    RepartitionJob,
     airflow_trigger,
     group_label,
     parse_job,
@@ -30,6 +31,8 @@ JOBS = [
     RegisterJob("top", "-- a comment first\nSELECT brand FROM sales", ("sales.price", "other.x"),
                 bounds=("1,2,3", "4,5"), strategy=Strategy.EAGER, dialect="postgres"),
     RegisterJob("g", "SELECT 1", ("t.a",), fragments=10, strategy=Strategy.LAZY, dialect="spark"),
+    RepartitionJob(("a", "b"), 3.5, "airflow:d/r"),
+    RepartitionJob(("only",)),
 ]
 
 

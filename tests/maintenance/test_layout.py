@@ -4,6 +4,7 @@ and answers with and without it stay equal."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,9 +22,19 @@ SQL = "SELECT g, SUM(v) AS s FROM {t} GROUP BY g HAVING SUM(v) > 1000"
 
 
 def test_rows_inside_spread_evenly_over_a_files_range() -> None:
-    f = FileStats("f", 1, 100, {"a": 0}, {"a": 100}, {"a": 0}, {})
+    f = FileStats("f", 1, 100, {"a": 0}, {"a": 99}, {"a": 0}, {})  # integers 0..99: 100 values
     assert _rows_inside(f, "a", [(0, 10, False)]) == pytest.approx(10.0)
     assert _rows_inside(f, "a", [(None, 10, False), (90, None, False)]) == pytest.approx(20.0)
+    ints = FileStats("i", 1, 10, {"a": 15}, {"a": 24}, {"a": 0}, {})
+    assert _rows_inside(ints, "a", [(10, 20, False)]) == pytest.approx(5.0)  # 15..19: 5 of 10 values
+    days = FileStats("d", 1, 10, {"a": dt.date(2024, 1, 1)}, {"a": dt.date(2024, 1, 10)}, {"a": 0}, {})
+    assert _rows_inside(days, "a", [(dt.date(2024, 1, 6), None, False)]) == pytest.approx(5.0)
+    floats = FileStats("x", 1, 10, {"a": 0.0}, {"a": 10.0}, {"a": 0}, {})
+    assert _rows_inside(floats, "a", [(5.0, None, False)]) == pytest.approx(5.0)
+    # Delta truncates a timestamp maximum to the millisecond: the row at 00:00:01.0005 is still inside [.., +inf)
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    stamps = FileStats("t", 1, 2, {"a": t0}, {"a": t0 + dt.timedelta(seconds=1)}, {"a": 0}, {})
+    assert _rows_inside(stamps, "a", [(t0 + dt.timedelta(seconds=1), None, False)]) > 0
     one = FileStats("g", 1, 5, {"a": 7}, {"a": 7}, {"a": 0}, {})
     assert _rows_inside(one, "a", [(5, 8, False)]) == 5 and _rows_inside(one, "a", [(8, 9, False)]) == 0
     unknown = FileStats("h", 1, 5, {}, {}, {}, {})
@@ -45,9 +56,16 @@ def test_small_appends_are_measured_and_reclustering_restores_pruning(service, t
         [cov] = before.sketches
         assert cov.sketch == "lay_s" and cov.files_read >= 12 and before.unprunable_share > 0.5
 
-        assert service.relayout("lay", threshold=0.99)[0][1] is None  # below the threshold: nothing done
-        [(measured, after)] = service.relayout("lay", threshold=0.3)
-        assert after is not None and after.version == measured.version + 1
+        [left] = service.relayout("lay", threshold=0.99)
+        assert left.after is None and left.outcome.startswith("below the threshold")
+        service.set_layout_maintenance("lay", False)  # switched off in the catalog: left alone above the threshold
+        [off] = service.relayout("lay", threshold=0.3)
+        assert off.after is None and off.outcome.startswith("switched off")
+        assert not service.parts.catalog.get_table("lay").layout_maintenance
+        service.set_layout_maintenance("lay", True)
+        [done] = service.relayout("lay", threshold=0.3)
+        measured, after = done.before, done.after
+        assert after is not None and after.version == measured.version + 1 and done.outcome == "re-clustered"
         assert after.unprunable_share < before.unprunable_share and after.sketches[0].files_read < cov.files_read
 
         maintained = service.maintain("lay_s")  # through the rewrite: no change rows, the sketch stays exact
@@ -57,6 +75,28 @@ def test_small_appends_are_measured_and_reclustering_restores_pruning(service, t
         assert len(with_sketch.rows) == 10  # g = 90..99
     finally:
         service.drop_sketch("lay_s")
+
+
+def test_a_failing_table_does_not_stop_the_others(service, tmp_path: Path) -> None:  # noqa: ANN001
+    cdf = {"delta.enableChangeDataFeed": "true"}
+    names = ("lay_ok", "lay_bad")
+    for name in names:
+        for _ in range(9):  # nine small files, each spanning the domain
+            g = list(range(0, 100, 3))
+            write_deltalake(str(tmp_path / name), pa.table({"g": g, "v": [200.0 if x >= 90 else 1.0 for x in g]}),
+                            mode="append", configuration=cdf)
+        service.register_table(name, str(tmp_path / name), replace=True)
+        service.create_sketch(f"{name}_s", SQL.format(t=name), [f"{name}.g"],
+                              bounds=["0,10,20,30,40,50,60,70,80,90,100"])
+    try:
+        for data in (tmp_path / "lay_bad").glob("*.parquet"):
+            data.write_bytes(b"not parquet")  # the rewrite cannot read the table
+        done = {d.before.table: d for d in service.relayout(threshold=0.0)}
+        assert done["lay_bad"].failed and done["lay_bad"].outcome == "failed" and done["lay_bad"].error
+        assert done["lay_ok"].after is not None and done["lay_ok"].outcome == "re-clustered"
+    finally:
+        for name in names:
+            service.drop_sketch(f"{name}_s")
 
 
 def test_bad_input(service) -> None:  # noqa: ANN001

@@ -13,8 +13,8 @@ import importlib
 import sys
 import time
 
-SUITES = ["engine", "skipping", "floor", "skew", "mixed_layout", "maintenance", "tpch", "topk", "strategies", "lakehouse",
-          "nightly", "engine_v2"]
+SUITES = ["engine", "skipping", "floor", "skew", "mixed_layout", "maintenance", "tpch", "topk", "strategies",
+          "lakehouse", "nightly", "engine_v2"]
 
 
 def main(argv: list[str] | None = None) -> int:

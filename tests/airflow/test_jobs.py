@@ -43,7 +43,7 @@ def summary(done: subprocess.CompletedProcess[str]) -> dict:
 
 def test_submit_path_is_the_job_file() -> None:
     assert SUBMIT_PATH.endswith("imp_core/jobs/submit.py")
-    assert set(COMMANDS) == {"maintain", "maintain-group", "maintain-all", "recapture", "register"}
+    assert set(COMMANDS) == {"maintain", "maintain-group", "maintain-all", "recapture", "register", "repartition"}
 
 
 def test_register_then_maintain_in_eager_batches(imp: Imp) -> None:

@@ -59,11 +59,11 @@ def stale_group_args(context: Mapping[str, Any], size: int, strategy: str = Stra
 
 def relayout(conn_id: str = CATALOG_CONN_ID) -> list[dict[str, Any]]:
     """The nightly layout pass (before maintenance, so the maintenance after it passes through the rewrite and the
-    sketches end the night current): tables whose sketched scans read more than ``IMP_LAYOUT_THRESHOLD`` outside
-    their sketches are re-clustered by the sketched columns, except tables switched off (``imp table layout TABLE
-    --off``) or listed in ``IMP_LAYOUT_SKIP``; ``IMP_LAYOUT=off`` skips the pass. Each table's share, and what was
-    done, goes to the task log; the result to XCom. A table whose rewrite fails does not stop the others; the task
-    fails at the end naming it (maintenance runs anyway: its trigger rule is ``all_done``).
+    sketches end the night current): tables whose sketched scans cost more than ``IMP_LAYOUT_THRESHOLD`` above what
+    they would cost on the table clustered by those columns are re-clustered, except tables switched off (``imp table
+    layout TABLE --off``) or listed in ``IMP_LAYOUT_SKIP``; ``IMP_LAYOUT=off`` skips the pass. Each table's share,
+    and what was done, goes to the task log; the result to XCom. A table whose rewrite fails does not stop the
+    others; the task fails at the end naming it (maintenance runs anyway: its trigger rule is ``all_done``).
 
     Raises:
         AirflowFailException: A table could not be re-clustered.
@@ -77,17 +77,28 @@ def relayout(conn_id: str = CATALOG_CONN_ID) -> list[dict[str, Any]]:
     for d in done:
         before, after = d.before, d.after
         if after is not None:
-            log.info("layout: table %s: %.0f%% read outside its sketches -> %.0f%% after OPTIMIZE ZORDER BY (%s) at "
-                     "version %d (%d -> %d files)", before.table, 100 * before.unprunable_share,
-                     100 * after.unprunable_share, ", ".join(before.columns), after.version, before.files, after.files)
+            log.info("layout: table %s: sketched scans cost %.0f%% more than clustered -> %.0f%% after OPTIMIZE "
+                     "ZORDER BY (%s) at version %d (%d -> %d files)", before.table, 100 * before.excess_share,
+                     100 * after.excess_share, ", ".join(before.columns), after.version, before.files, after.files)
         else:
-            log.info("layout: table %s: %.0f%% read outside its sketches, %s%s", before.table,
-                     100 * before.unprunable_share, d.outcome, f": {scrub(d.error)}" if d.error else "")
+            log.info("layout: table %s: sketched scans cost %.0f%% more than clustered, %s%s", before.table,
+                     100 * before.excess_share, d.outcome, f": {scrub(d.error)}" if d.error else "")
     failed = [d for d in done if d.failed]
     if failed:
         raise AirflowFailException(f"re-clustering failed for table(s) {', '.join(d.before.table for d in failed)}; "
                                    f"see the log (maintenance runs anyway)")
     return [d.to_json() for d in done]
+
+
+def layout_failed() -> None:
+    """The last word of a failed layout pass: a task downstream of it, run only when it failed (trigger rule
+    ``one_failed``), so that the DAG run ends failed although maintenance, downstream too, ran and succeeded.
+
+    Raises:
+        AirflowFailException: Always.
+    """
+    raise AirflowFailException("the layout pass failed for some table (see the relayout_tables log); maintenance "
+                               "ran anyway; switch the table off with imp table layout TABLE --off or repair it")
 
 
 def repartition_args(context: Mapping[str, Any], conn_id: str = CATALOG_CONN_ID) -> list[str]:

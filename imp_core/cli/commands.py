@@ -143,16 +143,16 @@ def table_layout(args: argparse.Namespace, service: SketchService) -> int:
         rows = [t.to_json() for t in service.layout(args.name)]
 
     def text() -> None:
-        table("what sketched scans read outside their sketches",
-              ["table", "version", "files", "sketch", "files read", "rows read", "outside the sketch"],
+        table("what sketched scans read, against the table clustered by the sketched columns",
+              ["table", "version", "files", "sketch", "files read", "rows read", "excess cost"],
               [[r["table"], r["version"], r["files"], s["sketch"], s["files_read"], s["rows_read"],
-                f"{s['unprunable_share']:.0%}"] for r in rows for s in r["sketches"]]
+                f"{s['excess_share']:.0%}"] for r in rows for s in r["sketches"]]
               or [[r["table"], r["version"], r["files"], "(no usable sketch)", "", "", ""] for r in rows])
         for r in rows:
             after = r.get("after")
             if after is not None:
                 print(f"table {r['table']}: clustered by {', '.join(r['columns'])} at version {after['version']}: "
-                      f"{r['unprunable_share']:.0%} -> {after['unprunable_share']:.0%} read outside the sketches, "
+                      f"excess cost of sketched scans {r['excess_share']:.0%} -> {after['excess_share']:.0%}, "
                       f"{r['files']} -> {after['files']} files")
             elif r.get("outcome"):
                 print(f"table {r['table']}: {r['outcome']}" + (f": {r['error']}" if r.get("error") else ""))

@@ -1,22 +1,31 @@
-"""Sketch-aware layout: how much of what a sketched scan reads lies outside the sketches, per table, and the
-compaction that clusters the table by its sketched columns when that share grows too large.
+"""Sketch-aware layout: what a sketched scan costs against what it would cost on a table clustered by the sketched
+column, per table, and the compaction that clusters the table when the excess grows too large.
 
 A sketched scan reads every data file whose min/max statistics overlap the sketch's ranges. After a stream of small
 appends, each new file spans most of the domain, so it is read although it holds few rows of the ranges: the sketch
-still holds (maintenance is exact), but the query reads more than it needs. Per usable sketch on a table, from the
+still holds (maintenance is exact), but the query opens and reads more than it needs. Costs are counted as Spark's
+planner counts them: a file read costs its bytes plus ``OPEN_COST_BYTES`` (``spark.sql.files.openCostInBytes``), so
+many small files cost what their opening costs although they hold few rows. Per usable sketch on a table, from the
 Delta file statistics at the table's current version:
 
-* ``files_read`` / ``rows_read``: the files a scan restricted to the sketch's latest ranges reads, and their rows;
-* ``rows_needed``: the rows of those files estimated to lie inside the ranges, by the share of each file's
-  ``[min, max]`` the ranges cover (numbers, dates and timestamps; a file of another type or without statistics
-  counts as needed whole, so the estimate never overstates waste);
-* the *unprunable share* ``1 - rows_needed / rows_read``: what the sketched scan reads in vain.
+* ``files_read`` / ``rows_read`` / ``cost``: the files a scan restricted to the sketch's latest ranges reads, their
+  rows, and their cost;
+* ``rows_needed``: the rows of those files estimated to lie inside the ranges (each file's values spread evenly over
+  its ``[min, max]``; a file without usable statistics counts as needed whole);
+* ``clustered_cost``: the cost of the same scan on the table sorted by the sketch's column and cut into ``m`` files
+  of equal size, for the ``m`` that makes it cheapest (the fragments hold equal shares of the table, as the
+  equi-depth ranges of registration do): few large files when the sketch is scattered, more and smaller ones when
+  it is a narrow range;
+* the *excess share* ``1 - clustered_cost / cost``: what the sketched scan spends beyond that.
 
 The table's share is the largest of its sketches'. Above the threshold (``IMP_LAYOUT_THRESHOLD``, default 0.5), and
 when it has at least ``MIN_FILES`` data files (fewer have little to prune), the table is compacted and Z-ordered by
-its sketched columns (delta-rs OPTIMIZE ZORDER BY): one Delta version without
-data change, which maintenance passes through as it passes any rewrite (its change feed is empty), after which the
-same ranges select few files. See docs/ARCHITECTURE.md, "Sketch use and reuse".
+its sketched columns (delta-rs OPTIMIZE ZORDER BY) into the file count that is cheapest for its sketches together
+(``target_files``): one Delta version without data change, which maintenance passes through as it passes any rewrite
+(its change feed is empty), after which the same ranges select few files and the share is small again, so the next
+night leaves the table alone unless new appends undid the clustering. With several sketched columns the cost of the
+clustered table is an estimate (Z-order clusters each column less than a sort by it alone would). See
+docs/ARCHITECTURE.md, "Sketch use and reuse".
 """
 
 from __future__ import annotations
@@ -35,12 +44,13 @@ from imp_core.use.rewrite import prune_files
 
 DEFAULT_THRESHOLD = 0.5
 MIN_FILES = 8  # a table of fewer files has little to prune: re-clustering it would only add a version
-MIN_FILE_BYTES = 1 << 10
+OPEN_COST_BYTES = 4 << 20  # spark.sql.files.openCostInBytes: what Spark's planner charges for opening a file
+MIN_FILE_BYTES = 1 << 20  # the smallest file the rewrite aims at: smaller ones cost more to open than to read
 MAX_FILE_BYTES = 256 << 20  # Delta's usual target: a large table keeps the usual file size
 
 
 def threshold_setting() -> float:
-    """``IMP_LAYOUT_THRESHOLD``: the unprunable share above which a table is re-clustered."""
+    """``IMP_LAYOUT_THRESHOLD``: the excess share above which a table is re-clustered."""
     raw = os.environ.get("IMP_LAYOUT_THRESHOLD", "")
     try:
         value = float(raw) if raw else DEFAULT_THRESHOLD
@@ -53,17 +63,20 @@ def threshold_setting() -> float:
 
 @dataclass(frozen=True)
 class SketchCoverage:
-    """What a scan restricted to one sketch's latest ranges reads of the table."""
+    """What a scan restricted to one sketch's latest ranges reads of the table, and what it costs (bytes read plus
+    the open cost per file) against the same scan on the table clustered by the sketch's column."""
 
     sketch: str
     column: str
     files_read: int
     rows_read: int
     rows_needed: float
+    cost: int
+    clustered_cost: int
 
     @property
-    def unprunable_share(self) -> float:
-        return 1.0 - self.rows_needed / self.rows_read if self.rows_read else 0.0
+    def excess_share(self) -> float:
+        return max(0.0, 1.0 - self.clustered_cost / self.cost) if self.cost else 0.0
 
 
 @dataclass(frozen=True)
@@ -75,26 +88,28 @@ class TableLayout:
     files: int
     rows: int
     sketches: list[SketchCoverage] = field(default_factory=list)
-    fragments: int = 1  # the most fragments a sketch's partition of the table has
+    bytes: int = 0
+    target_files: int = 1  # the file count of the clustered layout cheapest for the sketches together
 
     @property
-    def unprunable_share(self) -> float:
-        return max((s.unprunable_share for s in self.sketches), default=0.0)
+    def excess_share(self) -> float:
+        return max((s.excess_share for s in self.sketches), default=0.0)
 
     @property
     def columns(self) -> list[str]:
         """The sketched columns, most wasteful sketch's first (Z-order weighs earlier columns no more than later)."""
         out: list[str] = []
-        for s in sorted(self.sketches, key=lambda s: -s.unprunable_share):
+        for s in sorted(self.sketches, key=lambda s: -s.excess_share):
             if s.column not in out:
                 out.append(s.column)
         return out
 
     def to_json(self) -> dict[str, Any]:
         return {"table": self.table, "version": self.version, "files": self.files, "rows": self.rows,
-                "unprunable_share": round(self.unprunable_share, 4), "columns": self.columns,
+                "bytes": self.bytes, "excess_share": round(self.excess_share, 4), "columns": self.columns,
+                "target_files": self.target_files,
                 "sketches": [{**asdict(s), "rows_needed": round(s.rows_needed, 1),
-                              "unprunable_share": round(s.unprunable_share, 4)} for s in self.sketches]}
+                              "excess_share": round(s.excess_share, 4)} for s in self.sketches]}
 
 
 def measure(parts: Parts, table: str | None = None) -> list[TableLayout]:
@@ -118,9 +133,11 @@ def measure(parts: Parts, table: str | None = None) -> list[TableLayout]:
         source = parts.sources([name])[name]
         version = source.current_version()
         files = source.files(version)
-        coverage = [_coverage(sketch, part, frags, files) for sketch, part, frags in per_table[name]]
-        out.append(TableLayout(name, version, len(files), sum(f.num_records or 0 for f in files), coverage,
-                               max((p.fragments for _, p, _ in per_table[name]), default=1)))
+        size = sum(f.size_bytes for f in files)
+        sketched = [(part, frags) for _, part, frags in per_table[name]]
+        coverage = [_coverage(sketch, part, frags, files, size) for sketch, part, frags in per_table[name]]
+        out.append(TableLayout(name, version, len(files), sum(f.num_records or 0 for f in files), coverage, size,
+                               _cheapest_file_count(size, sketched)))
     return out
 
 
@@ -158,7 +175,7 @@ class Relayout:
 
 def apply(parts: Parts, table: str | None = None, threshold: float | None = None,
           skip: frozenset[str] = frozenset()) -> list[Relayout]:
-    """Re-cluster every measured table whose unprunable share exceeds ``threshold``, but those switched off in the
+    """Re-cluster every measured table whose excess share exceeds ``threshold``, but those switched off in the
     catalog (``imp table layout TABLE --off``) or listed in ``skip``. A table whose rewrite fails is reported with
     its error and the others go on."""
     limit = threshold_setting() if threshold is None else threshold
@@ -171,14 +188,12 @@ def apply(parts: Parts, table: str | None = None, threshold: float | None = None
         if why is not None:
             out.append(Relayout(before, None, why))
             continue
-        parts.progress(f"table {before.table}: {before.unprunable_share:.0%} of what sketched scans read is outside "
-                       f"the sketches; OPTIMIZE ZORDER BY ({', '.join(before.columns)})")
+        parts.progress(f"table {before.table}: sketched scans cost {before.excess_share:.0%} more than on the table "
+                       f"clustered; OPTIMIZE ZORDER BY ({', '.join(before.columns)}) into about "
+                       f"{before.target_files} file(s)")
         try:
             source = parts.sources([before.table])[before.table]
-            size = sum(f.size_bytes for f in source.files(before.version))
-            # about one file per fragment of the finest sketch, so a range of fragments selects its own files
-            per_file = size // max(before.fragments, 1)
-            source.z_order(before.columns, target_size=min(MAX_FILE_BYTES, max(MIN_FILE_BYTES, per_file)))
+            source.z_order(before.columns, target_size=max(MIN_FILE_BYTES, before.bytes // before.target_files))
             out.append(Relayout(before, measure(parts, before.table)[0], "re-clustered"))
         except ImpError as e:
             out.append(Relayout(before, None, "failed", first_line(e)))
@@ -193,19 +208,51 @@ def _left_alone(before: TableLayout, limit: float, off: set[str], skip: frozense
         return "skipped (IMP_LAYOUT_SKIP)"
     if not before.sketches:
         return "no usable sketch"
-    if before.unprunable_share <= limit:
+    if before.excess_share <= limit:
         return f"below the threshold ({limit:.0%})"
     if before.files < MIN_FILES:
         return f"fewer than {MIN_FILES} files"
     return None
 
 
-def _coverage(sketch: str, part: Partition, fragments: list[int], files: list[FileStats]) -> SketchCoverage:
+def _coverage(sketch: str, part: Partition, fragments: list[int], files: list[FileStats],
+              size: int) -> SketchCoverage:
     read = prune_files(files, part, fragments) if fragments else []
     ranges = part.ranges(fragments) if fragments else []
     rows = sum(f.num_records or 0 for f in read)
     needed = sum(_rows_inside(f, part.column, ranges) for f in read)
-    return SketchCoverage(sketch, part.column, len(read), rows, min(needed, float(rows)))
+    cost = sum(f.size_bytes + OPEN_COST_BYTES for f in read)
+    clustered = min((_clustered_cost(size, m, part.fragments, fragments) for m in _file_counts(size)), default=0)
+    return SketchCoverage(sketch, part.column, len(read), rows, min(needed, float(rows)), cost, clustered)
+
+
+def _file_counts(size: int) -> list[int]:
+    """The file counts the rewrite may aim at: powers of two whose files are between ``MIN_FILE_BYTES`` and
+    ``MAX_FILE_BYTES`` (one file at least)."""
+    counts, m = [], 1
+    while m == 1 or size // m >= MIN_FILE_BYTES:
+        if size // m <= MAX_FILE_BYTES or m * MIN_FILE_BYTES > size:
+            counts.append(m)
+        m *= 2
+    return counts
+
+
+def _clustered_cost(size: int, files: int, fragments: int, selected: list[int]) -> int:
+    """The cost of reading ``selected`` of ``fragments`` equal fragments from ``size`` bytes sorted by the column and
+    cut into ``files`` equal files: every file that overlaps a selected fragment is read whole."""
+    if not selected:
+        return 0
+    touched: set[int] = set()
+    for f in selected:
+        first, last = f * files // fragments, -(-(f + 1) * files // fragments) - 1
+        touched.update(range(first, max(first, last) + 1))
+    return len(touched) * (size // files + OPEN_COST_BYTES)
+
+
+def _cheapest_file_count(size: int, sketched: list[tuple[Partition, list[int]]]) -> int:
+    """The file count whose clustered layout costs the sketches' scans least together (one file when none)."""
+    counts = _file_counts(size)
+    return min(counts, key=lambda m: (sum(_clustered_cost(size, m, p.fragments, frags) for p, frags in sketched), m))
 
 
 def _rows_inside(f: FileStats, column: str, ranges: list[tuple[Any, Any, bool]]) -> float:
@@ -258,5 +305,5 @@ def _number(v: Any) -> float | None:
     return None
 
 
-__all__ = ["DEFAULT_THRESHOLD", "MIN_FILES", "Relayout", "SketchCoverage", "TableLayout", "apply", "measure",
-           "skipped_tables", "switched_on", "threshold_setting"]
+__all__ = ["DEFAULT_THRESHOLD", "MIN_FILES", "OPEN_COST_BYTES", "Relayout", "SketchCoverage", "TableLayout", "apply",
+           "measure", "skipped_tables", "switched_on", "threshold_setting"]

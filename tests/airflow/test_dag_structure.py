@@ -45,8 +45,10 @@ def test_nightly_maintenance(dagbag, monkeypatch: pytest.MonkeyPatch) -> None:  
     assert dag.schedule == "0 2 * * *"
     assert dag.catchup is False and dag.max_active_runs == 1
     assert {t.task_id for t in dag.tasks} == {"relayout_tables", "list_stale_groups", "maintain_group", "summarize",
-                                              "list_skewed_sketches", "repartition_sketches"}
-    assert dag.get_task("relayout_tables").downstream_task_ids == {"list_stale_groups"}  # the layout pass first
+                                              "list_skewed_sketches", "repartition_sketches", "check_layout"}
+    # the layout pass first; a failed pass fails the run at its own leaf task
+    assert dag.get_task("relayout_tables").downstream_task_ids == {"list_stale_groups", "check_layout"}
+    assert dag.get_task("check_layout").trigger_rule == "one_failed"
     # a failed layout pass does not keep the sketches from being maintained
     assert dag.get_task("list_stale_groups").trigger_rule == "all_done"
     # range split and merge after maintenance (whatever it did), as a job of its own, skipped when nothing to do

@@ -12,7 +12,7 @@ import pytest
 from deltalake import write_deltalake
 
 from imp_core.errors import UsageError
-from imp_core.maintenance.layout import _rows_inside
+from imp_core.maintenance.layout import OPEN_COST_BYTES, _clustered_cost, _file_counts, _rows_inside
 from imp_core.sources.delta import FileStats
 from tests.oracles import answers_with_and_without_sketch, canonical
 
@@ -41,6 +41,19 @@ def test_rows_inside_spread_evenly_over_a_files_range() -> None:
     assert _rows_inside(unknown, "a", [(0, 1, False)]) == 5  # no statistics: counted as needed
 
 
+def test_the_clustered_cost_weighs_bytes_read_against_files_opened() -> None:
+    mb, gb = 1 << 20, 1 << 30
+    assert _file_counts(100 << 10) == [1]  # a small table: one file
+    assert _file_counts(gb) == [4, 8, 16, 32, 64, 128, 256, 512, 1024]  # files of 256 MB down to 1 MB
+    narrow = {m: _clustered_cost(gb, m, 1000, [500]) for m in _file_counts(gb)}
+    assert narrow[4] == gb // 4 + OPEN_COST_BYTES  # the one file of four that holds the fragment
+    assert min(narrow, key=lambda m: narrow[m]) == 512 and narrow[512] == 2 * mb + OPEN_COST_BYTES
+    assert narrow[1024] == 2 * (mb + OPEN_COST_BYTES)  # files smaller than a fragment: it spans two
+    scattered = [_clustered_cost(gb, m, 1000, list(range(0, 1000, 10))) for m in _file_counts(gb)]
+    assert min(scattered) > 100 * min(narrow.values())  # a scattered sketch reads much of any clustering
+    assert _clustered_cost(gb, 4, 1000, []) == 0
+
+
 def test_small_appends_are_measured_and_reclustering_restores_pruning(service, tmp_path: Path) -> None:  # noqa: ANN001
     path = tmp_path / "lay"
     cdf = {"delta.enableChangeDataFeed": "true"}
@@ -54,7 +67,7 @@ def test_small_appends_are_measured_and_reclustering_restores_pruning(service, t
         service.maintain("lay_s")
         [before] = service.layout("lay")
         [cov] = before.sketches
-        assert cov.sketch == "lay_s" and cov.files_read >= 12 and before.unprunable_share > 0.5
+        assert cov.sketch == "lay_s" and cov.files_read >= 12 and before.excess_share > 0.5
 
         [left] = service.relayout("lay", threshold=0.99)
         assert left.after is None and left.outcome.startswith("below the threshold")
@@ -66,7 +79,7 @@ def test_small_appends_are_measured_and_reclustering_restores_pruning(service, t
         [done] = service.relayout("lay", threshold=0.3)
         measured, after = done.before, done.after
         assert after is not None and after.version == measured.version + 1 and done.outcome == "re-clustered"
-        assert after.unprunable_share < before.unprunable_share and after.sketches[0].files_read < cov.files_read
+        assert after.excess_share < before.excess_share and after.sketches[0].files_read < cov.files_read
 
         maintained = service.maintain("lay_s")  # through the rewrite: no change rows, the sketch stays exact
         assert maintained.delta_rows == 0

@@ -88,7 +88,7 @@ def _table_commands(tsub: argparse._SubParsersAction, common: argparse.ArgumentP
     reg.add_argument("--replace", action="store_true", help="re-point an existing name to a new path")
     _command(tsub, common, "list", commands.table_list, "list registered tables", "imp table list")
     lay = _command(tsub, common, "layout", commands.table_layout,
-                   "how much of what sketched scans read lies outside the sketches; --apply re-clusters",
+                   "what sketched scans cost against the table clustered by the sketched columns; --apply re-clusters",
                    "imp table layout", "imp table layout sales --apply --threshold 0.3 --json",
                    "imp table layout sales --off")
     lay.add_argument("name", nargs="?", help="one table (default: every table a usable sketch partitions)")

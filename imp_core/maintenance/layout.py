@@ -12,10 +12,10 @@ Delta file statistics at the table's current version:
   rows, and their cost;
 * ``rows_needed``: the rows of those files estimated to lie inside the ranges (each file's values spread evenly over
   its ``[min, max]``; a file without usable statistics counts as needed whole);
-* ``clustered_cost``: the cost of the same scan on the table sorted by the sketch's column and cut into ``m`` files
-  of equal size, for the ``m`` that makes it cheapest (the fragments hold equal shares of the table, as the
-  equi-depth ranges of registration do): few large files when the sketch is scattered, more and smaller ones when
-  it is a narrow range;
+* ``clustered_cost``: the expected cost of the same scan on the table sorted by the sketch's column and cut into
+  ``m`` files of equal size, for the ``m`` that makes it cheapest (the fragments hold equal shares of the table, as
+  the equi-depth ranges of registration do; a run of selected fragments overlaps one file more than it fills, since
+  file ends fall anywhere): few large files when the sketch is scattered, more and smaller ones when it is narrow;
 * the *excess share* ``1 - clustered_cost / cost``: what the sketched scan spends beyond that.
 
 The table's share is the largest of its sketches'. Above the threshold (``IMP_LAYOUT_THRESHOLD``, default 0.5), and
@@ -238,15 +238,24 @@ def _file_counts(size: int) -> list[int]:
 
 
 def _clustered_cost(size: int, files: int, fragments: int, selected: list[int]) -> int:
-    """The cost of reading ``selected`` of ``fragments`` equal fragments from ``size`` bytes sorted by the column and
-    cut into ``files`` equal files: every file that overlaps a selected fragment is read whole."""
+    """The expected cost of reading ``selected`` of ``fragments`` equal fragments from ``size`` bytes sorted by the
+    column and cut into ``files`` files of equal size, every file that overlaps a selected fragment read whole.
+
+    The rewrite cuts files by size, not at fragment bounds, so a run of consecutive selected fragments covering
+    ``w`` files' worth of rows overlaps ``w + 1`` files on average (its ends fall anywhere inside a file)."""
     if not selected:
         return 0
-    touched: set[int] = set()
-    for f in selected:
-        first, last = f * files // fragments, -(-(f + 1) * files // fragments) - 1
-        touched.update(range(first, max(first, last) + 1))
-    return len(touched) * (size // files + OPEN_COST_BYTES)
+    ordered = sorted(set(selected))
+    runs, width = [], 1
+    for prev, cur in zip(ordered, ordered[1:]):
+        if cur == prev + 1:
+            width += 1
+        else:
+            runs.append(width)
+            width = 1
+    runs.append(width)
+    touched = min(float(files), sum(w * files / fragments + 1 for w in runs))
+    return round(touched * (size / files + OPEN_COST_BYTES))
 
 
 def _cheapest_file_count(size: int, sketched: list[tuple[Partition, list[int]]]) -> int:

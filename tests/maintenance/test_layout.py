@@ -45,12 +45,16 @@ def test_the_clustered_cost_weighs_bytes_read_against_files_opened() -> None:
     mb, gb = 1 << 20, 1 << 30
     assert _file_counts(100 << 10) == [1]  # a small table: one file
     assert _file_counts(gb) == [4, 8, 16, 32, 64, 128, 256, 512, 1024]  # files of 256 MB down to 1 MB
+    # one fragment of 1,000 (1 MB): its ends fall anywhere in a file, so it overlaps 1 + 1/1000 of the files on average
     narrow = {m: _clustered_cost(gb, m, 1000, [500]) for m in _file_counts(gb)}
-    assert narrow[4] == gb // 4 + OPEN_COST_BYTES  # the one file of four that holds the fragment
-    assert min(narrow, key=lambda m: narrow[m]) == 512 and narrow[512] == 2 * mb + OPEN_COST_BYTES
-    assert narrow[1024] == 2 * (mb + OPEN_COST_BYTES)  # files smaller than a fragment: it spans two
+    assert narrow[4] == pytest.approx(1.004 * (gb / 4 + OPEN_COST_BYTES), rel=1e-6)
+    assert min(narrow, key=lambda m: narrow[m]) == 512  # files of 2 MB: opening and reading weigh about equal
+    assert narrow[512] == pytest.approx(1.512 * (2 * mb + OPEN_COST_BYTES), rel=1e-6)
+    assert _clustered_cost(gb, 4, 1000, list(range(100, 150))) == _clustered_cost(gb, 4, 1000, [149, 100, *range(
+        101, 149)])  # a run of 50 fragments is one run whatever the order
     scattered = [_clustered_cost(gb, m, 1000, list(range(0, 1000, 10))) for m in _file_counts(gb)]
     assert min(scattered) > 100 * min(narrow.values())  # a scattered sketch reads much of any clustering
+    assert _clustered_cost(gb, 4, 1000, list(range(0, 1000, 10))) == gb + 4 * OPEN_COST_BYTES  # never above all
     assert _clustered_cost(gb, 4, 1000, []) == 0
 
 

@@ -233,23 +233,23 @@ class AggCall(Expr):
             self._check_distinct(self.arg.dtype)
         if self.arg.has_aggregate():
             raise UnsupportedError("nested aggregate functions are not supported")
-        t = self.arg.dtype
+        self._set_type(self._result_type(self.arg.dtype))
+
+    def _result_type(self, t: pa.DataType) -> pa.DataType:
         if self.func == "count":
-            self._set_type(INT)
-        elif self.func == "avg":
+            return INT
+        if self.func == "avg":
             if not is_numeric(t):
                 raise PlanError(f"AVG needs a numeric argument, got {t}")
             # Spark: AVG(DECIMAL(p, s)) is DECIMAL(p + 4, s + 4), both capped at 38; any other AVG is a double
-            self._set_type(pa.decimal128(min(38, t.precision + 4), min(38, t.scale + 4)) if pa.types.is_decimal(t)
-                           else FLOAT)
-        elif self.func == "sum":
+            return pa.decimal128(min(38, t.precision + 4), min(38, t.scale + 4)) if pa.types.is_decimal(t) else FLOAT
+        if self.func == "sum":
             if not is_numeric(t):
                 raise PlanError(f"SUM needs a numeric argument, got {t}")
             # Spark: SUM of an integer is a BIGINT, of DECIMAL(p, s) a DECIMAL(p + 10, s) (capped at 38)
-            self._set_type(INT if pa.types.is_integer(t) else (
-                pa.decimal128(min(38, t.precision + 10), t.scale) if pa.types.is_decimal(t) else FLOAT))
-        else:
-            self._set_type(t)
+            return INT if pa.types.is_integer(t) else (
+                pa.decimal128(min(38, t.precision + 10), t.scale) if pa.types.is_decimal(t) else FLOAT)
+        return t
 
     def _check_distinct(self, t: pa.DataType) -> None:
         if self.func not in DISTINCT_AGG_FUNCS:

@@ -10,8 +10,9 @@ the group's distinct set while its count is positive, and leaves it when the cou
 * deleting one of several copies lowers the count: both stay; deleting the last copy removes the value;
 * NULL is not counted (Spark); a group without values has COUNT(DISTINCT) 0 and SUM(DISTINCT) NULL.
 
-Each batch recomputes the touched groups' values from their counts (the frame multiset of ``operators/minmax.py``,
-without a buffer). See docs/ARCHITECTURE.md, "Operators".
+Each batch folds its value changes into the counts and recomputes the touched groups' values from them: the frame
+multiset of ``operators/minmax.py`` (without a buffer), so a batch costs the counts held, also on keyed state. See
+docs/ARCHITECTURE.md, "Operators".
 """
 
 from __future__ import annotations

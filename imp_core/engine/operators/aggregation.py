@@ -53,8 +53,9 @@ class Aggregation(OutputStateOperator):
     * ``groups``: the state keys, the accumulators of ``layout`` (``PartialLayout``), per MIN/MAX the current
       extreme ``__m{j}``, and the group's sketch ``__sk`` (``{ρ | F_g[ρ] > 0}``);
     * ``group_fragments``: ``F_g`` as rows (state keys, ``__frag``, ``__n``), saved as frame ``fcounts``;
-    * ``multisets[j]``: per MIN/MAX and DISTINCT aggregate the group's value counts (``ValueMultiset``,
-      ``DistinctValues``), saved as ``mm{j}`` (and ``mmb{j}``); a DISTINCT aggregate's value sits in ``__m{j}``.
+    * ``multisets[j]``: per MIN/MAX and DISTINCT aggregate the group's value counts (``minmax.py``,
+      ``minmax_keyed.py``, ``distinct_values.py``), saved as ``mm{j}`` (and ``mmb{j}``); a DISTINCT aggregate's
+      value sits in ``__m{j}``.
 
     A batch is folded per group first, so each changed group emits one ``Δ−old``/``Δ+new`` pair (a new group only
     ``Δ+``, a vanished one only ``Δ−``, an unchanged one nothing). Without GROUP BY there is always one output row.
@@ -123,7 +124,7 @@ class Aggregation(OutputStateOperator):
         if self.global_agg:
             # SQL: an aggregation without GROUP BY always returns one row, even over no input. Counts and sums
             # start at 0, as for a new group in `apply_partials` (so that deleting every row brings the state back
-            # to exactly this); MIN/MAX have no value.
+            # to exactly this); MIN/MAX and SUM(DISTINCT) have no value, COUNT(DISTINCT) is 0.
             row: dict[str, Any] = {NO_GROUP: [0], SET: [[]]}
             extremes = {agg_columns(j).extreme for j in self.multisets if self.aggs[j][1].func != "count"}
             for name in schema:

@@ -25,7 +25,7 @@ class ValueMultiset:
     def __init__(self, op_id: str, j: int, func: str, key_types: dict[str, pl.DataType], value_type: pl.DataType,
                  float_values: bool, buffer: int = 0) -> None:
         self.op_id, self.j, self.func = op_id, j, func
-        self.label = func.upper()  # for messages
+        self.label = "MIN/MAX"  # for messages
         self.keys = list(key_types)
         self.key_types = key_types
         self.value_type = value_type

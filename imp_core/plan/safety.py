@@ -295,10 +295,18 @@ class _Analysis:
         return signs
 
     def _agg_direction(self, a: AggCall, child: Rel) -> str:
-        if a.func == "count":
+        if a.func == "count" and not a.distinct:
             return "<="
         assert a.arg is not None
         d = self.direction(a.arg, child)
+        if a.distinct:
+            # a partial group holds a subset of the group's distinct values only while each row's value is exact
+            # ({5, 5} has one value, a partial {3, 5} of off values two): then COUNT(DISTINCT) is `<=` like COUNT,
+            # and SUM(DISTINCT) follows the values' sign like SUM
+            if d != "=":
+                return "?"
+            if a.func == "count":
+                return "<="
         if a.func == "max":
             return "<=" if d in ("=", "<=") else "?"
         if a.func == "min":

@@ -1,7 +1,9 @@
 """The plan IR as JSON: what the catalog stores with a sketch, so that loading it does not parse its SQL again.
 
 Every plan node and expression class is written as ``{"@": class name, field: value, ...}`` with its constructor's
-fields; reading calls the constructor, so a stored plan is validated and typed again exactly as a parsed one. See
+fields (a field marked ``omit_default`` only when it differs from its default, so that adding such a field leaves
+the documents of plans without it as they were); reading calls the constructor, so a stored plan is validated and
+typed again exactly as a parsed one. See
 docs/ARCHITECTURE.md, "State and versions".
 """
 
@@ -84,7 +86,8 @@ def _encode(value: Any) -> Any:
     if _CLASSES.get(name) is type(value) and dataclasses.is_dataclass(value):
         out: dict[str, Any] = {"@": name}
         for f in dataclasses.fields(value):
-            if f.init and f.name not in _DERIVED:
+            if f.init and f.name not in _DERIVED and not (f.metadata.get("omit_default") and
+                                                           getattr(value, f.name) == f.default):
                 out[f.name] = _encode(getattr(value, f.name))
         return out
     raise PlanError(f"cannot store a {name} in a plan")  # pragma: no cover - the IR holds only the values above

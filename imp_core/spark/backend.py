@@ -176,7 +176,8 @@ class SparkBackend:
 
     def aggregate_input(self, child: Relation, layout: PartialLayout, versions: Versions) -> Partials:
         """The partial aggregates of a frontier aggregation per (group, fragment), grouped on Spark so that only
-        small partials come back: one job, plus one per MIN/MAX and per decimal sum over rows with |m| > 1."""
+        small partials come back: one job, plus one per MIN/MAX or DISTINCT aggregate (its value counts) and per decimal
+        sum over rows with |m| > 1."""
         df = self._compile(child, versions, fragments_in_spark=True)
         frags = [col(c) for c in df.columns if is_frag_col(c)]
         keys = [compile_expr(e).alias(n) for n, e in layout.keys] if layout.keys else [F.lit(0).alias(NO_GROUP)]
@@ -196,7 +197,7 @@ class SparkBackend:
         if exact and rows.height and (rows.get_column("__mmax").max() or 0) > 1:  # type: ignore[operator]
             rows = self._multiplied_out(df, keys, frag_names, layout, exact, args, rows)
         values: dict[int, pl.DataFrame] = {}
-        for j in layout.minmax:
+        for j in layout.valued:
             vdf = (df.select(*keys, args[j].alias(VALUE), m).filter(col(VALUE).isNotNull())
                    .groupBy(*[col(k) for k in layout.plain_keys], col(VALUE)).agg(F.sum(m).alias(COUNT)))
             values[j] = layout.encode_values(j, layout.encode_keys(to_polars(vdf)))

@@ -382,7 +382,8 @@ class PlanCompiler:
                 value = F.count(F.lit(1))
             else:
                 arg = compile_expr(a.arg)
-                value = {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max}[a.func](arg)
+                value = ({"sum": F.sum_distinct, "count": F.count_distinct} if a.distinct else
+                         {"sum": F.sum, "count": F.count, "avg": F.avg, "min": F.min, "max": F.max})[a.func](arg)
             aggs.append(value.cast(arrow_to_spark(a.dtype)).alias(name))
         if not node.keys:
             return child.agg(*aggs) if aggs else child.agg(F.count(F.lit(1))).select()

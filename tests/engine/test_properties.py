@@ -463,7 +463,7 @@ def test_grammar_parses_and_covers_every_operator() -> None:
     seen_sql: set[str] = set()
     constructs = ["JOIN", "CROSS JOIN", "GROUP BY", "HAVING", "DISTINCT", "LIMIT", "LIKE", "BETWEEN", " IN (",
                   "CASE", "CAST", "IS NULL", "DATE '", "INTERVAL", "SUBSTRING", "||", "COUNT(*)", "AVG(", "MIN(",
-                  "MAX(", "SUM(", "NULLIF", "EXTRACT", "UPPER", "(SELECT"]
+                  "MAX(", "SUM(", "COUNT(DISTINCT", "NULLIF", "EXTRACT", "UPPER", "(SELECT"]
 
     @settings(max_examples=300, derandomize=True, database=None, deadline=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -278,3 +278,36 @@ def test_high_scale_decimal_sums_are_exact_in_capture(spark, tmp_path: Path) -> 
     for a, b in zip(on_spark.stateful(), local.stateful()):
         for frame_name, frame in a.canonical().items():
             assert frame.equals(b.canonical()[frame_name]), (a.op_id, frame_name)
+
+
+def test_distinct_aggregates_captured_on_spark_are_sparks_values(spark, tmp_path: Path) -> None:  # noqa: ANN001
+    """COUNT(DISTINCT) and SUM(DISTINCT) from a capture on Spark (value counts grouped by Spark): the same state as
+    the in-memory capture, and Spark's own values (-0.0 = 0.0, one NaN, NULLs skipped, exact decimals)."""
+    nan = float("nan")
+    schema = pa.schema([("g", pa.int64()), ("v", pa.float64()), ("q", pa.decimal128(18, 8)), ("i", pa.int64()),
+                        ("p", pa.int64())])
+    data = pa.table({"g": [1, 1, 1, 1, 1, 2, 2, 2], "v": [0.0, -0.0, nan, nan, None, 1.5, 1.5, None],
+                     "q": [Decimal("0.12345678"), Decimal("0.12345678"), Decimal("3.33333333"), None, None,
+                           Decimal("-1.00000005"), None, None],
+                     "i": [5, 5, 7, None, 2 ** 62, 2 ** 62, 2 ** 62 + 1, 2 ** 62 + 2],
+                     "p": [0, 1, 2, 3, 0, 1, 2, 3]}, schema=schema)
+    write_deltalake(str(tmp_path / "dd"), data, mode="overwrite",
+                    configuration={"delta.enableChangeDataFeed": "true"})
+    sql = ("SELECT g, COUNT(DISTINCT v) AS cv, SUM(DISTINCT q) AS sq, SUM(DISTINCT i) AS si, COUNT(DISTINCT i) AS ci "
+           "FROM dd GROUP BY g")
+    plan = parse_query(sql, {"dd": schema}).plan
+    parts = PartitionSet((Partition("dd", "p", (0, 2, 4), "int"),))
+    on_spark = Pipeline(plan, parts)
+    on_spark.capture(SparkBackend(spark, {"dd": DeltaSource("dd", tmp_path / "dd")}), {"dd": 0})
+    out = on_spark.relation_from_state(plan)
+    assert out is not None
+    got = sorted(tuple(r[c] for c in ("g", "cv", "sq", "si", "ci")) for r in out.to_dicts())
+    spark.read.format("delta").load(str(tmp_path / "dd")).createOrReplaceTempView("dd")
+    truth = sorted(tuple(r) for r in spark.sql(sql).collect())
+    assert got == truth == [(1, 2, Decimal("3.45679011"), 2 ** 62 + 12, 3),
+                            (2, 1, Decimal("-1.00000005"), 2 ** 62 * 3 + 3 - 2 ** 64, 3)]
+    local = Pipeline(plan, parts)
+    local.capture(LocalBackend(lambda t, v: pl.from_arrow(data)), {"dd": 0})  # type: ignore[arg-type, return-value]
+    for a, b in zip(on_spark.stateful(), local.stateful()):
+        for frame_name, frame in a.canonical().items():
+            assert frame.equals(b.canonical()[frame_name]), (a.op_id, frame_name)

@@ -1,10 +1,11 @@
 """Operator state persistence: round trips of every stateful operator, and corrupt or foreign blobs.
 
-For aggregation (every aggregate kind, several key types, with and without GROUP BY), DISTINCT, top-k and the merge
-operator, at three sizes (empty, normal, huge: 500K groups / rows, 1M fragments): ``state_to_bytes`` then
-``load_state`` into a fresh operator gives identical canonical frames, and both operators then behave identically on
-further changes. A blob with any single byte flipped, a blob of another format version, operator, kind or plan, or a
-truncated blob raises ``StateError`` (which makes the service recapture), never a silently different state.
+For aggregation (every aggregate kind, COUNT/SUM(DISTINCT) too, several key types, with and without GROUP BY),
+DISTINCT, top-k and the merge operator, at three sizes (empty, normal, huge: 500K groups / rows, 1M fragments):
+``state_to_bytes`` then ``load_state`` into a fresh operator gives identical canonical frames, and both operators then
+behave identically on further changes. A blob with any single byte flipped, a blob of another format version,
+operator, kind or plan, or a truncated blob raises ``StateError`` (which makes the service recapture), never a
+silently different state.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ def aggregation() -> Aggregation:
     aggs = (("sum_i", AggCall("sum", i)), ("sum_x", AggCall("sum", x)), ("sum_m", AggCall("sum", dec)),
             ("cnt_i", AggCall("count", i)), ("cnt", AggCall("count", None)), ("avg_x", AggCall("avg", x)),
             ("avg_i", AggCall("avg", i)), ("min_x", AggCall("min", x)), ("max_s", AggCall("max", s)),
-            ("min_d", AggCall("min", d)), ("max_i", AggCall("max", i)))
+            ("min_d", AggCall("min", d)), ("max_i", AggCall("max", i)),
+            ("cntd_x", AggCall("count", x, distinct=True)), ("cntd_s", AggCall("count", s, distinct=True)),
+            ("sumd_i", AggCall("sum", i, distinct=True)), ("sumd_m", AggCall("sum", dec, distinct=True)))
     return Aggregation("aggregation@r.0", (("g", Col("g", INT)), ("s", s)), aggs, KEY_TYPES, fingerprint="fp")
 
 

@@ -47,3 +47,12 @@ def test_negation_flips_and_equality_must_stay() -> None:
 def test_top_k_blocks_reuse_below_it() -> None:
     q = "SELECT a, SUM(b) AS s FROM t GROUP BY a HAVING SUM(b) > {x} ORDER BY s DESC LIMIT 3"
     assert not reuse(q.format(x=1), q.format(x=2))
+
+
+def test_a_distinct_aggregate_is_another_query() -> None:
+    plain = "SELECT a, COUNT(b) AS n FROM t GROUP BY a HAVING COUNT(b) > 2"
+    distinct = "SELECT a, COUNT(DISTINCT b) AS n FROM t GROUP BY a HAVING COUNT(DISTINCT b) > 2"
+    assert template_key(plain)[0] != template_key(distinct)[0]
+    assert not can_reuse(parse_query(plain, T).plan, parse_query(distinct, T).plan)[0]
+    assert not can_reuse(parse_query(distinct, T).plan, parse_query(plain, T).plan)[0]
+    assert can_reuse(parse_query(distinct, T).plan, parse_query(distinct.replace("> 2", "> 3"), T).plan)[0]

@@ -187,3 +187,45 @@ def test_topk_sum_ascending_really_changes_the_answer() -> None:
     table = pa.table({"a": [1, 2, 2], "b": [1, 2, 15], "c": [0.0, 0.0, 0.0], "x": [3, 2, 8]})
     full, sketched = answers_over_sketch(sql, table, "b", [0, 10, 20], "SELECT b FROM t WHERE a = 1")
     assert full == [(1, 3)] and sketched == [(2, 2)]
+
+
+# -- DISTINCT aggregates ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("having,signs,assumptions", [
+    ("COUNT(DISTINCT x) > 2", {}, ()),  # like COUNT: a partial group holds a subset of the values
+    ("SUM(DISTINCT x) > 100", {"t.x": "+"}, ("t.x >= 0",)),  # like SUM: the values' sign decides
+    ("SUM(DISTINCT x) < -5", {"t.x": "-"}, ("t.x <= 0",)),
+])
+def test_having_on_a_distinct_aggregate_that_rejects_partial_groups(having: str, signs: dict[str, str],
+                                                                    assumptions: tuple[str, ...]) -> None:
+    sql = f"SELECT a, COUNT(DISTINCT x) AS n FROM t GROUP BY a HAVING {having}"
+    assert_safe(verdict(sql, {"t": "b"}, signs), assumptions)
+
+
+@pytest.mark.parametrize("having,signs", [("COUNT(DISTINCT x) < 3", {}), ("COUNT(DISTINCT x) = 3", {}),
+                                          ("SUM(DISTINCT x) > 100", {}), ("SUM(DISTINCT x) < 100", {"t.x": "+"})])
+def test_having_on_a_distinct_aggregate_that_can_accept_partial_groups(having: str, signs: dict[str, str]) -> None:
+    sql = f"SELECT a, COUNT(DISTINCT x) AS n FROM t GROUP BY a HAVING {having}"
+    assert_unsafe(verdict(sql, {"t": "b"}, signs), "can accept a partial group")
+    assert_safe(verdict(sql, {"t": "a"}, signs))
+
+
+def test_distinct_aggregate_of_a_partial_aggregate_is_unknown() -> None:
+    # the inner SUM of a partial group is off, and off values can be more distinct than the true ones ({5, 5} has
+    # one value, {3, 5} two): COUNT(DISTINCT) above it can grow, unlike COUNT
+    sql = ("SELECT COUNT(DISTINCT s) AS n FROM (SELECT a, SUM(x) AS s FROM t GROUP BY a) q "
+           "HAVING COUNT(DISTINCT s) > 1")
+    assert_unsafe(verdict(sql, {"t": "b"}, {"t.x": "+"}), "partial")
+    assert_safe(verdict(sql.replace("DISTINCT s", "s"), {"t": "b"}, {"t.x": "+"}), ("t.x >= 0",))
+
+
+def test_count_distinct_having_really_holds_over_the_sketch() -> None:
+    sql = "SELECT a, COUNT(DISTINCT x) AS n FROM t GROUP BY a HAVING COUNT(DISTINCT x) > 1"
+    assert verdict(sql, {"t": "b"}).safe
+    # group 1 has values {1, 2} (in the answer); group 2 {7, 7} across both fragments: its part is never more
+    table = pa.table({"a": [1, 1, 2, 2], "b": [1, 2, 5, 15], "c": [0.0] * 4, "x": [1, 2, 7, 7]})
+    full, sketched = answers_over_sketch(sql, table, "b", [0, 10, 20],
+                                         "SELECT b FROM t WHERE a IN (SELECT a FROM t GROUP BY a "
+                                         "HAVING COUNT(DISTINCT x) > 1)")
+    assert full == sketched == [(1, 2)]

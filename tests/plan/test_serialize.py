@@ -39,3 +39,13 @@ def test_float_constants_keep_their_bits() -> None:
 def test_a_bad_document_is_a_plan_error(doc: dict, message: str) -> None:
     with pytest.raises(PlanError, match=message):
         plan_from_json(doc)
+
+
+def test_distinct_is_stored_only_where_it_is_set() -> None:
+    plain = parse_query("SELECT brand, count(price) AS n FROM sales GROUP BY brand", TABLES).plan
+    distinct = parse_query("SELECT brand, count(DISTINCT price) AS n FROM sales GROUP BY brand", TABLES).plan
+    assert plain != distinct
+    assert '"distinct"' not in json.dumps(plan_to_json(plain))  # documents of plans without DISTINCT as before
+    text = json.dumps(plan_to_json(distinct))
+    assert '"distinct": true' in text
+    assert plan_from_json(json.loads(text)) == distinct

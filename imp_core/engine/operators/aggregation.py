@@ -1,4 +1,5 @@
-"""Aggregation (paper 5.2.5 and 5.2.6): SUM, COUNT, COUNT(*), AVG, MIN, MAX with or without GROUP BY.
+"""Aggregation (paper 5.2.5 and 5.2.6): SUM, COUNT, COUNT(*), AVG, MIN, MAX, COUNT/SUM(DISTINCT), with or without
+GROUP BY.
 
 Values follow Spark (docs/SEMANTICS.md, "Aggregates, grouping and ordering"); see docs/ARCHITECTURE.md, "Operators"
 and "Cost of a batch".
@@ -22,6 +23,7 @@ from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, lists_by_sl
 from imp_core.engine.operators import small_batch
 from imp_core.engine.operators.base import OutputStateOperator
 from imp_core.engine.operators.context import BuildContext
+from imp_core.engine.operators.distinct_values import state_names, value_multisets
 from imp_core.engine.operators.minmax import ValueMultiset
 from imp_core.engine.operators.minmax_keyed import SLOT, KeyedValueMultiset
 from imp_core.engine.operators.partials import PartialLayout, Partials, Term, agg_columns
@@ -51,7 +53,9 @@ class Aggregation(OutputStateOperator):
     * ``groups``: the state keys, the accumulators of ``layout`` (``PartialLayout``), per MIN/MAX the current
       extreme ``__m{j}``, and the group's sketch ``__sk`` (``{ρ | F_g[ρ] > 0}``);
     * ``group_fragments``: ``F_g`` as rows (state keys, ``__frag``, ``__n``), saved as frame ``fcounts``;
-    * ``multisets[j]``: per MIN/MAX the group's values (``ValueMultiset``), saved as ``mm{j}`` (and ``mmb{j}``).
+    * ``multisets[j]``: per MIN/MAX and DISTINCT aggregate the group's value counts (``minmax.py``,
+      ``minmax_keyed.py``, ``distinct_values.py``), saved as ``mm{j}`` (and ``mmb{j}``); a DISTINCT aggregate's
+      value sits in ``__m{j}``.
 
     A batch is folded per group first, so each changed group emits one ``Δ−old``/``Δ+new`` pair (a new group only
     ``Δ+``, a vanished one only ``Δ−``, an unchanged one nothing). Without GROUP BY there is always one output row.
@@ -81,12 +85,7 @@ class Aggregation(OutputStateOperator):
         self.floats = sorted({c.agg for c in self.layout.compensated})  # type: ignore[type-var]
         self.numpy_outputs = small_batch.computes_outputs(self)  # output values of small batches in NumPy
         self.minmax_buffer = max(0, minmax_buffer)
-        self.multisets: dict[int, ValueMultiset | KeyedValueMultiset] = {
-            j: KeyedValueMultiset(op_id, j, aggs[j][1].func, self.layout.value_type(j), self.layout.float_values(j),
-                                  self._keys_of) if keyed and not self.minmax_buffer else
-            ValueMultiset(op_id, j, aggs[j][1].func, self.key_types, self.layout.value_type(j),
-                          self.layout.float_values(j), self.minmax_buffer)
-            for j in self.layout.minmax}
+        self.multisets = value_multisets(op_id, self.layout, keyed, self.minmax_buffer, self._keys_of)
         self._expr_cache: dict[tuple[Any, ...], Any] = {}
         self.reset()
 
@@ -107,7 +106,7 @@ class Aggregation(OutputStateOperator):
                 if c.compensation is not None:
                     schema[c.compensation] = pl.Float64
             if j in self.multisets:
-                schema[agg_columns(j).extreme] = polars_type(a.arg.dtype)  # type: ignore[union-attr]
+                schema[agg_columns(j).extreme] = polars_type(a.dtype)  # MIN/MAX: the argument's type
         schema[SET] = SET_DTYPE
         return schema
 
@@ -125,9 +124,9 @@ class Aggregation(OutputStateOperator):
         if self.global_agg:
             # SQL: an aggregation without GROUP BY always returns one row, even over no input. Counts and sums
             # start at 0, as for a new group in `apply_partials` (so that deleting every row brings the state back
-            # to exactly this); MIN/MAX have no value.
+            # to exactly this); MIN/MAX and SUM(DISTINCT) have no value, COUNT(DISTINCT) is 0.
             row: dict[str, Any] = {NO_GROUP: [0], SET: [[]]}
-            extremes = {agg_columns(j).extreme for j in self.multisets}
+            extremes = {agg_columns(j).extreme for j in self.multisets if self.aggs[j][1].func != "count"}
             for name in schema:
                 row.setdefault(name, [None] if name in extremes else [0])
             self._load(pl.DataFrame(row, schema=schema), self._fcounts)
@@ -198,10 +197,10 @@ class Aggregation(OutputStateOperator):
             frames[f"mm{j}"] = multiset.values
             if isinstance(multiset, ValueMultiset) and self.minmax_buffer:
                 frames[f"mmb{j}"] = multiset.bounds
-        return {"keys": self.key_names, "aggs": [a.func for _, a in self.aggs], "layout": LAYOUT}, frames
+        return {"keys": self.key_names, "aggs": state_names(self.aggs), "layout": LAYOUT}, frames
 
     def set_state_frames(self, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
-        if meta.get("keys") != self.key_names or meta.get("aggs") != [a.func for _, a in self.aggs]:
+        if meta.get("keys") != self.key_names or meta.get("aggs") != state_names(self.aggs):
             raise StateError(f"operator {self.op_id}: saved state is for a different aggregation; recapture")
         if meta.get("layout") != LAYOUT:
             raise StateError(f"operator {self.op_id}: saved state was written by an older engine (layout "
@@ -245,6 +244,8 @@ class Aggregation(OutputStateOperator):
         for j, (name, a) in enumerate(self.aggs):
             if a.arg is None:
                 out.append(c(GROUP_ROWS).alias(name))
+            elif a.distinct:  # kept by its value counts (``DistinctValues``)
+                out.append(c(agg_columns(j).extreme).alias(name))
             elif a.func == "count":
                 out.append(c(agg_columns(j).non_null).alias(name))
             elif a.func in ("sum", "avg"):

@@ -25,6 +25,7 @@ class ValueMultiset:
     def __init__(self, op_id: str, j: int, func: str, key_types: dict[str, pl.DataType], value_type: pl.DataType,
                  float_values: bool, buffer: int = 0) -> None:
         self.op_id, self.j, self.func = op_id, j, func
+        self.label = "MIN/MAX"  # for messages
         self.keys = list(key_types)
         self.key_types = key_types
         self.value_type = value_type
@@ -41,22 +42,7 @@ class ValueMultiset:
         non-NULL count ``__n{j}``) comes back with each group's new extreme in ``__m{j}``."""
         keys = self.keys
         j = self.j
-        values = self.values
-        if changes is not None and changes.height:
-            changes = changes.cast(self.key_types)  # type: ignore[arg-type]
-            changes = changes.with_columns(pl.col(VALUE).cast(self.value_type))
-            if self.buffer and self.bounds.height:
-                changes = self._within_bounds(changes)
-            merged = (pl.concat([values.join(changes.select([*keys, VALUE]), on=[*keys, VALUE], how="semi",
-                                             nulls_equal=True), changes])
-                      .group_by([*keys, VALUE]).agg(pl.col(COUNT).sum()))
-            if merged.filter(pl.col(COUNT) < 0).height:
-                raise StateError(f"operator {self.op_id}: MIN/MAX state lost a value the change feed deletes; "
-                                 f"recapture the sketch")
-            values = pl.concat([values.join(changes.select([*keys, VALUE]), on=[*keys, VALUE], how="anti",
-                                            nulls_equal=True),
-                                merged.filter(pl.col(COUNT) > 0).select(values.columns)])
-            self.values = values
+        values = self.fold(changes)
         if self.buffer:
             values = self._trim(touched, groups)
         new = agg_columns(j).extreme + "_new"
@@ -67,6 +53,32 @@ class ValueMultiset:
                                              dtype=pl.Float64))
         return (groups.join(ext, on=keys, how="left", nulls_equal=True, maintain_order="left")
                 .with_columns(pl.col(new).alias(agg_columns(j).extreme)).drop(new))
+
+    def fold(self, changes: pl.DataFrame | None) -> pl.DataFrame:
+        """Fold value-count ``changes`` (state keys, ``__v``, ``__n`` signed) into ``values``; a value whose count
+        falls to 0 leaves it. Returns the new ``values``.
+
+        Raises:
+            StateError: A count would become negative (the change feed deletes a value the state never saw).
+        """
+        keys = self.keys
+        values = self.values
+        if changes is None or not changes.height:
+            return values
+        changes = changes.cast(self.key_types)  # type: ignore[arg-type]
+        changes = changes.with_columns(pl.col(VALUE).cast(self.value_type))
+        if self.buffer and self.bounds.height:
+            changes = self._within_bounds(changes)
+        merged = (pl.concat([values.join(changes.select([*keys, VALUE]), on=[*keys, VALUE], how="semi",
+                                         nulls_equal=True), changes])
+                  .group_by([*keys, VALUE]).agg(pl.col(COUNT).sum()))
+        if merged.filter(pl.col(COUNT) < 0).height:
+            raise StateError(f"operator {self.op_id}: {self.label} state lost a value the change feed "
+                             f"deletes; recapture the sketch")
+        self.values = pl.concat([values.join(changes.select([*keys, VALUE]), on=[*keys, VALUE], how="anti",
+                                             nulls_equal=True),
+                                 merged.filter(pl.col(COUNT) > 0).select(values.columns)])
+        return self.values
 
     def _within_bounds(self, changes: pl.DataFrame) -> pl.DataFrame:
         """The value changes that can reach a group's MIN/MAX: beyond a cut group's bound an insert is worse than a

@@ -10,6 +10,7 @@ scanned (its entries). Without a buffer only: bounded buffers (paper 7.2) keep t
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -29,6 +30,7 @@ class KeyedValueMultiset:
     def __init__(self, op_id: str, j: int, func: str, value_type: pl.DataType, float_values: bool,
                  keys_of: Callable[[np.ndarray], pl.DataFrame]) -> None:
         self.op_id, self.j, self.func = op_id, j, func
+        self.label = "MIN/MAX"  # for messages
         self.value_type = value_type
         self.float_values = float_values  # values are doubles as order keys (``float_order_key``)
         self.keys_of = keys_of
@@ -69,20 +71,8 @@ class KeyedValueMultiset:
         """
         best_of = pl.col(VALUE).min() if self.func == "min" else pl.col(VALUE).max()
         empty = pl.DataFrame(schema={SLOT: pl.Int64, VALUE: self.value_type})
-        pos = np.empty(0, dtype=np.int64)
-        after = np.empty(0, dtype=np.int64)
-        hashes = taken = pos
-        chg = empty.with_columns(pl.lit(0, dtype=pl.Int64).alias(COUNT))
-        if changes is not None and changes.height:
-            chg = changes.select(pl.col(SLOT).cast(pl.Int64), pl.col(VALUE).cast(self.value_type),
-                                 pl.col(COUNT).cast(pl.Int64))
-            pos, hashes, taken = self.index.probe(chg.select(SLOT, VALUE), self.entries)
-            before = np.where(pos >= 0, self.entries.column(COUNT, pos), 0)
-            after = before + chg.get_column(COUNT).to_numpy()
-            if after.min() < 0:
-                raise StateError(f"operator {self.op_id}: MIN/MAX state lost a value the change feed deletes; "
-                                 f"recapture the sketch")
-        changed = chg.select(SLOT, VALUE).with_columns(pl.Series("__after", after, dtype=pl.Int64))
+        batch = self.probe(changes)
+        changed = batch.changes.select(SLOT, VALUE).with_columns(pl.Series("__after", batch.after, dtype=pl.Int64))
 
         # each group's old extreme, if the batch left it a positive count
         encoded = _encode(old, self.float_values).cast(self.value_type)
@@ -96,17 +86,7 @@ class KeyedValueMultiset:
 
         # a group whose extreme is gone: every value it still holds
         lost = olds.filter(pl.col("__now") <= 0).get_column(SLOT).unique().to_numpy()
-        scanned = empty
-        if lost.size:
-            _, entry = self.by_slot.in_buckets(lost)
-            counts = self.entries.column(COUNT, entry)
-            hit = pos >= 0
-            if hit.any():  # this batch's counts where it changed them
-                order = np.argsort(pos[hit])
-                changed_pos, changed_after = pos[hit][order], after[hit][order]
-                k = np.minimum(np.searchsorted(changed_pos, entry), changed_pos.size - 1)
-                counts = np.where(changed_pos[k] == entry, changed_after[k], counts)
-            scanned = self.entries.rows(entry[counts > 0]).select(SLOT, VALUE)
+        scanned = self.held(lost, batch) if lost.size else empty
         inserted = changed.filter(pl.col("__after") > 0).select(SLOT, VALUE)
         best = pl.concat([kept, scanned, inserted]).group_by(SLOT).agg(best_of.alias("__best"))
         rows = pl.DataFrame([pl.Series(SLOT, slots, dtype=pl.Int64)]).join(best, on=SLOT, how="left",
@@ -121,21 +101,69 @@ class KeyedValueMultiset:
             decoded = float_from_order_key(value.fill_null(0).to_numpy())
             value = pl.Series(value.name, decoded, dtype=pl.Float64).set(value.is_null(), None)  # type: ignore[arg-type]
 
-        def commit() -> None:
-            if not pos.size:
-                return
-            found = pos >= 0
-            self.entries.scatter(pos[found], pl.DataFrame({SLOT: chg.get_column(SLOT).filter(pl.Series(found)),
-                                                           VALUE: chg.get_column(VALUE).filter(pl.Series(found)),
-                                                           COUNT: after[found]}))
-            new = ~found & (after > 0)
-            if new.any():
-                added = chg.filter(pl.Series(new)).select(SLOT, VALUE)
-                at = self.entries.append(added.with_columns(pl.Series(COUNT, after[new], dtype=pl.Int64)))
-                self.index.insert(added, at, self.entries, hashes[new], taken[new])
-                self.by_slot.put(_slot_keys(added.get_column(SLOT).to_numpy(), at), at)
+        return value, lambda: self.commit(batch)
 
-        return value, commit
+    def probe(self, changes: pl.DataFrame | None) -> Probe:
+        """Where the batch's value-count ``changes`` (``__slot``, ``__v``, ``__n`` signed) are in the state, and
+        the counts before and after them.
+
+        Raises:
+            StateError: A count would become negative.
+        """
+        none = np.empty(0, dtype=np.int64)
+        if changes is None or not changes.height:
+            chg = pl.DataFrame(schema={SLOT: pl.Int64, VALUE: self.value_type, COUNT: pl.Int64})
+            return Probe(chg, none, none, none, none, none)
+        chg = changes.select(pl.col(SLOT).cast(pl.Int64), pl.col(VALUE).cast(self.value_type),
+                             pl.col(COUNT).cast(pl.Int64))
+        pos, hashes, taken = self.index.probe(chg.select(SLOT, VALUE), self.entries)
+        before = np.where(pos >= 0, self.entries.column(COUNT, pos), 0)
+        after = before + chg.get_column(COUNT).to_numpy()
+        if after.min() < 0:
+            raise StateError(f"operator {self.op_id}: {self.label} state lost a value the change feed deletes; "
+                             f"recapture the sketch")
+        return Probe(chg, pos, hashes, taken, before, after)
+
+    def held(self, slots: np.ndarray, batch: Probe) -> pl.DataFrame:
+        """(``__slot``, ``__v``) of every value the groups ``slots`` held before the batch and still hold after it
+        (the values it inserts anew are not among them)."""
+        _, entry = self.by_slot.in_buckets(slots)
+        counts = self.entries.column(COUNT, entry)
+        hit = batch.pos >= 0
+        if hit.any():  # this batch's counts where it changed them
+            order = np.argsort(batch.pos[hit])
+            changed_pos, changed_after = batch.pos[hit][order], batch.after[hit][order]
+            k = np.minimum(np.searchsorted(changed_pos, entry), changed_pos.size - 1)
+            counts = np.where(changed_pos[k] == entry, changed_after[k], counts)
+        return self.entries.rows(entry[counts > 0]).select(SLOT, VALUE)
+
+    def commit(self, batch: Probe) -> None:
+        """Write the batch's counts: changed entries in place, new values appended and indexed."""
+        chg, pos, after = batch.changes, batch.pos, batch.after
+        if not pos.size:
+            return
+        found = pos >= 0
+        self.entries.scatter(pos[found], pl.DataFrame({SLOT: chg.get_column(SLOT).filter(pl.Series(found)),
+                                                       VALUE: chg.get_column(VALUE).filter(pl.Series(found)),
+                                                       COUNT: after[found]}))
+        new = ~found & (after > 0)
+        if new.any():
+            added = chg.filter(pl.Series(new)).select(SLOT, VALUE)
+            at = self.entries.append(added.with_columns(pl.Series(COUNT, after[new], dtype=pl.Int64)))
+            self.index.insert(added, at, self.entries, batch.hashes[new], batch.taken[new])
+            self.by_slot.put(_slot_keys(added.get_column(SLOT).to_numpy(), at), at)
+
+
+class Probe(NamedTuple):
+    """A batch's value-count changes against the state: ``pos`` (entry, -1 for a new value), the index's ``hashes``
+    and ``taken`` for inserting new values, and the counts ``before`` and ``after``."""
+
+    changes: pl.DataFrame
+    pos: np.ndarray
+    hashes: np.ndarray
+    taken: np.ndarray
+    before: np.ndarray
+    after: np.ndarray
 
 
 def _slot_keys(slots: np.ndarray, entries: np.ndarray) -> np.ndarray:
@@ -152,4 +180,4 @@ def _encode(values: pl.Series, float_values: bool) -> pl.Series:
     return pl.Series(values.name, keys, dtype=pl.Int64).set(nulls, None)  # type: ignore[arg-type]
 
 
-__all__ = ["KeyedValueMultiset", "SLOT"]
+__all__ = ["SLOT", "KeyedValueMultiset", "Probe"]

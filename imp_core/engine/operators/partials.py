@@ -98,7 +98,7 @@ def _accumulators(j: int, a: AggCall, bounded: bool) -> list[Accumulator]:
         return []
     cols = agg_columns(j)
     out = [Accumulator(cols.non_null, Term.NON_NULL, j, pl.Int64)]
-    if a.func not in ("sum", "avg"):
+    if a.func not in ("sum", "avg") or a.distinct:  # a DISTINCT aggregate's value comes from its value counts
         return out
     acc = accumulator_type(a)
     if acc == pl.Float64:
@@ -119,8 +119,9 @@ def _accumulators(j: int, a: AggCall, bounded: bool) -> list[Accumulator]:
 @dataclass
 class Partials:
     """A batch (or a capture's whole input) folded per group: ``groups`` (state keys, ``__cnt`` and accumulator
-    columns), ``fragments`` (changes of ``F_g``: state keys, ``__frag``, ``__n``) and, per MIN/MAX aggregate,
-    ``values`` (value-count changes: state keys, ``__v``, ``__n``). ``groups`` and ``fragments`` may be lazy."""
+    columns), ``fragments`` (changes of ``F_g``: state keys, ``__frag``, ``__n``) and, per MIN/MAX and DISTINCT
+    aggregate, ``values`` (value-count changes: state keys, ``__v``, ``__n``). ``groups`` and ``fragments`` may be
+    lazy."""
 
     groups: Frame
     fragments: Frame
@@ -145,6 +146,8 @@ class PartialLayout:
         self.key_types: dict[str, pl.DataType] = ({**key_types, **{nan_flag(n): pl.Boolean for n in self.float_keys}}
                                                   if keys else {NO_GROUP: pl.Int8})
         self.minmax = [j for j, (_, a) in enumerate(aggs) if a.func in ("min", "max")]
+        self.distinct = [j for j, (_, a) in enumerate(aggs) if a.distinct]
+        self.valued = sorted([*self.minmax, *self.distinct])  # the aggregates whose value counts are kept
         self.accumulators = [Accumulator(GROUP_ROWS, Term.ROWS, None, pl.Int64)]
         for j, (_, a) in enumerate(aggs):
             self.accumulators += _accumulators(j, a, j in bounded)
@@ -158,12 +161,12 @@ class PartialLayout:
         return [c for c in self.accumulators if c.compensation is not None]
 
     def float_values(self, j: int) -> bool:
-        """Whether MIN/MAX ``j`` is over floats (its multiset keeps them as order keys)."""
+        """Whether MIN/MAX or DISTINCT ``j`` is over floats (its multiset keeps them as order keys)."""
         arg = self.aggs[j][1].arg
         return arg is not None and polars_type(arg.dtype) == pl.Float64
 
     def value_type(self, j: int) -> pl.DataType:
-        """The type of MIN/MAX ``j``'s multiset values."""
+        """The type of MIN/MAX or DISTINCT ``j``'s multiset values."""
         arg = self.aggs[j][1].arg
         assert arg is not None
         return pl.Int64 if self.float_values(j) else polars_type(arg.dtype)
@@ -179,7 +182,8 @@ class PartialLayout:
         return frame.with_columns([x for n in self.float_keys for x in nan_free(pl.col(n), n)])
 
     def encode_values(self, j: int, vals: pl.DataFrame) -> pl.DataFrame:
-        """MIN/MAX value counts (``__v`` plain values) in the multiset's layout (doubles as order keys)."""
+        """MIN/MAX or DISTINCT value counts (``__v`` plain values) in the multiset's layout (doubles as order
+        keys: -0.0 = 0.0 and one NaN, as Spark's DISTINCT and grouping see them)."""
         if not self.float_values(j):
             return vals
         v = vals.get_column(VALUE).cast(pl.Float64).to_numpy()
@@ -215,7 +219,7 @@ class PartialLayout:
             if a.arg is None:
                 continue
             x = compile_expr(a.arg)
-            if a.func in ("min", "max") and self.float_values(j):
+            if j in self.valued and self.float_values(j):
                 x = normalize_float(x)
             args.append(x.alias(f"__arg{j}"))
         return keys + args
@@ -275,7 +279,7 @@ class PartialLayout:
         values = {j: self.encode_values(j, d.select([*keys, pl.col(f"__arg{j}").alias(VALUE), MULT])
                                         .filter(pl.col(VALUE).is_not_null())
                                         .group_by([*keys, VALUE]).agg(pl.col(MULT).sum().alias(COUNT)))
-                  for j in self.minmax}
+                  for j in self.valued}
         folded = self._folded(d) if small and self._numpy_terms else None
         if folded is not None:
             groups, fragments, rows = folded

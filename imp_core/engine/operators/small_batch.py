@@ -66,13 +66,13 @@ def updated(op: Aggregation, partial: pl.DataFrame, joined: pl.DataFrame,
 
 def computes_outputs(op: Aggregation) -> bool:
     """Whether ``emit`` computes this aggregation's output values: no float key, and only COUNT, and SUM
-    and AVG over doubles (their intervals too) or SUM over integers."""
+    and AVG over doubles (their intervals too) or SUM over integers (none of them DISTINCT)."""
     if op.layout.float_keys or not op.layout._numpy_terms:
         return False
     for j, (_, a) in enumerate(op.aggs):
-        if a.arg is None or a.func == "count":
+        if a.arg is None or (a.func == "count" and not a.distinct):
             continue
-        if a.func not in ("sum", "avg"):
+        if a.func not in ("sum", "avg") or a.distinct:
             return False
         if j in op.floats:
             if polars_type(a.dtype) != pl.Float64:

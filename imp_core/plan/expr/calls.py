@@ -17,6 +17,7 @@ from imp_core.plan.expr.types import (
     AGG_FUNCS,
     BOOL,
     DATE,
+    DISTINCT_AGG_FUNCS,
     FLOAT,
     INT,
     INT32,
@@ -208,11 +209,14 @@ class Extract(Expr):
 
 @dataclass(frozen=True, slots=True)
 class AggCall(Expr):
-    """``func(arg)``; ``arg`` is None for ``COUNT(*)``. Only valid inside an Aggregate node."""
+    """``func(arg)``; ``arg`` is None for ``COUNT(*)``. Only valid inside an Aggregate node. ``distinct``:
+    ``COUNT(DISTINCT arg)`` / ``SUM(DISTINCT arg)``, over the group's distinct non-NULL values."""
 
     func: str
     arg: Expr | None
     dtype: pa.DataType = field(default=NULL, compare=False)
+    # stored plans leave it out when False, so plans without a DISTINCT aggregate keep their documents
+    distinct: bool = field(default=False, metadata={"omit_default": True})
     is_aggregate: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
@@ -220,38 +224,49 @@ class AggCall(Expr):
             raise UnsupportedError(f"aggregate {self.func.upper()} is not supported; supported: "
                                    f"{', '.join(f.upper() for f in AGG_FUNCS)}")
         if self.arg is None:
-            if self.func != "count":
-                raise PlanError(f"{self.func.upper()}(*) is not valid; only COUNT(*)")
+            if self.func != "count" or self.distinct:
+                raise PlanError(f"{self.func.upper()}({'DISTINCT ' if self.distinct else ''}*) is not valid; "
+                                f"only COUNT(*)")
             self._set_type(INT)
             return
+        if self.distinct:
+            self._check_distinct(self.arg.dtype)
         if self.arg.has_aggregate():
             raise UnsupportedError("nested aggregate functions are not supported")
-        t = self.arg.dtype
+        self._set_type(self._result_type(self.arg.dtype))
+
+    def _result_type(self, t: pa.DataType) -> pa.DataType:
         if self.func == "count":
-            self._set_type(INT)
-        elif self.func == "avg":
+            return INT
+        if self.func == "avg":
             if not is_numeric(t):
                 raise PlanError(f"AVG needs a numeric argument, got {t}")
             # Spark: AVG(DECIMAL(p, s)) is DECIMAL(p + 4, s + 4), both capped at 38; any other AVG is a double
-            self._set_type(pa.decimal128(min(38, t.precision + 4), min(38, t.scale + 4)) if pa.types.is_decimal(t)
-                           else FLOAT)
-        elif self.func == "sum":
+            return pa.decimal128(min(38, t.precision + 4), min(38, t.scale + 4)) if pa.types.is_decimal(t) else FLOAT
+        if self.func == "sum":
             if not is_numeric(t):
                 raise PlanError(f"SUM needs a numeric argument, got {t}")
             # Spark: SUM of an integer is a BIGINT, of DECIMAL(p, s) a DECIMAL(p + 10, s) (capped at 38)
-            self._set_type(INT if pa.types.is_integer(t) else (
-                pa.decimal128(min(38, t.precision + 10), t.scale) if pa.types.is_decimal(t) else FLOAT))
-        else:
-            self._set_type(t)
+            return INT if pa.types.is_integer(t) else (
+                pa.decimal128(min(38, t.precision + 10), t.scale) if pa.types.is_decimal(t) else FLOAT)
+        return t
+
+    def _check_distinct(self, t: pa.DataType) -> None:
+        if self.func not in DISTINCT_AGG_FUNCS:
+            raise UnsupportedError(f"{self.func.upper()}(DISTINCT ...) is not supported; only COUNT(DISTINCT ...) "
+                                   f"and SUM(DISTINCT ...), or aggregate over a SELECT DISTINCT subquery")
+        if self.func == "sum" and pa.types.is_floating(t):
+            raise UnsupportedError(f"SUM(DISTINCT ...) of a {t} is not supported (Spark adds floating-point "
+                                   f"numbers in an order that depends on partitioning); cast the argument to DECIMAL")
 
     def children(self) -> tuple[Expr, ...]:
         return () if self.arg is None else (self.arg,)
 
     def with_children(self, kids: Sequence[Expr]) -> Expr:
-        return AggCall(self.func, kids[0] if kids else None)
+        return AggCall(self.func, kids[0] if kids else None, distinct=self.distinct)
 
     def __str__(self) -> str:
-        return f"{self.func}({'*' if self.arg is None else self.arg})"
+        return f"{self.func}({'DISTINCT ' if self.distinct else ''}{'*' if self.arg is None else self.arg})"
 
 
 __all__ = ["EXTRACT_FIELDS", "FUNCTIONS", "AggCall", "Extract", "Func"]

@@ -32,6 +32,7 @@ ARITH_OPS = ("+", "-", "*", "/", "%")
 CMP_OPS = ("=", "<>", "<", "<=", ">", ">=")
 BOOL_OPS = ("and", "or")
 AGG_FUNCS = ("sum", "count", "avg", "min", "max")
+DISTINCT_AGG_FUNCS = ("count", "sum")  # the aggregates that can take DISTINCT
 INTERVAL_UNITS = ("day", "week", "month", "year", "hour", "minute", "second")
 
 # an integral type as the decimal Spark converts it to before decimal arithmetic (IntegralType -> DecimalType)
@@ -192,7 +193,8 @@ def cast_error(src: pa.DataType, to: pa.DataType) -> str | None:
 
 
 __all__ = [
-    "AGG_FUNCS", "ARITH_OPS", "BOOL", "BOOL_OPS", "CMP_OPS", "DATE", "FLOAT", "FLOAT32", "INT", "INT8", "INT16",
+    "AGG_FUNCS", "ARITH_OPS", "BOOL", "BOOL_OPS", "CMP_OPS", "DATE", "DISTINCT_AGG_FUNCS", "FLOAT", "FLOAT32", "INT",
+    "INT8", "INT16",
     "INT32", "INTERVAL_UNITS", "MAX_PRECISION", "MIN_ADJUSTED_SCALE", "NULL", "SECOND_WITH_FRACTION", "STRING",
     "TIMESTAMP", "as_decimal", "cast_error", "common_type", "decimal_literal_type", "decimal_result", "decimal_type",
     "int_literal_type", "is_integral", "is_numeric", "is_string", "is_temporal", "kind_of_type", "wider_decimal",

@@ -236,18 +236,32 @@ class CallRules:
             hint = " (use HAVING)" if self.clause == "WHERE" else ""
             raise self.loc.error(f"aggregate functions are not allowed in {self.clause}{hint}", node)
         arg = node.this
-        if isinstance(arg, exp.Distinct):
-            raise self.loc.unsupported(f"{func.upper()}(DISTINCT ...) (a DISTINCT aggregate)", node,
-                                       "aggregate over a SELECT DISTINCT subquery instead")
+        distinct = isinstance(arg, exp.Distinct)
+        if distinct:
+            arg = self._distinct_arg(func, arg, node)
+            distinct = func not in ("min", "max")
         if node.expressions:
             raise self.loc.unsupported(f"{func.upper()} with several arguments", node)
         if isinstance(arg, exp.Star):
-            if func != "count":
-                raise self.loc.error(f"{func.upper()}(*) is not valid; only COUNT(*)", node)
+            if func != "count" or distinct:
+                raise self.loc.error(f"{func.upper()}({'DISTINCT ' if distinct else ''}*) is not valid; only "
+                                     f"COUNT(*)", node)
             return AggCall("count", None)
         if arg is None:
             raise self.loc.error(f"{func.upper()} needs an argument", node)
-        return AggCall(func, self(arg))  # a nested aggregate in `arg` is rejected by AggCall
+        # a nested aggregate in `arg`, or a DISTINCT the engine cannot maintain, is rejected by AggCall
+        return AggCall(func, self(arg), distinct=distinct)
+
+    def _distinct_arg(self, func: str, arg: exp.Distinct, node: exp.Expression) -> exp.Expression:
+        """The one argument of ``func(DISTINCT arg)``; MIN and MAX ignore DISTINCT (same value), AVG refuses it."""
+        if len(arg.expressions) != 1 or arg.args.get("on") is not None:
+            raise self.loc.unsupported(f"{func.upper()}(DISTINCT ...) with several arguments", node,
+                                       "write one column or expression after DISTINCT")
+        if func == "avg":
+            raise self.loc.unsupported("AVG(DISTINCT ...)", node,
+                                       "write SUM(DISTINCT x) / COUNT(DISTINCT x), or aggregate over a SELECT "
+                                       "DISTINCT subquery")
+        return arg.expressions[0]
 
     def _Filter(self, node: exp.Filter) -> Expr:
         raise self.loc.unsupported("an aggregate with FILTER (WHERE ...)", node, "use SUM(CASE WHEN ... END)")

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pytest
 
 from imp_core.engine.annotation import as_sets, pairs
@@ -18,6 +19,7 @@ from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.schema import FRAG, MULT, SET
 from imp_core.plan.expr import INT, AggCall, Binary, Col, Lit
 from imp_core.plan.nodes import Aggregate, Field, Plan, Project, Scan, Select, Union
+from imp_core.plan.sql import parse_query
 from imp_core.sketch.partition import Partition, PartitionSet
 
 COLS = (Field("g", INT), Field("v", INT))
@@ -154,3 +156,44 @@ def _apply(table: pl.DataFrame, change: pl.DataFrame) -> pl.DataFrame:
             at = out.with_row_index().filter((pl.col("g") == g) & (pl.col("v") == v)).get_column("index")[:(-m)]
             out = out.with_row_index().filter(~pl.col("index").is_in(at.implode())).drop("index")
     return out
+
+
+SHAPES = [
+    # a top-level union: no stateful operator, the capture counts fragments on the backend
+    "SELECT g, v FROM T1 WHERE v > 3 UNION ALL SELECT g, v FROM T2",
+    # top-k over a union
+    "SELECT g, v FROM (SELECT g, v FROM T1 UNION ALL SELECT g, v FROM T2) u ORDER BY v DESC, g LIMIT 3",
+    # a branch with an aggregation (its rows carry fragment sets), three branches
+    "SELECT g, SUM(v) AS s FROM (SELECT g, SUM(v) AS v FROM T1 GROUP BY g UNION ALL SELECT g, v FROM T2 "
+    "UNION ALL SELECT g, v FROM T1 WHERE v < 0) u GROUP BY g HAVING SUM(v) > 5",
+    # a join above a union
+    "SELECT u.g, COUNT(*) AS n FROM (SELECT g, v FROM T1 UNION ALL SELECT g, v FROM T2) u JOIN T2 ON u.g = T2.g "
+    "GROUP BY u.g",
+    # DISTINCT over a self-union
+    "SELECT DISTINCT g FROM (SELECT g, v FROM T1 WHERE v > 2 UNION ALL SELECT g, v FROM T1 WHERE v < 8) u",
+]
+
+
+@pytest.mark.parametrize("sql", SHAPES)
+def test_query_shapes_over_a_union_equal_a_recapture(sql: str) -> None:
+    schema = pa.schema([("g", pa.int64()), ("v", pa.int64())])
+    plan = parse_query(sql, {"T1": schema, "T2": schema}).plan
+    parts = PartitionSet((Partition("T1", "g", (0, 5, 10), "int"), Partition("T2", "g", (0, 5, 10), "int")))
+    rng = np.random.default_rng(7)
+    tables = {"T1": rows(rng.integers(0, 10, 6).tolist(), rng.integers(-5, 15, 6).tolist()),
+              "T2": rows(rng.integers(0, 10, 6).tolist(), rng.integers(-5, 15, 6).tolist())}
+    pipe = Pipeline(plan, parts)
+    pipe.capture(LocalBackend(reader(tables)), {"T1": 0, "T2": 0})
+    for _ in range(6):
+        table = str(rng.choice(["T1", "T2"]))
+        current = tables[table]
+        ins = rows(rng.integers(0, 10, 3).tolist(), rng.integers(-5, 15, 3).tolist(), [1] * 3)
+        dels = current.sample(min(2, current.height), seed=int(rng.integers(1 << 30))).with_columns(
+            pl.lit(-1, dtype=pl.Int64).alias(MULT))
+        change = pl.concat([ins, dels])
+        tables[table] = _apply(current, change)
+        backend = LocalBackend(reader(tables))
+        pipe.maintain_pass(table, change, backend, {"T1": 0, "T2": 0})
+        fresh = Pipeline(plan, parts)
+        fresh.capture(backend, {"T1": 0, "T2": 0})
+        assert pipe.sketch() == fresh.sketch()

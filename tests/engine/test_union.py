@@ -169,6 +169,9 @@ SHAPES = [
     # a join above a union
     "SELECT u.g, COUNT(*) AS n FROM (SELECT g, v FROM T1 UNION ALL SELECT g, v FROM T2) u JOIN T2 ON u.g = T2.g "
     "GROUP BY u.g",
+    # a join above a union whose branch carries fragment sets
+    "SELECT u.g, COUNT(*) AS n FROM (SELECT g, SUM(v) AS v FROM T1 GROUP BY g UNION ALL SELECT g, v FROM T2) u "
+    "JOIN T2 ON u.g = T2.g GROUP BY u.g",
     # DISTINCT over a self-union
     "SELECT DISTINCT g FROM (SELECT g, v FROM T1 WHERE v > 2 UNION ALL SELECT g, v FROM T1 WHERE v < 8) u",
 ]

@@ -3,8 +3,8 @@ the annotation of the input row it came from.
 
 Every input's delta is brought to one layout: the union's columns, ``__mult``, and the fragment column of every
 partitioned scan below the union, NULL where a row's branch has no such scan (a NULL fragment is no fragment: every
-counting operator skips it). When a branch carries fragment sets (an aggregation or a join above one below the
-union), all inputs are folded into ``__sk`` sets instead. See docs/ARCHITECTURE.md, "Operators", and docs/SQL.md.
+counting operator skips it). When a branch carries fragment sets (an aggregation, DISTINCT or top-k below the union),
+every input is folded into ``__sk`` sets instead. See docs/ARCHITECTURE.md, "Operators", and docs/SQL.md.
 """
 
 from __future__ import annotations
@@ -23,22 +23,26 @@ class UnionOp(Operator):
 
     kind = "union"
 
-    def __init__(self, op_id: str, names: tuple[str, ...], fragment_columns: tuple[str, ...]) -> None:
-        """``fragment_columns``: the fragment columns of the partitioned scans below the union, in plan order."""
+    def __init__(self, op_id: str, names: tuple[str, ...], fragment_columns: tuple[str, ...],
+                 sets: bool = False) -> None:
+        """``fragment_columns``: the fragment columns of the partitioned scans below the union, in plan order;
+        ``sets``: a branch carries fragment sets (it has an aggregation, DISTINCT or top-k), so every delta is
+        folded into sets (one layout in every pass, whichever inputs changed)."""
         super().__init__(op_id)
         self.names = names
         self.fragment_columns = fragment_columns
+        self.sets = sets
 
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> UnionOp:
         assert isinstance(node, Union)
         below = {id(s) for s in node.scans()}
         columns = tuple(a.column for a in ctx.annotations.scans if id(a.scan) in below)
-        return cls(ctx.op_id(cls.kind), node.names, columns)
+        return cls(ctx.op_id(cls.kind), node.names, columns, not all(b.is_stateless() for b in node.inputs))
 
     def process(self, delta: pl.DataFrame, branch: int = 0) -> pl.DataFrame:
         """Input ``branch``'s delta in the union's layout (its plan columns already have the union's names)."""
-        if SET in delta.columns:
+        if self.sets or SET in delta.columns:
             return as_sets(delta).select([*self.names, MULT, SET])
         out: list[pl.Expr] = [*(pl.col(n) for n in self.names), pl.col(MULT)]
         for c in self.fragment_columns:

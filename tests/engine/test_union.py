@@ -13,10 +13,11 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from imp_core.engine.annotation import as_sets, pairs
+from imp_core.engine.annotation import as_sets, pairs, relabel
 from imp_core.engine.local import LocalBackend
 from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.schema import FRAG, MULT, SET
+from imp_core.errors import UnsupportedError
 from imp_core.plan.expr import INT, AggCall, Binary, Col, Lit
 from imp_core.plan.nodes import Aggregate, Field, Plan, Project, Scan, Select, Union
 from imp_core.plan.sql import parse_query
@@ -200,3 +201,20 @@ def test_query_shapes_over_a_union_equal_a_recapture(sql: str) -> None:
         fresh = Pipeline(plan, parts)
         fresh.capture(backend, {"T1": 0, "T2": 0})
         assert pipe.sketch() == fresh.sketch()
+
+
+def test_a_repartition_relabels_fragments_and_keeps_no_fragment_null() -> None:
+    delta = pl.DataFrame({"g": [1, 2], MULT: [1, 1], "__f0": pl.Series([0, None], dtype=pl.UInt32),
+                          "__f1": pl.Series([None, 3], dtype=pl.UInt32)})
+    out = relabel(delta, np.array([0, 2, 3, 5]))
+    assert out.get_column("__f0").to_list() == [0, None] and out.get_column("__f1").to_list() == [None, 5]
+    assert out.schema["__f0"] == pl.UInt32
+
+
+def test_a_float_sum_inside_a_branch_is_refused_with_the_fix() -> None:
+    schema = pa.schema([("g", pa.int64()), ("v", pa.float64())])
+    sql = ("SELECT g, COUNT(*) AS n FROM (SELECT g, SUM(v) AS v FROM T1 GROUP BY g UNION ALL SELECT g, v FROM T2) u "
+           "WHERE v > 1 GROUP BY g")
+    plan = parse_query(sql, {"T1": schema, "T2": schema}).plan
+    with pytest.raises(UnsupportedError, match="UNION ALL branch holds a floating-point SUM/AVG.*DECIMAL"):
+        Pipeline(plan, PartitionSet((Partition("T1", "g", (0, 5, 10), "int"),)))

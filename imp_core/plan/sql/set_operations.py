@@ -12,8 +12,8 @@ import pyarrow as pa
 from sqlglot import exp
 
 from imp_core.errors import PlanError
-from imp_core.plan.expr import Cast, Col
-from imp_core.plan.expr.types import common_type
+from imp_core.plan.expr import NULL, Cast, Col
+from imp_core.plan.expr.types import common_type, is_string
 from imp_core.plan.nodes import Plan, Project, Union
 from imp_core.plan.sql.positions import Locator
 from imp_core.plan.sql.scope import Cte
@@ -40,6 +40,8 @@ class SetOperations:
             t = planned[0][0].schema[j].dtype
             for i, (plan, _) in enumerate(planned[1:], start=2):
                 try:
+                    if _string_with_other(t, plan.schema[j].dtype):  # Spark's union turns those into strings
+                        raise PlanError("a string and another type")
                     t = common_type(t, plan.schema[j].dtype)
                 except PlanError:
                     raise self.loc.error(f"UNION ALL branch {i}: column {j + 1} ({name}) is "
@@ -58,7 +60,10 @@ class SetOperations:
             hint = ("write SELECT DISTINCT over a UNION ALL subquery for a set union" if isinstance(node, exp.Union)
                     else "only UNION ALL (bag union) is maintained")
             raise self.loc.unsupported(f"set operation {op}", node, hint)
-        for key in ("order", "limit", "by_name", "side", "kind", "on"):
+        if node.args.get("by_name"):
+            raise self.loc.unsupported("UNION ALL BY NAME", node,
+                                       "select the columns in the same order in every branch")
+        for key in ("order", "limit", "side", "kind", "on"):
             if node.args.get(key):
                 what = {"order": "ORDER BY", "limit": "LIMIT"}.get(key, key.upper())
                 raise self.loc.unsupported(f"{what} on a UNION ALL", node,
@@ -75,3 +80,10 @@ def _aligned(plan: Plan, names: tuple[str, ...], types: list[pa.DataType]) -> Pl
         c = Col(f.name, f.dtype)
         items.append((n, c if f.dtype == t else Cast(c, t)))
     return Project(plan, tuple(items))
+
+
+def _string_with_other(a: pa.DataType, b: pa.DataType) -> bool:
+    """A string and a non-string value in one column: Spark's union brings them to a string, other expressions to the
+    other type, so such a union is refused rather than guessed."""
+    strings = [is_string(t) for t in (a, b) if t != NULL]
+    return len(strings) == 2 and strings[0] != strings[1]

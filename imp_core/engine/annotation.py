@@ -181,9 +181,10 @@ def relabel(df: pl.DataFrame, mapping: np.ndarray) -> pl.DataFrame:
         col = df.get_column(name)
         if (name == FRAG or is_annotation(name) and name != SET) and col.null_count():
             # NULL: no fragment of this scan (a UNION ALL row of another branch); stays NULL
-            ids = _mapped(col.drop_nulls().to_numpy(), mapping)
-            out.append(col.set(col.is_not_null(), 0).scatter(np.flatnonzero(col.is_not_null().to_numpy()), ids)
-                       .cast(FRAG_DTYPE).alias(name))
+            valid = col.is_not_null()
+            ids = np.zeros(col.len(), dtype=np.uint32)
+            ids[valid.to_numpy()] = _mapped(col.drop_nulls().to_numpy(), mapping)
+            out.append(pl.select(pl.when(valid).then(pl.Series(ids, dtype=FRAG_DTYPE))).to_series().alias(name))
         elif name == FRAG or is_annotation(name) and name != SET:
             out.append(pl.Series(name, _mapped(col.to_numpy(), mapping), dtype=FRAG_DTYPE))
         elif name == SET:

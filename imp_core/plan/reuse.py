@@ -45,7 +45,7 @@ def _nodes(a: Plan, b: Plan, top: bool) -> tuple[bool, str]:
             ok, why = _tighter(a.predicate, b.predicate, positive=True)
             if not ok:
                 return False, why
-    elif _differs_outside_selections(a, b):
+    elif _differs_outside_selections(a, b) or len(a.children) != len(b.children):
         return False, "the plans differ outside their conditions"
     still_top = top and isinstance(a, (Select, Project, Distinct, Union))
     for ca, cb in zip(a.children, b.children):

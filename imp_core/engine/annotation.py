@@ -46,14 +46,18 @@ def set_expr(columns: list[str]) -> pl.Expr:
     parts = [pl.col(c) if c == SET else pl.concat_list(pl.col(c)) for c in columns]
     combined = parts[0] if len(parts) == 1 else pl.concat_list(parts)
     if len(columns) == 1:  # a set column already is a set; one fragment column gives one-element lists
-        return combined.cast(SET_DTYPE)
+        if columns[0] == SET:
+            return combined.cast(SET_DTYPE)
+        # a NULL fragment (a union row from a branch without this scan) is no fragment
+        return pl.when(pl.col(columns[0]).is_null()).then(pl.lit([], dtype=SET_DTYPE)).otherwise(
+            combined.cast(SET_DTYPE))
     return _unique_sorted(combined)
 
 
 def _unique_sorted(lists: pl.Expr) -> pl.Expr:
     """Each list sorted and duplicate-free, as ``SET_DTYPE``. (``list.eval`` rather than ``list.sort``: polars
     2.1's ``list.sort`` costs about 14 ms per 1,000 short lists on this machine, the ``eval`` form under 1 ms.)"""
-    return lists.list.eval(pl.element().unique().sort()).cast(SET_DTYPE)
+    return lists.list.eval(pl.element().drop_nulls().unique().sort()).cast(SET_DTYPE)
 
 
 def as_sets(df: pl.DataFrame) -> pl.DataFrame:
@@ -68,7 +72,8 @@ def pairs(df: pl.DataFrame, keep: list[str]) -> pl.DataFrame:
     """One row per (row, fragment) with the ``keep`` columns, ``__frag`` and ``__mult``.
 
     This is what every counting operator needs (``F_g`` in aggregation, the merge operator's counts): a fragment
-    column row contributes one pair per scan, a set row one pair per fragment in its set.
+    column row contributes one pair per scan, a set row one pair per fragment in its set. A NULL fragment column
+    (a row of a UNION ALL branch without that scan) contributes nothing.
     """
     return pairs_lazy(df.lazy(), keep).collect(engine="in-memory")
 
@@ -85,7 +90,7 @@ def pairs_lazy(df: pl.LazyFrame, keep: list[str]) -> pl.LazyFrame:
             part = df.select([*keep, pl.col(SET).alias(FRAG), MULT]).explode(FRAG)
             part = part.filter(pl.col(FRAG).is_not_null())
         else:
-            part = df.select([*keep, pl.col(c).alias(FRAG), MULT])
+            part = df.select([*keep, pl.col(c).alias(FRAG), MULT]).filter(pl.col(FRAG).is_not_null())
         parts.append(part.with_columns(pl.col(FRAG).cast(FRAG_DTYPE)))
     return pl.concat(parts) if len(parts) > 1 else parts[0]
 
@@ -174,7 +179,13 @@ def relabel(df: pl.DataFrame, mapping: np.ndarray) -> pl.DataFrame:
     out = []
     for name in df.columns:
         col = df.get_column(name)
-        if name == FRAG or is_annotation(name) and name != SET:
+        if (name == FRAG or is_annotation(name) and name != SET) and col.null_count():
+            # NULL: no fragment of this scan (a UNION ALL row of another branch); stays NULL
+            valid = col.is_not_null()
+            ids = np.zeros(col.len(), dtype=np.uint32)
+            ids[valid.to_numpy()] = _mapped(col.drop_nulls().to_numpy(), mapping)
+            out.append(pl.select(pl.when(valid).then(pl.Series(ids, dtype=FRAG_DTYPE))).to_series().alias(name))
+        elif name == FRAG or is_annotation(name) and name != SET:
             out.append(pl.Series(name, _mapped(col.to_numpy(), mapping), dtype=FRAG_DTYPE))
         elif name == SET:
             lengths = col.list.len().fill_null(0).to_numpy().astype(np.int64)

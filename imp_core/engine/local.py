@@ -19,6 +19,7 @@ from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.partials import PartialLayout, Partials
 from imp_core.engine.operators.registry import build_operator
+from imp_core.engine.operators.union import UnionOp
 from imp_core.engine.schema import COUNT, FRAG, MULT
 from imp_core.errors import UnsupportedError
 from imp_core.plan.nodes import Join, Plan, Scan
@@ -47,6 +48,8 @@ class LocalBackend:
         inputs = [self._evaluate(child, rel, versions) for child in node.children]
         if isinstance(op, JoinOp):
             return op.join_frames(*inputs)
+        if isinstance(op, UnionOp):
+            return op.combine([op.process(rows, i) for i, rows in enumerate(inputs)])
         if isinstance(op, StatefulOperator) or not isinstance(op, UnaryOperator):
             raise UnsupportedError(f"{type(node).__name__} reads operator state; its contents must come with the "
                                    f"relation")

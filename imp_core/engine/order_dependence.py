@@ -32,7 +32,7 @@ from imp_core.plan.expr import (
     is_numeric,
     rebuild,
 )
-from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK
+from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK, Union
 
 UNIT = 2.0 ** -53
 INF = float("inf")
@@ -154,6 +154,11 @@ class OrderDependence:
             return _join_facts(node, *kids)
         if isinstance(node, TopK):
             return self._topk_facts(node, *kids)
+        if isinstance(node, Union):
+            if any(k.uncertain or k.maybe != Maybe.NO for k in kids):
+                raise UnsupportedError(f"a UNION ALL branch holds a floating-point SUM/AVG or rows a condition on one "
+                                       f"may or may not keep; {FIX_HINT}")
+            return Facts()
         raise UnsupportedError(f"plan node {type(node).__name__} is not supported")
 
     def _select_facts(self, node: Select, c: Facts) -> Facts:
@@ -202,7 +207,7 @@ class OrderDependence:
         role.flagged_output = flag and facts.maybe == Maybe.FLAGGED
         if isinstance(node, (Scan,)):
             return
-        if isinstance(node, (Aggregate, Distinct, Join)):
+        if isinstance(node, (Aggregate, Distinct, Join, Union)):
             for c in node.children:
                 self._needs(c, set())
             return

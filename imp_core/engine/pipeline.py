@@ -31,6 +31,7 @@ from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.merge import Merge
 from imp_core.engine.operators.registry import build_operator
 from imp_core.engine.operators.topk import TopKOp
+from imp_core.engine.operators.union import UnionOp
 from imp_core.engine.order_dependence import OrderDependence
 from imp_core.errors import StateError
 from imp_core.plan.nodes import Plan, Scan, explain
@@ -244,6 +245,8 @@ class _Pass:
             self.pipeline.stats.join_calls += int(dl is not None and dl.height > 0) + \
                 int(dr is not None and dr.height > 0)
             return op.process(dl, dr, _StageSide(self, stage, left), _StageSide(self, stage, right))
+        if isinstance(op, UnionOp):
+            return self._union_delta(stage, op)
         assert isinstance(op, UnaryOperator)
         child = self.delta(stage.inputs[0])
         if child is None:
@@ -254,6 +257,18 @@ class _Pass:
             # except for an aggregation without GROUP BY: its one row exists even over an empty input.
             return op.output_relation()
         return out
+
+    def _union_delta(self, stage: Stage, op: UnionOp) -> pl.DataFrame | None:
+        """The union of the inputs' deltas; a capture reads a stateless input whole from the backend (it has no
+        delta of its own there)."""
+        parts = []
+        for i, s in enumerate(stage.inputs):
+            d = self.delta(s)
+            if d is None and self.capture:
+                d = self.backend.relation(self.relation(s), self.versions)
+            if d is not None:
+                parts.append(op.process(d, i))
+        return op.combine(parts) if parts else None
 
     def _bootstrap(self, stage: Stage) -> pl.DataFrame:
         """A frontier stateful operator's output relation, from its whole input computed by the backend."""
@@ -283,6 +298,8 @@ class _Pass:
             elif isinstance(op, JoinOp):
                 left, right = stage.inputs
                 out = op.join_frames(self.state_contents(left), self.state_contents(right))
+            elif isinstance(op, UnionOp):
+                out = op.combine([op.process(self.state_contents(s), i) for i, s in enumerate(stage.inputs)])
             else:
                 assert isinstance(op, UnaryOperator)
                 out = op.process(self.state_contents(stage.inputs[0]))

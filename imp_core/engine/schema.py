@@ -10,7 +10,8 @@ from collections.abc import Iterable, Sequence
 
 MULT = "__mult"  # signed multiplicity: +n inserts n copies, -n deletes n
 SET = "__sk"  # a row's fragments as a sorted, duplicate-free List[UInt32] (above an aggregation)
-FRAG_PREFIX = "__f"  # __f{i}: the fragment of partitioned scan i (UInt32), below the first aggregation
+FRAG_PREFIX = "__f"  # __f{i}: the fragment of partitioned scan i (UInt32), below the first aggregation; NULL: none (a
+# UNION ALL row of a branch without scan i)
 RAW_PREFIX = "__p"  # __p{i}: scan i's raw partition value, carried from Spark and turned into __f{i} in memory
 FRAG = "__frag"  # the fragment of one exploded (row, fragment) pair
 REFRAG = "__refrag"  # a change row's global fragment id set by the caller (a repartition moving rows between ids)

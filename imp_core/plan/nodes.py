@@ -1,4 +1,4 @@
-"""Relational-algebra plan nodes (paper Fig. 4): scan, select, project, join, aggregate, distinct, top-k.
+"""Relational-algebra plan nodes (paper Fig. 4): scan, select, project, join, union, aggregate, distinct, top-k.
 
 See docs/ARCHITECTURE.md, "The plan IR".
 """
@@ -188,6 +188,30 @@ class Join(Plan):
 
 
 @dataclass(frozen=True, slots=True)
+class Union(Plan):
+    """Bag union (``UNION ALL``) of two or more inputs with the same column names and types (the front-end casts and
+    renames each branch to the first branch's names)."""
+
+    inputs: tuple[Plan, ...]
+    schema: tuple[Field, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.inputs) < 2:
+            raise PlanError(f"a UNION ALL needs at least two inputs, got {len(self.inputs)}")
+        first = self.inputs[0].schema
+        for i, branch in enumerate(self.inputs[1:], start=2):
+            if branch.schema != first:
+                raise PlanError(f"UNION ALL branch {i} has columns "
+                                f"({', '.join(f'{f.name} {f.dtype}' for f in branch.schema)}), the first has "
+                                f"({', '.join(f'{f.name} {f.dtype}' for f in first)}); cast and rename them alike")
+        self._set_schema(first)
+
+    @property
+    def children(self) -> tuple[Plan, ...]:
+        return self.inputs
+
+
+@dataclass(frozen=True, slots=True)
 class Aggregate(_OneChild):
     """Group by ``keys`` and compute ``aggs``; output = key names then aggregate names."""
 
@@ -239,7 +263,7 @@ class TopK(_OneChild):
 
 
 # Every plan node class (``_OneChild`` is only a base): what a compiler or an operator registry must cover.
-PLAN_NODES: tuple[type[Plan], ...] = (Scan, Select, Project, Join, Aggregate, Distinct, TopK)
+PLAN_NODES: tuple[type[Plan], ...] = (Scan, Select, Project, Join, Union, Aggregate, Distinct, TopK)
 
 
 def explain(plan: Plan, indent: int = 0) -> str:
@@ -254,6 +278,8 @@ def explain(plan: Plan, indent: int = 0) -> str:
                                       for n, e in plan.items)
     elif isinstance(plan, Join):
         line = f"Join ON {plan.condition}" if plan.condition is not None else "CrossProduct"
+    elif isinstance(plan, Union):
+        line = f"UnionAll {len(plan.inputs)} inputs"
     elif isinstance(plan, Aggregate):
         line = (f"Aggregate keys=[{', '.join(n for n, _ in plan.keys)}] "
                 f"aggs=[{', '.join(f'{a} AS {n}' for n, a in plan.aggs)}]")

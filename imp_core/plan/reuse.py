@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from imp_core.plan.expr import Binary, Expr, Lit, Unary
-from imp_core.plan.nodes import Distinct, Plan, Project, Select
+from imp_core.plan.nodes import Distinct, Plan, Project, Select, Union
 
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
@@ -45,9 +45,9 @@ def _nodes(a: Plan, b: Plan, top: bool) -> tuple[bool, str]:
             ok, why = _tighter(a.predicate, b.predicate, positive=True)
             if not ok:
                 return False, why
-    elif _differs_outside_selections(a, b):
+    elif _differs_outside_selections(a, b) or len(a.children) != len(b.children):
         return False, "the plans differ outside their conditions"
-    still_top = top and isinstance(a, (Select, Project, Distinct))
+    still_top = top and isinstance(a, (Select, Project, Distinct, Union))
     for ca, cb in zip(a.children, b.children):
         ok, why = _nodes(ca, cb, still_top)
         if not ok:
@@ -57,7 +57,8 @@ def _nodes(a: Plan, b: Plan, top: bool) -> tuple[bool, str]:
 
 def _differs_outside_selections(a: Plan, b: Plan) -> bool:
     """True when the nodes themselves (not their children) differ."""
-    fields = [f for f in getattr(a, "__dataclass_fields__", {}) if f not in ("schema", "child", "left", "right")]
+    fields = [f for f in getattr(a, "__dataclass_fields__", {})
+              if f not in ("schema", "child", "left", "right", "inputs")]
     return any(getattr(a, f) != getattr(b, f) for f in fields)
 
 

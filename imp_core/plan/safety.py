@@ -23,7 +23,7 @@ from imp_core.plan.expr import (
     conjuncts,
     is_numeric,
 )
-from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK
+from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK, Union
 from imp_core.sketch.bounds import partition_kind
 
 SignOracle = Callable[[str, str], str | None]  # (table, column) -> "+" (>= 0), "-" (<= 0) or None
@@ -255,6 +255,29 @@ class _Analysis:
         why = left.why or right.why or ("" if cond_ok else "a join condition uses a partial aggregate")
         return Rel("part", dirs, anchored, det, signs, why)
 
+    def visit_Union(self, node: Union) -> Rel:
+        """Monotone, and every branch has the union's column names: safe when each branch is. A column determines a
+        scan's fragment when it does in every branch holding that scan's alias (a self-union holds one alias twice)."""
+        rels = [self.rel(b) for b in node.inputs]
+        det: dict[str, frozenset[str]] = {}
+        for r in rels:
+            for alias, cols in r.det.items():
+                det[alias] = det[alias] & cols if alias in det else cols
+        signs = {}
+        for name in node.names:
+            found = [r.signs.get(name) for r in rels]
+            if all(f is not None for f in found) and len({f[0] for f in found}) == 1:  # type: ignore[index]
+                signs[name] = (found[0][0], frozenset().union(*(f[1] for f in found)))  # type: ignore[index]
+        tags = {r.tag for r in rels}
+        if "part" not in tags:
+            return Rel("sub" if "sub" in tags else "exact", det=det, signs=signs)
+        dirs: dict[str, str] = {}
+        for r in rels:
+            for name, d in r.dirs.items():
+                dirs[name] = _combine(dirs.get(name, "="), d)
+        anchored = all(r.anchored or r.tag != "part" for r in rels)
+        return Rel("part", dirs, anchored, det, signs, next((r.why for r in rels if r.why), ""))
+
     def visit_Aggregate(self, node: Aggregate) -> Rel:
         child = self.rel(node.child)
         key_cols = {e.name for _, e in node.keys if isinstance(e, Col)}
@@ -396,7 +419,7 @@ def _fully_needed_topks(plan: Plan) -> set[int]:
     def walk(node: Plan, all_needed: bool) -> None:
         if isinstance(node, TopK) and all_needed:
             out.add(id(node))
-        keeps = all_needed and isinstance(node, (Project, Distinct, Aggregate))
+        keeps = all_needed and isinstance(node, (Project, Distinct, Aggregate, Union))
         for child in node.children:
             walk(child, keeps)
 

@@ -170,8 +170,9 @@ class SparkBackend:
         rows = to_polars(df.groupBy(*[col(c) for c in frag_cols]).agg(F.sum(col(MULT)).alias(COUNT)))
         self.spark_jobs += 1
         for c in frag_cols:
-            f = rows.get_column(c).to_numpy().astype(np.int64)
-            counts += np.bincount(f, weights=rows.get_column(COUNT).to_numpy(), minlength=total).astype(np.int64)
+            part = rows.filter(pl.col(c).is_not_null())  # NULL: a union row of a branch without this scan
+            f = part.get_column(c).to_numpy().astype(np.int64)
+            counts += np.bincount(f, weights=part.get_column(COUNT).to_numpy(), minlength=total).astype(np.int64)
         return counts
 
     def aggregate_input(self, child: Relation, layout: PartialLayout, versions: Versions) -> Partials:

@@ -7,6 +7,7 @@ docs/ARCHITECTURE.md, "The plan IR" and "Fragments on Spark".
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import decimal
 import functools
@@ -19,11 +20,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from imp_core.engine.annotation import AnnotationLayout
-from imp_core.engine.schema import MULT, RIGHT_MULT, RIGHT_SET, SET, is_carried, join_columns
+from imp_core.engine.schema import MULT, RIGHT_MULT, RIGHT_SET, SET, is_carried, is_frag_col, join_columns
 from imp_core.errors import UnsupportedError
 from imp_core.plan import expr as ex
 from imp_core.plan.expr import NULL, Expr, Func
-from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK
+from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK, Union
 from imp_core.spark.fragment import add_fragment
 from imp_core.spark.types import arrow_to_spark
 
@@ -370,6 +371,24 @@ class PlanCompiler:
                 joined = joined.withColumnRenamed(RIGHT_SET, SET)
         return joined.select(*[col(c) for c in join_columns(node.left.names, node.right.names, joined.columns)])
 
+    def visit_Union(self, node: Union) -> DataFrame:
+        """``UNION ALL`` by name. Annotated: each branch computes its fragments in Spark (a branch's raw partition
+        value could not be told from a NULL meaning "no such scan"), and the fragment columns of the other
+        branches' scans are NULL; when a branch carries fragment sets, every branch's annotation becomes a set."""
+        if self.plain:
+            return functools.reduce(DataFrame.unionByName, (self.compile(b) for b in node.inputs))
+        sub = copy.copy(self)
+        sub.fragments_in_spark = True
+        branches = [sub.compile(b) for b in node.inputs]
+        frags = list(dict.fromkeys(c for b in branches for c in b.columns if is_frag_col(c)))
+        if any(SET in b.columns for b in branches):
+            branches = [_as_set(b) for b in branches]
+            frags = []
+        aligned = [b.select(*[col(n) for n in node.names], col(MULT),
+                            *[col(c) if c in b.columns else F.lit(None).cast("int").alias(c) for c in frags],
+                            *([col(SET)] if SET in b.columns else [])) for b in branches]
+        return functools.reduce(DataFrame.unionByName, aligned)
+
     # -- plain evaluation of stateful nodes (the use path) --------------------------------------------------------
 
     def visit_Aggregate(self, node: Aggregate) -> DataFrame:
@@ -410,3 +429,15 @@ class PlanCompiler:
             else:
                 order.append(c.asc_nulls_first() if nulls_first else c.asc_nulls_last())
         return child.orderBy(*order).limit(node.k)
+
+
+def _as_set(df: DataFrame) -> DataFrame:
+    """``df`` with its fragment columns (and set, if any) folded into one sorted, duplicate-free ``__sk`` array."""
+    frags = [c for c in df.columns if is_frag_col(c)]
+    parts = [F.array(*[col(c) for c in frags])] if frags else []
+    if SET in df.columns:
+        parts.append(col(SET))
+    if not parts:
+        return df.withColumn(SET, F.array().cast("array<int>"))
+    merged = parts[0] if len(parts) == 1 else F.concat(*parts)
+    return df.withColumn(SET, F.array_sort(F.array_distinct(F.array_compact(merged))).cast("array<int>")).drop(*frags)

@@ -56,3 +56,11 @@ def test_a_distinct_aggregate_is_another_query() -> None:
     assert not can_reuse(parse_query(plain, T).plan, parse_query(distinct, T).plan)[0]
     assert not can_reuse(parse_query(distinct, T).plan, parse_query(plain, T).plan)[0]
     assert can_reuse(parse_query(distinct, T).plan, parse_query(distinct.replace("> 2", "> 3"), T).plan)[0]
+
+
+def test_union_all_branches_reuse_like_the_query_around_them() -> None:
+    top = "SELECT a FROM t WHERE b > {x} UNION ALL SELECT a FROM t WHERE c < {y}"
+    assert reuse(top.format(x=1, y=9), top.format(x=2, y=8))
+    assert not reuse(top.format(x=1, y=9), top.format(x=1, y=10))
+    below = "SELECT a, COUNT(*) AS n FROM (SELECT a FROM t WHERE b > {x} UNION ALL SELECT a FROM t) u GROUP BY a"
+    assert not reuse(below.format(x=1), below.format(x=2))

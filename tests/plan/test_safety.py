@@ -229,3 +229,19 @@ def test_count_distinct_having_really_holds_over_the_sketch() -> None:
                                          "SELECT b FROM t WHERE a IN (SELECT a FROM t GROUP BY a "
                                          "HAVING COUNT(DISTINCT x) > 1)")
     assert full == sketched == [(1, 2)]
+
+
+def test_union_all_is_safe_when_each_branch_is() -> None:
+    two = "SELECT a, SUM(x) AS s FROM (SELECT a, x FROM t UNION ALL SELECT m, k FROM u) q GROUP BY a HAVING SUM(x) > 5"
+    # grouped on the partition column in every branch: each group's rows lie in one fragment of each table
+    assert_safe(verdict(two, {"t": "a", "u": "m"}))
+    # partitioned elsewhere, a partial group's SUM is below the full one only when every branch's x is non-negative
+    assert_safe(verdict(two, {"t": "b"}, {"t.x": "+", "u.k": "+"}), ("t.x >= 0", "u.k >= 0"))
+    assert_unsafe(verdict(two, {"t": "b"}, {"t.x": "+"}), "can accept a partial group")
+    # a self-union: the partition column determines the group only if it does in both branches
+    self_union = ("SELECT a, AVG(c) AS ac FROM (SELECT a, c FROM t WHERE x > 1 UNION ALL SELECT a, c FROM t WHERE "
+                  "x < 0) q GROUP BY a HAVING AVG(c) < 10")
+    assert_safe(verdict(self_union, {"t": "a"}))
+    crossed = ("SELECT a, AVG(c) AS ac FROM (SELECT a, c FROM t UNION ALL SELECT b, c FROM t) q GROUP BY a "
+               "HAVING AVG(c) < 10")
+    assert_unsafe(verdict(crossed, {"t": "a"}), "can accept a partial group")

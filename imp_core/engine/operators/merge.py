@@ -43,8 +43,10 @@ class Merge(SinkOperator, StatefulOperator):
                 frag = pc.list_flatten(sets).to_numpy(zero_copy_only=False).astype(np.int64)
                 m = np.repeat(mult, pc.list_value_length(sets).fill_null(0).to_numpy(zero_copy_only=False))
             else:
-                frag = delta.get_column(col).to_numpy().astype(np.int64)
-                m = mult
+                column = delta.get_column(col)
+                valid = column.is_not_null().to_numpy() if column.null_count() else None  # NULL: no fragment
+                frag = (column.to_numpy() if valid is None else column.drop_nulls().to_numpy()).astype(np.int64)
+                m = mult if valid is None else mult[valid]
             if frag.size and (frag.min() < 0 or frag.max() >= self.total):
                 raise StateError(f"operator {self.op_id}: fragment id outside the partition; recapture the sketch")
             change += np.bincount(frag, weights=m, minlength=self.total).astype(np.int64)

@@ -196,7 +196,7 @@ class PartialLayout:
         summed = [c.name for c in self.accumulators if c.name in rows.columns]
         groups = rows.group_by(keys).agg([pl.col(c).sum() for c in summed])
         parts = [rows.select([*keys, pl.col(c).cast(FRAG_DTYPE).alias(FRAG), pl.col(GROUP_ROWS).alias(COUNT)])
-                 for c in fragment_columns]
+                 .filter(pl.col(FRAG).is_not_null()) for c in fragment_columns]  # NULL: a union row without scan c
         if parts:
             fragments = pl.concat(parts).group_by([*keys, FRAG]).agg(pl.col(COUNT).sum())
         else:

@@ -14,14 +14,16 @@ from imp_core.engine.operators.projection import Projection
 from imp_core.engine.operators.selection import Selection
 from imp_core.engine.operators.table_access import TableAccess
 from imp_core.engine.operators.topk import TopKOp
+from imp_core.engine.operators.union import UnionOp
 from imp_core.errors import UnsupportedError
-from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK
+from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK, Union
 
 OPERATORS: dict[type[Plan], type[Operator]] = {
     Scan: TableAccess,
     Select: Selection,
     Project: Projection,
     Join: JoinOp,
+    Union: UnionOp,
     Aggregate: Aggregation,
     Distinct: DistinctOp,
     TopK: TopKOp,

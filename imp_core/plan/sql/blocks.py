@@ -19,9 +19,10 @@ from imp_core.plan.sql.from_clause import FromClause
 from imp_core.plan.sql.grouping import aggregate
 from imp_core.plan.sql.positions import Locator
 from imp_core.plan.sql.scope import Cte, OrderItem, Scope, SelectItem, free_name, unique_names
+from imp_core.plan.sql.set_operations import SetOperations
 
 
-class QueryTranslator(FromClause):
+class QueryTranslator(FromClause, SetOperations):
     """Translates one parsed statement against the registered tables.
 
     Args:
@@ -43,9 +44,7 @@ class QueryTranslator(FromClause):
                 raise self.loc.unsupported(f"{extra[0].upper()} on a parenthesized query", node)
             return self.query(node.this, ctes)
         if isinstance(node, exp.SetOperation):
-            op = node.key.upper() + ("" if node.args.get("distinct") else " ALL")
-            raise self.loc.unsupported(f"set operation {op}", node,
-                                       "register a sketch for each branch instead")
+            return self._set_operation(node, ctes)
         if isinstance(node, exp.Select):
             return self._select(node, ctes)
         raise self.loc.unsupported(f"{node.key.upper()} as a query", node)

@@ -56,8 +56,8 @@ def parse_query(sql: str, tables: Mapping[str, pa.Schema], dialect: str = "spark
     Raises:
         PlanError: The SQL does not parse, or names an unknown table or column, an ambiguous column, or has a
             type error; ``line`` and ``column`` say where.
-        UnsupportedError: The query uses a construct the platform cannot maintain (outer joins, set operations,
-            window functions, subqueries in expressions, LIMIT without ORDER BY, ...).
+        UnsupportedError: The query uses a construct the platform cannot maintain (outer joins, set operations
+            other than UNION ALL, window functions, subqueries in expressions, LIMIT without ORDER BY, ...).
     """
     if statement is None:
         statement = parse_statement(sql, dialect)

@@ -30,7 +30,7 @@ GROUPS = 5000
 
 def mixed_with_layout(service: SketchService, quick: bool, runs: int) -> Experiment:
     rows = scaled(200_000 if quick else 10_000_000)
-    n_ops = 12 if quick else 240
+    n_ops = 8 if quick else 240
     every = 4 if quick else EVERY
     name = f"mixed_{rows}"
     path = data.base_table(name, rows, GROUPS, files=100)

@@ -58,7 +58,7 @@ def _ratio(service: SketchService, name: str) -> tuple[float, int]:
 
 
 def skewed_stream(service: SketchService, root: Path, quick: bool, runs: int) -> Experiment:
-    base, per_round, rounds = scaled(1_000_000), scaled(100_000), 3 if quick else 10
+    base, per_round, rounds = scaled(1_000_000), scaled(100_000), 2 if quick else 10
     exp = Experiment("skew_split", f"Skewed inserts ({per_round:,} rows per round into 1% of the domain) on "
                      f"{base:,} rows: sketch with range split/merge after each round vs fixed ranges vs no sketch",
                      x_label="round", y_label="skipping ratio / seconds", log_y=True, timed=False)

@@ -129,21 +129,27 @@ def test_self_union_gives_each_branch_its_own_scan() -> None:
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_changes_equal_a_recapture(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    tables = {"T1": rows([], []), "T2": rows([], [])}
-    pipe, _ = two_tables()
+    _random_changes_equal_a_recapture(lambda: two_tables()[0], np.random.default_rng(seed),
+                                      {"T1": rows([], []), "T2": rows([], [])}, rounds=8, inserts=4)
+
+
+def _random_changes_equal_a_recapture(build: Callable[[], Pipeline], rng: np.random.Generator,
+                                      tables: dict[str, pl.DataFrame], rounds: int, inserts: int) -> None:
+    """Random inserts and deletes into either table, each maintained incrementally, the sketch compared with a
+    fresh capture of the tables after every pass."""
+    pipe = build()
     pipe.capture(LocalBackend(reader(tables)), {"T1": 0, "T2": 0})
-    for _ in range(8):
+    for _ in range(rounds):
         table = str(rng.choice(["T1", "T2"]))
         current = tables[table]
-        ins = rows(rng.integers(0, 10, 4).tolist(), rng.integers(-5, 15, 4).tolist(), [1] * 4)
+        ins = rows(rng.integers(0, 10, inserts).tolist(), rng.integers(-5, 15, inserts).tolist(), [1] * inserts)
         dels = current.sample(min(2, current.height), seed=int(rng.integers(1 << 30))).with_columns(
             pl.lit(-1, dtype=pl.Int64).alias(MULT))
         change = pl.concat([ins, dels])
         tables[table] = _apply(current, change)
         backend = LocalBackend(reader(tables))
         pipe.maintain_pass(table, change, backend, {"T1": 0, "T2": 0})
-        fresh, _ = two_tables()
+        fresh = build()
         fresh.capture(backend, {"T1": 0, "T2": 0})
         assert pipe.sketch() == fresh.sketch()
 
@@ -186,21 +192,7 @@ def test_query_shapes_over_a_union_equal_a_recapture(sql: str) -> None:
     rng = np.random.default_rng(7)
     tables = {"T1": rows(rng.integers(0, 10, 6).tolist(), rng.integers(-5, 15, 6).tolist()),
               "T2": rows(rng.integers(0, 10, 6).tolist(), rng.integers(-5, 15, 6).tolist())}
-    pipe = Pipeline(plan, parts)
-    pipe.capture(LocalBackend(reader(tables)), {"T1": 0, "T2": 0})
-    for _ in range(6):
-        table = str(rng.choice(["T1", "T2"]))
-        current = tables[table]
-        ins = rows(rng.integers(0, 10, 3).tolist(), rng.integers(-5, 15, 3).tolist(), [1] * 3)
-        dels = current.sample(min(2, current.height), seed=int(rng.integers(1 << 30))).with_columns(
-            pl.lit(-1, dtype=pl.Int64).alias(MULT))
-        change = pl.concat([ins, dels])
-        tables[table] = _apply(current, change)
-        backend = LocalBackend(reader(tables))
-        pipe.maintain_pass(table, change, backend, {"T1": 0, "T2": 0})
-        fresh = Pipeline(plan, parts)
-        fresh.capture(backend, {"T1": 0, "T2": 0})
-        assert pipe.sketch() == fresh.sketch()
+    _random_changes_equal_a_recapture(lambda: Pipeline(plan, parts), rng, tables, rounds=6, inserts=3)
 
 
 def test_a_repartition_relabels_fragments_and_keeps_no_fragment_null() -> None:

@@ -168,23 +168,47 @@ class Join(Plan):
 
     def equi_keys(self) -> tuple[list[str], list[str], list[Expr]]:
         """Split the condition into equi-join key pairs (left col, right col) and a residual theta part."""
-        left_names, right_names = set(self.left.names), set(self.right.names)
-        lk: list[str] = []
-        rk: list[str] = []
-        rest: list[Expr] = []
-        for c in conjuncts(self.condition):
-            if isinstance(c, Binary) and c.op == "=" and isinstance(c.left, Col) and isinstance(c.right, Col):
-                a, b = c.left.name, c.right.name
-                if a in left_names and b in right_names and c.left.dtype == c.right.dtype:
-                    lk.append(a)
-                    rk.append(b)
-                    continue
-                if b in left_names and a in right_names and c.left.dtype == c.right.dtype:
-                    lk.append(b)
-                    rk.append(a)
-                    continue
-            rest.append(c)
-        return lk, rk, rest
+        return _equi_keys(self.left, self.right, self.condition)
+
+
+@dataclass(frozen=True, slots=True)
+class AntiJoin(Plan):
+    """The rows of ``left`` that no row of ``right`` matches on ``condition`` (``NOT EXISTS``); output = ``left``'s
+    columns. ``condition`` is a conjunction of equalities between a left and a right column (the keys).
+
+    ``null_aware`` gives ``NOT IN``'s three-valued semantics (one key pair): a left row is kept when ``right`` is
+    empty, or when its key is not NULL, no right key is NULL and no right key equals it.
+    """
+
+    left: Plan
+    right: Plan
+    condition: Expr
+    null_aware: bool = False
+    schema: tuple[Field, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        clash = set(self.left.names) & set(self.right.names)
+        if clash:
+            raise PlanError(f"anti join: both sides have column(s) {', '.join(sorted(clash))}; rename one side")
+        available = set(self.left.names) | set(self.right.names)
+        for c in self.condition.columns():
+            if c not in available:
+                raise PlanError(f"anti join condition: column {c} does not exist")
+        lk, rk, rest = self.equi_keys()
+        if rest or not lk:
+            raise PlanError(f"anti join condition {self.condition} must be equalities between a left and a right "
+                            "column")
+        if self.null_aware and len(lk) != 1:
+            raise PlanError(f"NOT IN compares one column, got {len(lk)}")
+        self._set_schema(self.left.schema)
+
+    @property
+    def children(self) -> tuple[Plan, ...]:
+        return (self.left, self.right)
+
+    def equi_keys(self) -> tuple[list[str], list[str], list[Expr]]:
+        """The (left column, right column) key pairs of the condition and what is not such a pair."""
+        return _equi_keys(self.left, self.right, self.condition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,8 +286,29 @@ class TopK(_OneChild):
         self._set_schema(self.child.schema)
 
 
+def _equi_keys(left: Plan, right: Plan, condition: Expr | None) -> tuple[list[str], list[str], list[Expr]]:
+    """Split ``condition`` into key pairs (left column = right column, same type) and the rest."""
+    left_names, right_names = set(left.names), set(right.names)
+    lk: list[str] = []
+    rk: list[str] = []
+    rest: list[Expr] = []
+    for c in conjuncts(condition):
+        if isinstance(c, Binary) and c.op == "=" and isinstance(c.left, Col) and isinstance(c.right, Col):
+            a, b = c.left.name, c.right.name
+            if a in left_names and b in right_names and c.left.dtype == c.right.dtype:
+                lk.append(a)
+                rk.append(b)
+                continue
+            if b in left_names and a in right_names and c.left.dtype == c.right.dtype:
+                lk.append(b)
+                rk.append(a)
+                continue
+        rest.append(c)
+    return lk, rk, rest
+
+
 # Every plan node class (``_OneChild`` is only a base): what a compiler or an operator registry must cover.
-PLAN_NODES: tuple[type[Plan], ...] = (Scan, Select, Project, Join, Union, Aggregate, Distinct, TopK)
+PLAN_NODES: tuple[type[Plan], ...] = (Scan, Select, Project, Join, AntiJoin, Union, Aggregate, Distinct, TopK)
 
 
 def explain(plan: Plan, indent: int = 0) -> str:
@@ -278,6 +323,8 @@ def explain(plan: Plan, indent: int = 0) -> str:
                                       for n, e in plan.items)
     elif isinstance(plan, Join):
         line = f"Join ON {plan.condition}" if plan.condition is not None else "CrossProduct"
+    elif isinstance(plan, AntiJoin):
+        line = f"{'NullAware' if plan.null_aware else ''}AntiJoin ON {plan.condition}"
     elif isinstance(plan, Union):
         line = f"UnionAll {len(plan.inputs)} inputs"
     elif isinstance(plan, Aggregate):

@@ -15,14 +15,14 @@ from imp_core.plan.expr import BOOL, Col, Expr
 from imp_core.plan.nodes import Distinct, Plan, Project, Select, SortKey, TopK
 from imp_core.plan.sql.constants import CLAUSE_NAMES, SELECT_CLAUSES
 from imp_core.plan.sql.exprs import ExprTranslator
-from imp_core.plan.sql.from_clause import FromClause
 from imp_core.plan.sql.grouping import aggregate
 from imp_core.plan.sql.positions import Locator
 from imp_core.plan.sql.scope import Cte, OrderItem, Scope, SelectItem, free_name, unique_names
 from imp_core.plan.sql.set_operations import SetOperations
+from imp_core.plan.sql.subqueries import Subqueries
 
 
-class QueryTranslator(FromClause, SetOperations):
+class QueryTranslator(Subqueries, SetOperations):
     """Translates one parsed statement against the registered tables.
 
     Args:
@@ -54,7 +54,8 @@ class QueryTranslator(FromClause, SetOperations):
         ctes = self._with(node, ctes)
         if node.args.get("from_") is None:
             raise self.loc.unsupported("a SELECT without FROM", node, "a sketch needs at least one table")
-        scope, source = self._from(node, ctes)
+        having_node = node.args.get("having")
+        scope, source, having_sql = self._from(node, ctes, having_node.this if having_node is not None else None)
 
         items = self._select_items(node, scope)
         aliases: dict[str, int] = {}
@@ -65,9 +66,8 @@ class QueryTranslator(FromClause, SetOperations):
 
         group = node.args.get("group")
         keys = self._group_by(group, scope, items, alias_exprs) if group is not None else None
-        having_node = node.args.get("having")
-        having = (self._condition(having_node.this, scope, "HAVING", alias_exprs, allow_aggs=True)
-                  if having_node is not None else None)
+        having = (self._condition(having_sql, scope, "HAVING", alias_exprs, allow_aggs=True)
+                  if having_sql is not None else None)
 
         limit = self._limit(node)
         order_node = node.args.get("order")
@@ -169,7 +169,7 @@ class QueryTranslator(FromClause, SetOperations):
                 if extra:
                     raise self.loc.unsupported(f"SELECT * {extra[0].rstrip('_').upper()}", e)
                 if isinstance(e, exp.Star):
-                    sources = scope.items
+                    sources = scope.visible
                 else:
                     found = scope.item(e.table)
                     if found is None:

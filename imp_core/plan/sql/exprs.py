@@ -87,8 +87,11 @@ class ExprTranslator(CallRules):
             return self.loc.unsupported(f"aggregate function {node.sql_name()}", node,
                                         "supported: SUM, COUNT, COUNT(*), AVG, MIN, MAX")
         if isinstance(node, (exp.Query, exp.Exists)):
+            if self.clause in ("WHERE", "HAVING"):
+                return self.loc.unsupported(f"{'EXISTS' if isinstance(node, exp.Exists) else 'a subquery'} under OR "
+                                            "or NOT", node, "a subquery can be a conjunct: WHERE ... AND EXISTS (...)")
             return self.loc.unsupported(f"a subquery in {self.clause}", node,
-                                        "only subqueries in FROM are supported; rewrite it as a join")
+                                        "subqueries are supported in FROM and as conjuncts of WHERE and HAVING")
         if isinstance(node, (exp.Placeholder, exp.Parameter)):
             return self.loc.unsupported("a query parameter", node, "write the constant into the query")
         if type(node) in NODE_NAMES:
@@ -114,7 +117,7 @@ class ExprTranslator(CallRules):
                 raise self.loc.error(f"column {node.table}.{name} does not exist in {item.label}", node,
                                      f"available: {', '.join(c.name for c in item.columns)}")
             return col.col
-        hits = [c for c in (item.find(name) for item in self.scope.items) if c is not None]
+        hits = [c for c in (item.find(name) for item in self.scope.visible) if c is not None]
         if len(hits) > 1:
             raise self.loc.error(f"column {name} is ambiguous: {', '.join(c.col.name for c in hits)}", node,
                                  "qualify it with a table name or alias")
@@ -122,7 +125,7 @@ class ExprTranslator(CallRules):
             return hits[0].col
         if name.lower() in self.aliases:
             return self.aliases[name.lower()]
-        available = ", ".join(c.col.name for item in self.scope.items for c in item.columns)
+        available = ", ".join(c.col.name for item in self.scope.visible for c in item.columns)
         raise self.loc.error(f"column {name} does not exist in {self.scope.describe()}", node,
                              f"available: {available}")
 
@@ -224,7 +227,9 @@ class ExprTranslator(CallRules):
 
     def _In(self, node: exp.In, negated: bool = False) -> Expr:
         if node.args.get("query") is not None:
-            raise self.loc.unsupported(f"IN (subquery) in {self.clause}", node, "rewrite it as a join")
+            raise self.loc.unsupported("IN (subquery) under OR or NOT" if self.clause in ("WHERE", "HAVING") else
+                                       f"IN (subquery) in {self.clause}", node,
+                                       "a subquery can be a conjunct: WHERE ... AND x IN (SELECT ...)")
         if node.args.get("unnest") is not None or node.args.get("field") is not None:
             raise self.loc.unsupported("IN over an array", node)
         arg = self(node.this)

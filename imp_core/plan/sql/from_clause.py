@@ -6,6 +6,7 @@ A mixin of ``blocks.QueryTranslator``. See docs/ARCHITECTURE.md, "The plan IR".
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from sqlglot import exp
@@ -16,6 +17,9 @@ from imp_core.plan.sql.constants import TABLE_ARG_NAMES
 from imp_core.plan.sql.placement import place
 from imp_core.plan.sql.positions import Locator
 from imp_core.plan.sql.scope import Column, Cte, Item, Scope, unique_names
+
+if TYPE_CHECKING:
+    from imp_core.plan.sql.subqueries import AntiSpec
 
 
 class FromClause:
@@ -31,8 +35,21 @@ class FromClause:
     def _condition(self, node: exp.Expression, scope: Scope, clause: str) -> Expr:
         raise NotImplementedError  # QueryTranslator._condition
 
-    def _from(self, node: exp.Select, ctes: Mapping[str, Cte]) -> tuple[Scope, Plan]:
-        """The scope of the FROM items and their join tree with the ON and WHERE conditions placed."""
+    def _where_subqueries(self, where: exp.Expression, ctes: Mapping[str, Cte], items: list[Item]
+                          ) -> tuple[list[exp.Expression], list[AntiSpec]]:
+        raise NotImplementedError  # Subqueries._where_subqueries
+
+    def _having_subqueries(self, having: exp.Expression, ctes: Mapping[str, Cte], items: list[Item]
+                           ) -> exp.Expression:
+        raise NotImplementedError  # Subqueries._having_subqueries
+
+    def _anti_joins(self, plan: Plan, antis: list[AntiSpec], scope: Scope) -> Plan:
+        raise NotImplementedError  # Subqueries._anti_joins
+
+    def _from(self, node: exp.Select, ctes: Mapping[str, Cte], having: exp.Expression | None = None
+              ) -> tuple[Scope, Plan, exp.Expression | None]:
+        """The scope of the FROM items and their join tree with the ON and WHERE conditions placed; subqueries of
+        WHERE and of ``having`` are joined in as hidden items (``having`` comes back rewritten to read them)."""
         items: list[Item] = []
         ons: list[tuple[exp.Expression, int]] = []  # ON condition, number of FROM items visible to it
         self._add_item(node.args["from_"].this, ctes, items, ons)
@@ -45,14 +62,20 @@ class FromClause:
                                      f"{item.label})", item.node, "give them distinct aliases")
             seen[item.alias.lower()] = item
 
+        where = node.args.get("where")
+        wheres, antis = self._where_subqueries(where.this, ctes, items) if where is not None else ([], [])
+        if having is not None:
+            having = self._having_subqueries(having, ctes, items)
         scope = Scope(items)
         conds: list[Expr] = []
         for on, n in ons:
             conds += conjuncts(self._condition(on, Scope(items[:n]), "ON"))
-        where = node.args.get("where")
-        if where is not None:
-            conds += conjuncts(self._condition(where.this, scope, "WHERE"))
-        return scope, place(scope, conds)
+        for w in wheres:
+            conds += conjuncts(self._condition(w, scope, "WHERE"))
+        plan = place(scope, conds)
+        if antis:
+            plan = self._anti_joins(plan, antis, scope)
+        return scope, plan, having
 
     def _add_joins(self, joins: Sequence[exp.Join], ctes: Mapping[str, Cte], items: list[Item],
                    ons: list[tuple[exp.Expression, int]]) -> None:

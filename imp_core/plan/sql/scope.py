@@ -34,6 +34,7 @@ class Item:
     plan: Plan
     columns: tuple[Column, ...]
     node: exp.Expression  # where it is written, for messages
+    hidden: bool = False  # a subquery of WHERE/HAVING joined in: reachable by its alias only, not by * or bare names
 
     def find(self, name: str) -> Column | None:
         """The column ``name``: spelled exactly so, else the only one equal to it case-insensitively."""
@@ -47,13 +48,14 @@ class Scope:
         self.items = tuple(items)
         self.owner = {c.col.name: i for i, item in enumerate(self.items) for c in item.columns}
         self.bare = {c.col.name: c.name for item in self.items for c in item.columns}
+        self.visible = tuple(i for i in self.items if not i.hidden)
 
     def item(self, alias: str) -> Item | None:
         """The FROM item named ``alias``: spelled exactly so, else the only one equal to it case-insensitively."""
         return find_name(self.items, alias, lambda i: i.alias)
 
     def describe(self) -> str:
-        return ", ".join(i.label for i in self.items)
+        return ", ".join(i.label for i in self.visible)
 
 
 @dataclass(frozen=True, slots=True)

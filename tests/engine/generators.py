@@ -517,6 +517,7 @@ class Block:
     ordinal_order: bool = False
     hidden: tuple[X, bool, bool] | None = None  # a first ORDER BY key that is not in the select list
     duck: bool = True  # False: the block sums order-dependent values DuckDB adds in its own order
+    subquery_scans: list[tuple[str, str]] = field(default_factory=list)  # (alias, table) read by WHERE subqueries
 
     @property
     def aggregated(self) -> bool:
@@ -575,16 +576,16 @@ class Block:
         out = []
         for s in self.sources:
             out += [(s.alias, s.table)] if s.table is not None else s.sub.scans()  # type: ignore[union-attr]
-        return out
+        return out + self.subquery_scans
 
     def tables(self) -> list[str]:
         out = []
         for s in self.sources:
             out += [s.table] if s.table is not None else s.sub.tables()  # type: ignore[union-attr]
-        return out
+        return out + [t for _, t in self.subquery_scans]
 
     def has_subquery(self) -> bool:
-        return any(s.sub is not None for s in self.sources)
+        return any(s.sub is not None for s in self.sources) or bool(self.subquery_scans)
 
     def total_order(self) -> bool:
         return {i for i, _, _ in self.order} == set(range(len(self.items)))
@@ -644,8 +645,8 @@ def blocks(draw: st.DrawFn, shape: str = "any", depth: int = 0, names: _Names | 
                 conditions[-1] = link if conditions[-1] is None else X("({0} AND {1})", (conditions[-1], link), "bool")
     comma = draw(st.booleans())
     where = gen_pred(draw, cols, 2) if draw(st.integers(0, 3)) > 0 else None
-
     block = Block([], sources, conditions, comma, where)
+    _add_where_subquery(draw, block, cols, names, depth == 0 and budget >= 1)
     if shape in ("agg",) or (shape in ("topk", "nested") and draw(st.booleans())):
         _aggregation(draw, block, cols, nested=depth > 0)
     else:
@@ -657,6 +658,44 @@ def blocks(draw: st.DrawFn, shape: str = "any", depth: int = 0, names: _Names | 
     if shape == "topk" or (shape == "nested" and depth == 0 and draw(st.booleans())):
         _topk(draw, block, total=depth > 0, cols=cols)
     return block
+
+
+SUBQUERY_KINDS = ("int", "str", "date")  # key kinds compared with a subquery's column (equal types on both sides)
+
+
+def where_subquery(outer: list[X], alias: str) -> st.SearchStrategy[tuple[X, tuple[str, str]] | None]:
+    """A WHERE conjunct with a subquery over one table: correlated EXISTS / NOT EXISTS (an equality between an outer
+    and an inner column, and a condition on the inner table), or IN / NOT IN over one of its columns."""
+    @st.composite
+    def gen(draw: st.DrawFn) -> tuple[X, tuple[str, str]] | None:
+        table = draw(st.sampled_from(sorted(t for t in TABLES if t not in EXTREME)))
+        inner = [col(f"{alias}.{c.name}", c.kind, c.exact, c.special) for c in TABLES[table]]
+        pairs = [(o, i) for o in outer for i in inner
+                 if o.kind == i.kind and o.kind in SUBQUERY_KINDS and not o.special]
+        if not pairs:
+            return None
+        o, i = draw(st.sampled_from(pairs))
+        cond = gen_pred(draw, inner, 1)
+        what = draw(st.sampled_from(["exists", "in"]))
+        if what in ("exists", "not exists"):
+            fmt = f"({'NOT ' if what == 'not exists' else ''}EXISTS (SELECT * FROM {table} AS {alias} " \
+                  f"WHERE ({{1}} = {{0}}) AND {{2}}))"
+        else:
+            fmt = f"({{0}} {'NOT ' if what == 'not in' else ''}IN (SELECT {{1}} FROM {table} AS {alias} WHERE {{2}}))"
+        return X(fmt, (o, i, cond), "bool"), (alias, table)
+    return gen()
+
+
+def _add_where_subquery(draw: st.DrawFn, block: Block, cols: list[X], names: _Names, allowed: bool) -> None:
+    """One time in four (when ``allowed``: an outer block with a table to spare), a WHERE conjunct with a subquery
+    (its table counts among the block's tables)."""
+    if not allowed or draw(st.integers(0, 3)) != 0:
+        return
+    found = draw(where_subquery(cols, names("w")))
+    if found is not None:
+        pred, scan = found
+        block.where = pred if block.where is None else X("({0} AND {1})", (block.where, pred), "bool")
+        block.subquery_scans.append(scan)
 
 
 def join_condition(left: list[X], right: list[X], allow_cross: bool) -> st.SearchStrategy[X | None]:

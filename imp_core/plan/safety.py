@@ -18,6 +18,7 @@ from imp_core.plan.expr import (
     Col,
     Expr,
     Func,
+    IsNull,
     Lit,
     Unary,
     conjuncts,
@@ -105,6 +106,7 @@ class _Analysis:
         self.oracle = oracle
         self.assumptions: set[str] = set()
         self.fully_needed: set[int] = set()  # ids of top-k nodes whose every output row the result needs
+        self.result_dependent: set[int] = set()  # ids of nodes every row of the answer is derived from
 
     # -- signs ----------------------------------------------------------------------------------------------------
 
@@ -244,6 +246,11 @@ class _Analysis:
 
     def visit_Join(self, node: Join) -> Rel:
         left, right = self.rel(node.left), self.rel(node.right)
+        if id(node) in self.result_dependent:
+            if self._exact_scalar(node.right, node.condition):
+                right = Rel("exact", signs=right.signs)
+            if self._exact_scalar(node.left, node.condition):
+                left = Rel("exact", signs=left.signs)
         det = _with_equalities({**left.det, **right.det}, node.condition)
         signs = {**left.signs, **right.signs}
         tags = {left.tag, right.tag}
@@ -254,6 +261,24 @@ class _Analysis:
         anchored = left.anchored and right.anchored and cond_ok
         why = left.why or right.why or ("" if cond_ok else "a join condition uses a partial aggregate")
         return Rel("part", dirs, anchored, det, signs, why)
+
+    def _exact_scalar(self, side: Plan, cond: Expr | None) -> bool:
+        """A one-row aggregate (a scalar subquery) over a monotone input, NULL over no rows and compared so that
+        NULL matches nothing, under a join every result row passes through: exact over the sketch's data.
+
+        Every row the join outputs carries the aggregate row's annotation, i.e. every fragment of the aggregate's
+        input; so when the answer has a row, the sketch keeps the whole input and the aggregate is exact. When the
+        answer is empty the sketch is empty, the aggregate over no rows is NULL and the join outputs nothing.
+        """
+        found = _scalar_aggregate(side)
+        if found is None:
+            return False
+        agg, null_rejected = found
+        if self.rel(agg.child).tag not in ("exact", "sub"):
+            return False
+        names = set(side.names)
+        reading = [c for c in conjuncts(cond) if c.columns() & names]
+        return all(_null_rejecting(c) for c in reading) and (null_rejected or bool(reading))
 
     def visit_Union(self, node: Union) -> Rel:
         """Monotone, and every branch has the union's column names: safe when each branch is. A column determines a
@@ -411,6 +436,63 @@ def _with_equalities(det: dict[str, frozenset[str]], cond: Expr | None) -> dict[
     return out
 
 
+_COMPARISONS = ("=", "<>", "<", "<=", ">", ">=")
+_NULL_PROPAGATING = ("+", "-", "*", "/")
+_NULL_ON_NO_ROWS = ("sum", "avg", "min", "max")
+
+
+def _null_rejecting(e: Expr) -> bool:
+    """A comparison of NULL-propagating expressions: NULL (unknown) when an operand is NULL, so it matches nothing."""
+    return isinstance(e, Binary) and e.op in _COMPARISONS and _propagates(e.left) and _propagates(e.right)
+
+
+def _propagates(e: Expr) -> bool:
+    if isinstance(e, (Col, Lit)):
+        return True
+    if isinstance(e, Binary) and e.op in _NULL_PROPAGATING:
+        return _propagates(e.left) and _propagates(e.right)
+    if isinstance(e, Unary) and e.op == "neg":
+        return _propagates(e.arg)
+    return isinstance(e, Cast) and _propagates(e.arg)
+
+
+def _scalar_aggregate(side: Plan) -> tuple[Aggregate, bool] | None:
+    """The aggregation without GROUP BY at the bottom of ``side``'s projections and filters, if its values are NULL
+    over no rows and the projections keep NULL NULL; with whether a filter rejects a NULL value."""
+    null_rejected = False
+    node = side
+    while isinstance(node, (Project, Select)):
+        if isinstance(node, Project) and not all(_propagates(e) for _, e in node.items):
+            return None
+        if isinstance(node, Select):
+            p = node.predicate
+            null_rejected |= _null_rejecting(p) or (isinstance(p, IsNull) and p.negated)
+        node = node.child
+    if not isinstance(node, Aggregate) or node.keys:
+        return None
+    if not all(a.func in _NULL_ON_NO_ROWS for _, a in node.aggs):
+        return None
+    return node, null_rejected
+
+
+def _result_dependent(plan: Plan) -> set[int]:
+    """Nodes every row of the answer is derived from (through filters, projections, joins, the left side of anti
+    joins, grouped aggregations, DISTINCT and top-k; not through a union's branch or an aggregation without GROUP BY,
+    whose result can have a row that no input row made)."""
+    out: set[int] = set()
+
+    def walk(node: Plan) -> None:
+        out.add(id(node))
+        if isinstance(node, Union) or (isinstance(node, Aggregate) and not node.keys):
+            return
+        children = node.children[:1] if type(node).__name__ == "AntiJoin" else node.children
+        for child in children:
+            walk(child)
+
+    walk(plan)
+    return out
+
+
 def _fully_needed_topks(plan: Plan) -> set[int]:
     """Top-k nodes with only projections, DISTINCT and aggregations between them and the result: every row they
     output is in the provenance of the answer."""
@@ -453,6 +535,7 @@ def check(plan: Plan, partitions: dict[str, str], oracle: SignOracle | None = No
     """
     analysis = _Analysis(partitions, oracle)
     analysis.fully_needed = _fully_needed_topks(plan)
+    analysis.result_dependent = _result_dependent(plan)
     ties = _aggregated_ties(plan)
     rel = analysis.rel(plan)
     safe = not ties and (rel.tag in ("exact", "sub") or (rel.tag == "part" and rel.anchored))

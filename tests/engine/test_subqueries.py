@@ -44,6 +44,9 @@ SHAPES = [
     "SELECT SUM(v) AS s FROM T1 WHERE v < (SELECT 0.5 * AVG(CAST(T2.v AS DECIMAL(10, 2))) FROM T2 WHERE T2.g = T1.g)",
     # scalar subquery in HAVING (TPC-H Q11's shape)
     "SELECT g, SUM(v) AS s FROM T1 GROUP BY g HAVING SUM(v) > (SELECT SUM(v) * 0.2 FROM T2)",
+    # a scalar subquery over a filtered table under GROUP BY (TPC-H Q22 shape)
+    "SELECT g, COUNT(*) AS n, SUM(v) AS s FROM T1 WHERE v > (SELECT AVG(CAST(v AS DECIMAL(10, 2))) FROM T1 WHERE v > 2) "
+    "GROUP BY g",
     # a top-k over a semi join
     "SELECT g, v FROM T1 WHERE g IN (SELECT g FROM T2 WHERE v > 5) ORDER BY v DESC, g LIMIT 3",
 ]
@@ -135,3 +138,38 @@ def test_subquery_shapes_are_maintained_exactly_and_their_sketches_suffice(sql: 
 def test_what_cannot_be_decorrelated_is_refused_with_the_place(sql: str, message: str) -> None:
     with pytest.raises(PlanError, match=message):
         parse_query(sql, {"T1": SCHEMA, "T2": SCHEMA})
+
+
+@pytest.mark.parametrize(("sql", "parts", "safe"), [
+    # a scalar AVG: when the answer has a row, the sketch keeps all the AVG's input; when not, AVG over none is NULL
+    ("SELECT g, v FROM T1 WHERE v > (SELECT AVG(CAST(v AS DECIMAL(10, 2))) FROM T2)", {"T2": "g"}, True),
+    # COUNT over no rows is 0, not NULL: an empty sketch would let rows through
+    ("SELECT g, v FROM T1 WHERE v > (SELECT COUNT(*) FROM T2 WHERE v > 3)", {"T2": "g"}, False),
+    # COALESCE makes a NULL AVG a number
+    ("SELECT g, v FROM T1 WHERE v > (SELECT COALESCE(MAX(v), 0) FROM T2)", {"T2": "g"}, False),
+    # under an aggregation without GROUP BY the answer always has a row, whose sketch may lack the AVG's input
+    ("SELECT COUNT(*) AS n FROM T1 WHERE v > (SELECT MAX(v) FROM T2)", {"T2": "g"}, False),
+    # in one branch of a union the answer's rows may all come from the other branch
+    ("SELECT g FROM T1 WHERE v > (SELECT MAX(v) FROM T2) UNION ALL SELECT g FROM T2", {"T2": "g"}, False),
+    # a correlated AVG is partial unless its groups are determined by the sketch's column
+    ("SELECT g, v FROM T1 WHERE v < (SELECT AVG(CAST(T2.v AS DECIMAL(10, 2))) FROM T2 WHERE T2.g = T1.g)",
+     {"T2": "v"}, False),
+    ("SELECT g, v FROM T1 WHERE v < (SELECT AVG(CAST(T2.v AS DECIMAL(10, 2))) FROM T2 WHERE T2.g = T1.g)",
+     {"T2": "g"}, True),
+])
+def test_safety_of_scalar_subqueries(sql: str, parts: dict[str, str], safe: bool) -> None:
+    report = check(parse_query(sql, {"T1": SCHEMA, "T2": SCHEMA}).plan, parts)
+    assert report.safe is safe, report.reason
+
+
+def test_an_empty_answer_over_a_count_shows_why_count_is_unsafe() -> None:
+    """The COUNT case above on data: the answer is empty, so the sketch is; over no T2 rows COUNT is 0 and T1's row
+    passes."""
+    sql = "SELECT g, v FROM T1 WHERE v > (SELECT COUNT(*) FROM T2 WHERE v > 3)"
+    tables = {"T1": rows([1], [1]), "T2": rows([1, 2], [5, 6])}
+    pipe = Pipeline(parse_query(sql, {"T1": SCHEMA, "T2": SCHEMA}).plan,
+                    PartitionSet((Partition("T2", "g", (0, 5, 10), "int"),)))
+    pipe.capture(LocalBackend(reader(tables)), VERSIONS)
+    assert pipe.sketch() == set() and duck(sql, tables) == Counter()
+    # T2 restricted to the (empty) sketch
+    assert duck(sql, {"T1": tables["T1"], "T2": tables["T2"].head(0)}) == Counter({(1.0, 1.0): 1})

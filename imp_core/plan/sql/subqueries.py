@@ -202,7 +202,15 @@ class Subqueries(FromClause):
                 raise self.loc.unsupported("a correlated scalar subquery in HAVING", s,
                                            "join a grouped subquery in FROM instead")
             self._one_row(body, s)
-            alias = self._derived(body.copy(), ctes, items, "scalar", s)
+            if not any(s in _scalar_subqueries(c) for c in _conjuncts(having)
+                       if isinstance(c, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE))):
+                raise self.loc.unsupported("a scalar subquery in HAVING outside a comparison that is a conjunct", s,
+                                           "compare it: HAVING ... AND SUM(x) > (SELECT ...)")
+            # a NULL value fails that comparison for every group: the joined row is dropped instead (no groups)
+            derived = _wrapped(body, distinct=False)
+            derived.set("where", exp.Where(this=exp.Not(this=exp.Is(this=exp.column("__v", table="__in"),
+                                                                     expression=exp.Null()))))
+            alias = self._derived(derived, ctes, items, "scalar", s)
             copied.replace(exp.Max(this=_ref(alias, 0)))
         return out
 

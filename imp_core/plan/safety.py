@@ -24,7 +24,7 @@ from imp_core.plan.expr import (
     conjuncts,
     is_numeric,
 )
-from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK, Union
+from imp_core.plan.nodes import Aggregate, AntiJoin, Distinct, Join, Plan, Project, Scan, Select, TopK, Union
 from imp_core.sketch.bounds import partition_kind
 
 SignOracle = Callable[[str, str], str | None]  # (table, column) -> "+" (>= 0), "-" (<= 0) or None
@@ -485,7 +485,7 @@ def _result_dependent(plan: Plan) -> set[int]:
         out.add(id(node))
         if isinstance(node, Union) or (isinstance(node, Aggregate) and not node.keys):
             return
-        children = node.children[:1] if type(node).__name__ == "AntiJoin" else node.children
+        children = node.children[:1] if isinstance(node, AntiJoin) else node.children
         for child in children:
             walk(child)
 

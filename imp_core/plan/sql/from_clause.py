@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from sqlglot import exp
 
+from imp_core.errors import UnsupportedError
 from imp_core.plan.expr import Col, Expr, conjuncts
 from imp_core.plan.nodes import Field, Plan, Project, Scan
 from imp_core.plan.sql.constants import TABLE_ARG_NAMES
+from imp_core.plan.sql.outer_joins import outer_join
 from imp_core.plan.sql.placement import place
 from imp_core.plan.sql.positions import Locator
 from imp_core.plan.sql.scope import Column, Cte, Item, Scope, unique_names
@@ -52,8 +54,9 @@ class FromClause:
         WHERE and of ``having`` are joined in as hidden items (``having`` comes back rewritten to read them)."""
         items: list[Item] = []
         ons: list[tuple[exp.Expression, int]] = []  # ON condition, number of FROM items visible to it
+        outers: list[tuple[int, str, exp.Join]] = []  # outer joins: the joined item's index, LEFT/RIGHT/FULL
         self._add_item(node.args["from_"].this, ctes, items, ons)
-        self._add_joins(node.args.get("joins") or [], ctes, items, ons)
+        self._add_joins(node.args.get("joins") or [], ctes, items, ons, outers)
         seen: dict[str, Item] = {}
         for item in items:
             other = seen.get(item.alias.lower())
@@ -70,31 +73,77 @@ class FromClause:
         conds: list[Expr] = []
         for on, n in ons:
             conds += conjuncts(self._condition(on, Scope(items[:n]), "ON"))
+        where_conds: list[Expr] = []
         for w in wheres:
-            conds += conjuncts(self._condition(w, scope, "WHERE"))
-        plan = place(scope, conds)
+            where_conds += conjuncts(self._condition(w, scope, "WHERE"))
+        plan = place(scope, conds + where_conds) if not outers else self._outer_tree(items, outers, conds,
+                                                                                      where_conds)
         if antis:
             plan = self._anti_joins(plan, antis, scope)
         return scope, plan, having
 
     def _add_joins(self, joins: Sequence[exp.Join], ctes: Mapping[str, Cte], items: list[Item],
-                   ons: list[tuple[exp.Expression, int]]) -> None:
+                   ons: list[tuple[exp.Expression, int]], outers: list[tuple[int, str, exp.Join]] | None = None
+                   ) -> None:
+        """Add the joined items; ``outers`` collects outer joins (None: inside a parenthesized join, none allowed)."""
         for join in joins:
-            self._check_join(join)
+            side = self._check_join(join, outers is not None)
+            if outers and not side:
+                raise self.loc.unsupported("an inner join after an outer join", join,
+                                           "put the outer joins last, or join the outer join's result in a subquery")
             self._add_item(join.this, ctes, items, ons)
             on = join.args.get("on")
-            if on is not None:
+            if side:
+                if on is None:
+                    raise self.loc.unsupported(f"{side} JOIN without ON", join, "give the join keys with ON")
+                assert outers is not None
+                outers.append((len(items) - 1, side, join))
+            elif on is not None:
                 ons.append((on, len(items)))
 
-    def _check_join(self, join: exp.Join) -> None:
+    def _outer_tree(self, items: list[Item], outers: list[tuple[int, str, exp.Join]], ons: list[Expr],
+                    wheres: list[Expr]) -> Plan:
+        """The items before the first outer join joined as usual, then each outer join (docs/SQL.md, "Outer
+        joins"), then the WHERE conditions that read a joined item (those on the preserved side of LEFT joins go
+        below them) and the hidden items of WHERE's subqueries."""
+        first = outers[0][0]
+        inner = items[:first]
+        inner_names = {c.col.name for it in inner for c in it.columns}
+        left_only = all(side == "LEFT" for _, side, _ in outers)
+        low = [c for c in wheres if left_only and c.columns() <= inner_names]
+        plan = place(Scope(inner), ons + low)
+        for index, side, join in outers:
+            on = self._condition(join.args["on"], Scope(items[:index + 1]), "ON")
+            try:
+                plan = outer_join(plan, items[index].plan, side, on)
+            except UnsupportedError as e:
+                raise self.loc.at(e, join) from e
+        last = outers[-1][0]
+        joined = Item("__joined", "the outer join", plan,
+                      tuple(c for it in items[:last + 1] for c in it.columns), items[0].node)
+        return place(Scope([joined, *items[last + 1:]]), [c for c in wheres if c not in low])
+
+    def _outer_side(self, join: exp.Join, outer_ok: bool) -> str:
+        side, kind = join.side, join.kind
+        if not outer_ok:
+            raise self.loc.unsupported(f"{side} OUTER JOIN inside a parenthesized join", join,
+                                       "join the outer join's result in a subquery")
+        if kind not in ("", "OUTER"):
+            raise self.loc.unsupported(f"{side} {kind} JOIN", join)
+        if join.args.get("using"):
+            raise self.loc.unsupported("JOIN ... USING", join, "write the join condition with ON")
+        return str(side).upper()
+
+    def _check_join(self, join: exp.Join, outer_ok: bool) -> str:
+        """LEFT, RIGHT or FULL for an outer join, "" for an inner or cross join; refuses the rest."""
         side, kind, method = join.side, join.kind, join.method
         if method:
             raise self.loc.unsupported(f"{method} JOIN", join, "write the join condition with ON")
         if kind in ("SEMI", "ANTI"):
-            raise self.loc.unsupported(f"{(side + ' ') if side else ''}{kind} JOIN (semi/anti join)", join)
+            raise self.loc.unsupported(f"{(side + ' ') if side else ''}{kind} JOIN (semi/anti join)", join,
+                                       f"write {'NOT ' if kind == 'ANTI' else ''}EXISTS (SELECT ...) in WHERE")
         if side:
-            raise self.loc.unsupported(f"{side} OUTER JOIN (outer join)", join, "only inner and cross joins can be "
-                                       "maintained incrementally")
+            return self._outer_side(join, outer_ok)
         if kind not in ("", "INNER", "CROSS"):
             raise self.loc.unsupported(f"{kind} JOIN", join)
         if join.args.get("using"):
@@ -102,6 +151,7 @@ class FromClause:
         for key, value in join.args.items():
             if value and key not in ("this", "on", "side", "kind", "method", "using", "hint"):
                 raise self.loc.unsupported(f"{key.upper()} in a join", join)
+        return ""
 
     def _add_item(self, node: exp.Expression, ctes: Mapping[str, Cte], items: list[Item],
                   ons: list[tuple[exp.Expression, int]]) -> None:

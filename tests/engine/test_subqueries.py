@@ -9,24 +9,15 @@ from __future__ import annotations
 
 from collections import Counter
 
-import duckdb
-import numpy as np
-import polars as pl
-import pyarrow as pa
 import pytest
 
-from imp_core.engine.annotation import as_sets
 from imp_core.engine.local import LocalBackend
 from imp_core.engine.pipeline import Pipeline
-from imp_core.engine.schema import MULT
 from imp_core.errors import PlanError
 from imp_core.plan.safety import check
 from imp_core.plan.sql import parse_query
 from imp_core.sketch.partition import Partition, PartitionSet
-
-SCHEMA = pa.schema([("g", pa.int64()), ("v", pa.int64())])
-PARTS = PartitionSet((Partition("T1", "g", (0, 5, 10), "int"), Partition("T2", "g", (0, 5, 10), "int")))
-VERSIONS = {"T1": 0, "T2": 0}
+from tests.engine.two_tables import SCHEMA, VERSIONS, duck, maintained_like_a_recapture, reader, rows
 
 SHAPES = [
     # uncorrelated IN: a join with the subquery's distinct values
@@ -45,83 +36,16 @@ SHAPES = [
     # scalar subquery in HAVING (TPC-H Q11's shape)
     "SELECT g, SUM(v) AS s FROM T1 GROUP BY g HAVING SUM(v) > (SELECT SUM(v) * 0.2 FROM T2)",
     # a scalar subquery over a filtered table under GROUP BY (TPC-H Q22 shape)
-    "SELECT g, COUNT(*) AS n, SUM(v) AS s FROM T1 WHERE v > (SELECT AVG(CAST(v AS DECIMAL(10, 2))) FROM T1 WHERE v > 2) "
-    "GROUP BY g",
+    "SELECT g, COUNT(*) AS n, SUM(v) AS s FROM T1 WHERE v > (SELECT AVG(CAST(v AS DECIMAL(10, 2))) FROM T1 "
+    "WHERE v > 2) GROUP BY g",
     # a top-k over a semi join
     "SELECT g, v FROM T1 WHERE g IN (SELECT g FROM T2 WHERE v > 5) ORDER BY v DESC, g LIMIT 3",
 ]
 
 
-def rows(g: list[int], v: list[int], mult: list[int] | None = None) -> pl.DataFrame:
-    df = pl.DataFrame({"g": g, "v": v}, schema={"g": pl.Int64, "v": pl.Int64})
-    return df if mult is None else df.with_columns(pl.Series(MULT, mult, dtype=pl.Int64))
-
-
-def apply(table: pl.DataFrame, change: pl.DataFrame) -> pl.DataFrame:
-    out = table
-    for g, v, m in change.rows():
-        if m > 0:
-            out = pl.concat([out, rows([g] * m, [v] * m)])
-        else:
-            at = out.with_row_index().filter((pl.col("g") == g) & (pl.col("v") == v)).get_column("index")[:(-m)]
-            out = out.with_row_index().filter(~pl.col("index").is_in(at.implode())).drop("index")
-    return out
-
-
-def duck(sql: str, tables: dict[str, pl.DataFrame], sketch: set[int] | None = None) -> Counter:
-    """DuckDB's answer, over only the rows in ``sketch``'s fragments when given (T1: 0-1, T2: 2-3)."""
-    con = duckdb.connect()
-    try:
-        for i, (name, df) in enumerate(sorted(tables.items())):
-            if sketch is not None:
-                frag = pl.when(pl.col("g") < 5).then(2 * i).otherwise(2 * i + 1)
-                df = df.filter(frag.is_in(sorted(sketch)))
-            con.register(name, df.to_arrow())
-        return Counter(tuple(float(x) if isinstance(x, (int, float)) or hasattr(x, "as_tuple") else x for x in r)
-                       for r in con.execute(sql).fetchall())
-    finally:
-        con.close()
-
-
-def engine_answer(pipe: Pipeline, backend: LocalBackend) -> Counter:
-    rel = as_sets(backend.relation(pipe.as_relation(pipe.plan), VERSIONS))
-    data = rel.drop([MULT, "__sk"])
-    out: Counter = Counter()
-    for row, m in zip(data.iter_rows(), rel.get_column(MULT).to_list()):
-        out[tuple(float(x) if isinstance(x, (int, float)) or hasattr(x, "as_tuple") else x for x in row)] += m
-    return +out
-
-
-def reader(tables: dict[str, pl.DataFrame]):  # noqa: ANN201
-    return lambda name, version: tables[name]
-
-
 @pytest.mark.parametrize("sql", SHAPES)
 def test_subquery_shapes_are_maintained_exactly_and_their_sketches_suffice(sql: str) -> None:
-    plan = parse_query(sql, {"T1": SCHEMA, "T2": SCHEMA}).plan
-    safe = check(plan, {"T1": "g", "T2": "g"}).safe
-    rng = np.random.default_rng(11)
-    tables = {"T1": rows(rng.integers(0, 10, 8).tolist(), rng.integers(-5, 15, 8).tolist()),
-              "T2": rows(rng.integers(0, 10, 8).tolist(), rng.integers(-5, 15, 8).tolist())}
-    pipe = Pipeline(plan, PARTS)
-    pipe.capture(LocalBackend(reader(tables)), VERSIONS)
-    for _ in range(8):
-        table = str(rng.choice(["T1", "T2"]))
-        current = tables[table]
-        ins = rows(rng.integers(0, 10, 3).tolist(), rng.integers(-5, 15, 3).tolist(), [1] * 3)
-        dels = current.sample(min(2, current.height), seed=int(rng.integers(1 << 30))).with_columns(
-            pl.lit(-1, dtype=pl.Int64).alias(MULT))
-        change = pl.concat([ins, dels])
-        tables[table] = apply(current, change)
-        backend = LocalBackend(reader(tables))
-        pipe.maintain_pass(table, change, backend, VERSIONS)
-        fresh = Pipeline(plan, PARTS)
-        fresh.capture(backend, VERSIONS)
-        assert pipe.sketch() == fresh.sketch()
-        expected = duck(sql, tables)
-        assert engine_answer(pipe, backend) == expected
-        if safe:
-            assert duck(sql, tables, pipe.sketch()) == expected, pipe.sketch()
+    maintained_like_a_recapture(sql)
 
 
 @pytest.mark.parametrize(("sql", "message"), [

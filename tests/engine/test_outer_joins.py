@@ -26,6 +26,9 @@ SHAPES = [
 @pytest.mark.parametrize("sql", SHAPES)
 def test_outer_join_shapes_are_maintained_exactly(sql: str) -> None:
     maintained_like_a_recapture(sql, seed=5)
+    # partitioned on the preserved side only: safe, so the sketch's sufficiency is checked too
+    preserved = ("T2",) if "RIGHT JOIN" in sql else ("T1",)
+    assert maintained_like_a_recapture(sql, seed=6, partitioned=preserved) is ("FULL" not in sql)
 
 
 def test_a_sketch_on_the_padded_side_is_unsafe_and_on_the_preserved_side_safe() -> None:

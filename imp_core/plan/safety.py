@@ -288,6 +288,10 @@ class _Analysis:
         for r in rels:
             for alias, cols in r.det.items():
                 det[alias] = det[alias] & cols if alias in det else cols
+        if len({s.table for s in node.scans() if s.table in self.partitioned}) > 1:
+            # a group of the union's rows can then hold rows of two tables' fragments, and the sketch can keep one
+            # fragment without the other (kept for another group): such a group is partial, not determined
+            det = {alias: frozenset() for alias in det}
         signs = {}
         for name in node.names:
             found = [r.signs.get(name) for r in rels]

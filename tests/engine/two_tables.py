@@ -50,6 +50,7 @@ def duck(sql: str, tables: dict[str, pl.DataFrame], sketch: set[int] | None = No
          partitioned: tuple[str, ...] = ("T1", "T2")) -> Counter:
     """DuckDB's answer, with the partitioned tables restricted to the rows in ``sketch``'s fragments when given."""
     con = duckdb.connect()
+    con.execute("SET default_null_order='nulls_first_on_asc_last_on_desc'")  # Spark's: NULLs are the smallest
     try:
         for name, df in sorted(tables.items()):
             if sketch is not None and name in partitioned:

@@ -11,11 +11,12 @@ import pyarrow as pa
 from sqlglot import exp
 
 from imp_core.errors import UnsupportedError
-from imp_core.plan.expr import BOOL, Col, Expr
-from imp_core.plan.nodes import Distinct, Plan, Project, Select, SortKey, TopK
+from imp_core.plan.expr import BOOL, Col, Expr, Lit
+from imp_core.plan.nodes import Distinct, Plan, Project, Select, SortKey, TopK, Union
 from imp_core.plan.sql.constants import CLAUSE_NAMES, SELECT_CLAUSES
 from imp_core.plan.sql.exprs import ExprTranslator
 from imp_core.plan.sql.grouping import aggregate
+from imp_core.plan.sql.grouping_sets import element_sets, expand, fresh, rolled_up
 from imp_core.plan.sql.positions import Locator
 from imp_core.plan.sql.scope import Cte, OrderItem, Scope, SelectItem, free_name, unique_names
 from imp_core.plan.sql.set_operations import SetOperations
@@ -65,7 +66,7 @@ class QueryTranslator(Subqueries, SetOperations):
         alias_exprs = {a: items[i].expr for a, i in aliases.items()}
 
         group = node.args.get("group")
-        keys = self._group_by(group, scope, items, alias_exprs) if group is not None else None
+        keys, sets = self._group_by(group, scope, items, alias_exprs) if group is not None else (None, None)
         having = (self._condition(having_sql, scope, "HAVING", alias_exprs, allow_aggs=True)
                   if having_sql is not None else None)
 
@@ -79,6 +80,9 @@ class QueryTranslator(Subqueries, SetOperations):
         # ORDER BY alone does not change the result set: it is checked above, then dropped
         order = written_order if limit is not None else []
 
+        if sets is not None:
+            assert keys is not None
+            return self._grouping_sets(source, scope, items, keys, sets, having, order, limit, node)
         exprs = [it.expr for it in items] + ([having] if having is not None else []) + \
             [o.expr for o in written_order if o.expr is not None]
         if keys is not None or having is not None or any(e.has_aggregate() for e in exprs):
@@ -189,28 +193,77 @@ class QueryTranslator(Subqueries, SetOperations):
         return items
 
     def _group_by(self, group: exp.Group, scope: Scope, items: list[SelectItem],
-                  aliases: dict[str, Expr]) -> list[Expr]:
-        for key in ("grouping_sets", "cube", "rollup", "totals"):
-            if group.args.get(key):
-                raise self.loc.unsupported(f"GROUP BY ... WITH {key.upper().replace('_', ' ')}", group)
+                  aliases: dict[str, Expr]) -> tuple[list[Expr], list[list[int]] | None]:
+        """The GROUP BY expressions, and the grouping sets (indexes into them) when ROLLUP, CUBE or GROUPING SETS
+        is used (None otherwise)."""
+        if group.args.get("totals"):
+            raise self.loc.unsupported("GROUP BY ... WITH TOTALS", group)
         if group.args.get("all"):
             raise self.loc.unsupported("GROUP BY ALL", group, "list the grouping columns")
+        elements: list[list[list[Expr]]] = []
         keys: list[Expr] = []
         for g in group.expressions:
-            if isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)):
-                raise self.loc.unsupported(g.key.upper().replace("GROUPINGSETS", "GROUPING SETS"), g)
-            if isinstance(g, exp.Literal) and not g.is_string and g.is_int:
-                k = self._ordinal(g, items, "GROUP BY")
-                e = items[k].expr
-                if e.has_aggregate():
-                    raise self.loc.error(f"GROUP BY {k + 1} refers to an aggregate", g)
-            else:
-                e = self._expr(g, scope, "GROUP BY", aliases)
-                if e.has_aggregate():
-                    raise self.loc.error("aggregate functions are not allowed in GROUP BY", g)
-            if e not in keys:
-                keys.append(e)
-        return keys
+            options = element_sets(g)
+            translated = [[self._group_key(x, scope, items, aliases) for x in opt]
+                          for opt in (options if options is not None else [[g]])]
+            elements.append(translated)
+            for e in (e for opt in translated for e in opt):
+                if e not in keys:
+                    keys.append(e)
+        for key in ("rollup", "cube"):  # GROUP BY a, b WITH ROLLUP / WITH CUBE
+            if group.args.get(key):
+                whole = exp.Rollup(expressions=[]) if key == "rollup" else exp.Cube(expressions=[])
+                whole.set("expressions", list(range(len(keys))))
+                options = element_sets(whole)
+                assert options is not None
+                elements = [[[keys[i] for i in opt] for opt in options]]  # type: ignore[index]
+        if group.args.get("grouping_sets"):
+            raise self.loc.unsupported("this form of GROUPING SETS", group,
+                                       "write GROUP BY GROUPING SETS ((a, b), (a))")
+        plain = all(len(options) == 1 for options in elements)
+        return keys, (None if plain else expand(elements, keys))
+
+    def _group_key(self, g: exp.Expression, scope: Scope, items: list[SelectItem], aliases: dict[str, Expr]) -> Expr:
+        if isinstance(g, exp.Literal) and not g.is_string and g.is_int:
+            k = self._ordinal(g, items, "GROUP BY")
+            e = items[k].expr
+            if e.has_aggregate():
+                raise self.loc.error(f"GROUP BY {k + 1} refers to an aggregate", g)
+            return e
+        e = self._expr(g, scope, "GROUP BY", aliases)
+        if e.has_aggregate():
+            raise self.loc.error("aggregate functions are not allowed in GROUP BY", g)
+        return e
+
+    def _grouping_sets(self, source: Plan, scope: Scope, items: list[SelectItem], keys: list[Expr],
+                       sets: list[list[int]], having: Expr | None, order: list[OrderItem], limit: int | None,
+                       node: exp.Select) -> tuple[Plan, tuple[str, ...]]:
+        """The union of one aggregation per grouping set (``grouping_sets.py``), then DISTINCT and ORDER BY/LIMIT
+        over the select list's names."""
+        names = unique_names([it.name for it in items])
+        for i, o in enumerate(order):
+            if o.item is None:
+                o.item = next((j for j, it in enumerate(items) if it.expr == o.expr), None)
+                if o.item is None:
+                    raise self.loc.unsupported("ORDER BY an expression outside the select list with GROUPING SETS, "
+                                               "ROLLUP or CUBE", node.args["order"].expressions[i],
+                                               "select it and order by its name")
+        branches: list[Plan] = []
+        for s in sets:
+            absent = [k for i, k in enumerate(keys) if i not in s]
+            its = [SelectItem(it.name, rolled_up(it.expr, absent), it.alias) for it in items]
+            cond = rolled_up(having, absent) if having is not None else None
+            # Spark groups every set by its keys and the set's id: over no rows even the empty set has no group
+            group = [keys[i] for i in s] or ([Lit.of(0)] if len(sets) > 1 else [])
+            plan, item_exprs, cond, _ = aggregate(self.loc, fresh(source), scope, its, group, cond, [], node)
+            branches.append(Project(plan if cond is None else Select(plan, cond), tuple(zip(names, item_exprs))))
+        out: Plan = Union(tuple(branches)) if len(branches) > 1 else branches[0]
+        if node.args.get("distinct") is not None:
+            out = Distinct(out)
+        if limit is not None:
+            out = TopK(out, tuple(SortKey(Col(names[o.item], out.schema[o.item].dtype), o.descending, o.nulls_first)
+                                  for o in order if o.item is not None), limit)
+        return out, tuple(names)
 
     def _ordinal(self, node: exp.Literal, items: list[SelectItem], clause: str) -> int:
         k = int(node.this)

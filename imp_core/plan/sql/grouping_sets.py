@@ -1,0 +1,61 @@
+"""GROUPING SETS, ROLLUP and CUBE: the bag union of one aggregation per grouping set (docs/SQL.md).
+
+In the aggregation of a set, a GROUP BY expression outside the set is NULL wherever it is used outside an aggregate
+function (in the select list, HAVING and ORDER BY), as Spark outputs it; aggregates still read the column's values.
+Each set's aggregation reads its own copy of the FROM plan, so every scan of a branch is its own (as in a UNION ALL
+written out by hand).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+from sqlglot import exp
+
+from imp_core.plan.expr import NULL, AggCall, Cast, Col, Expr, Lit, substitute
+
+
+def expand(elements: list[list[list[Expr]]], keys: list[Expr]) -> list[list[int]]:
+    """The grouping sets as lists of indexes into ``keys``: the cross product of each GROUP BY element's sets."""
+    sets: list[list[int]] = [[]]
+    for options in elements:
+        sets = [s + [i for i in (keys.index(e) for e in opt) if i not in s] for s in sets for opt in options]
+    return sets
+
+
+def element_sets(g: exp.Expression) -> list[list[exp.Expression]] | None:
+    """The grouping sets one GROUP BY element stands for, or None for a plain expression."""
+    if isinstance(g, exp.Rollup):
+        xs = list(g.expressions)
+        return [xs[:i] for i in range(len(xs), -1, -1)]
+    if isinstance(g, exp.Cube):
+        xs = list(g.expressions)
+        # Spark's order: the full set first, then subsets by decreasing size (as itertools.combinations orders them)
+        return [list(c) for n in range(len(xs), -1, -1) for c in itertools.combinations(xs, n)]
+    if isinstance(g, exp.GroupingSets):
+        out = []
+        for s in g.expressions:
+            inner = s.this if isinstance(s, exp.Paren) else s
+            out.append(list(inner.expressions) if isinstance(inner, exp.Tuple) else [inner])
+        return out
+    return None
+
+
+def rolled_up(e: Expr, absent: list[Expr]) -> Expr:
+    """``e`` with the GROUP BY expressions ``absent`` from a set made NULL outside aggregate functions."""
+    if not absent:
+        return e
+    aggs = [a for a in e.walk() if isinstance(a, AggCall)]
+    hold = {a: Col(f"__held{i}", a.dtype) for i, a in enumerate(aggs)}
+    nulls: dict[Expr, Expr] = {k: Cast(Lit(None, NULL), k.dtype) for k in absent}
+    out = substitute(e, {**hold, **nulls})
+    return substitute(out, {v: k for k, v in hold.items()})
+
+
+def fresh(plan: object) -> object:
+    """A copy of a plan with new node objects (each branch's scans are its own)."""
+    return copy.deepcopy(plan)
+
+
+__all__ = ["element_sets", "expand", "fresh", "rolled_up"]

@@ -18,6 +18,7 @@ import polars as pl
 from imp_core.engine.annotation import AnnotationLayout, consolidate
 from imp_core.engine.backend import Backend, CaptureBackend, JoinBackend, JoinCacheBackend, Relation, Versions
 from imp_core.engine.operators.aggregation import Aggregation
+from imp_core.engine.operators.anti_join import AntiJoinOp
 from imp_core.engine.operators.base import (
     BinaryOperator,
     Operator,
@@ -106,8 +107,8 @@ class Pipeline:
         inputs = tuple(self._build(child, f"{path}.{i}") for i, child in enumerate(node.children))
         op = build_operator(node, BuildContext(path, self.annotations, self.order_dependence, self.fingerprint,
                                                **self._options))
-        from_state = isinstance(op, OutputStateOperator) or (not isinstance(node, Scan)
-                                                        and all(s.from_state for s in inputs))
+        from_state = isinstance(op, (OutputStateOperator, AntiJoinOp)) or (not isinstance(node, Scan)
+                                                                       and all(s.from_state for s in inputs))
         return Stage(path, node, op, inputs, frozenset(node.tables()), node.is_stateless(), from_state)
 
     def stage(self, node: Plan) -> Stage:
@@ -241,7 +242,10 @@ class _Pass:
             return self._bootstrap(stage)
         if isinstance(op, BinaryOperator):
             left, right = stage.inputs
-            dl, dr = self.delta(left), self.delta(right)
+            if self.capture and isinstance(op, AntiJoinOp):  # its state starts from both inputs whole
+                dl, dr = self._whole(left), self._whole(right)
+            else:
+                dl, dr = self.delta(left), self.delta(right)
             self.pipeline.stats.join_calls += int(dl is not None and dl.height > 0) + \
                 int(dr is not None and dr.height > 0)
             return op.process(dl, dr, _StageSide(self, stage, left), _StageSide(self, stage, right))
@@ -263,12 +267,16 @@ class _Pass:
         delta of its own there)."""
         parts = []
         for i, s in enumerate(stage.inputs):
-            d = self.delta(s)
-            if d is None and self.capture:
-                d = self.backend.relation(self.relation(s), self.versions)
+            d = self._whole(s) if self.capture else self.delta(s)
             if d is not None:
                 parts.append(op.process(d, i))
         return op.combine(parts) if parts else None
+
+    def _whole(self, stage: Stage) -> pl.DataFrame:
+        """In a capture, ``stage``'s whole contents as an all-insert delta: its delta when it has state, else read
+        whole by the backend (a stateless input has no delta of its own there)."""
+        d = self.delta(stage)
+        return d if d is not None else self.backend.relation(self.relation(stage), self.versions)
 
     def _bootstrap(self, stage: Stage) -> pl.DataFrame:
         """A frontier stateful operator's output relation, from its whole input computed by the backend."""
@@ -293,7 +301,7 @@ class _Pass:
         assert stage.from_state
         if stage.path not in self._contents:
             op = stage.op
-            if isinstance(op, OutputStateOperator):
+            if isinstance(op, (OutputStateOperator, AntiJoinOp)):
                 out = op.output_relation()
             elif isinstance(op, JoinOp):
                 left, right = stage.inputs

@@ -5,8 +5,9 @@ See docs/ARCHITECTURE.md, "The plan IR".
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -66,8 +67,9 @@ class Plan:
         return {s.table for s in self.scans()}
 
     def is_stateless(self) -> bool:
-        """True when no aggregation, distinct or top-k is in this subtree (Spark can evaluate it from tables)."""
-        return not any(isinstance(n, (Aggregate, Distinct, TopK)) for n in self.walk())
+        """True when no aggregation, distinct, top-k or anti join is in this subtree (no operator state: Spark can
+        evaluate it from tables with annotations)."""
+        return not any(isinstance(n, (Aggregate, Distinct, TopK, AntiJoin)) for n in self.walk())
 
     def _set_schema(self, schema: tuple[Field, ...]) -> None:
         names = [f.name for f in schema]
@@ -311,33 +313,27 @@ def _equi_keys(left: Plan, right: Plan, condition: Expr | None) -> tuple[list[st
 PLAN_NODES: tuple[type[Plan], ...] = (Scan, Select, Project, Join, AntiJoin, Union, Aggregate, Distinct, TopK)
 
 
+_LINES: dict[type[Plan], Callable[[Any], str]] = {
+    Scan: lambda p: f"Scan {p.table} AS {p.alias}",
+    Select: lambda p: f"Select {p.predicate}",
+    Project: lambda p: "Project " + ", ".join(f"{e} AS {n}" if not (isinstance(e, Col) and e.name == n) else n
+                                              for n, e in p.items),
+    Join: lambda p: f"Join ON {p.condition}" if p.condition is not None else "CrossProduct",
+    AntiJoin: lambda p: f"{'NullAware' if p.null_aware else ''}AntiJoin ON {p.condition}",
+    Union: lambda p: f"UnionAll {len(p.inputs)} inputs",
+    Aggregate: lambda p: (f"Aggregate keys=[{', '.join(n for n, _ in p.keys)}] "
+                          f"aggs=[{', '.join(f'{a} AS {n}' for n, a in p.aggs)}]"),
+    Distinct: lambda p: "Distinct",
+    TopK: lambda p: (f"TopK k={p.k} order=[" +
+                     ", ".join(f"{s.expr}{' DESC' if s.descending else ''}" for s in p.order) + "]"),
+}
+"""One line per node kind in ``explain`` (its text is part of the plan fingerprint saved state is tied to)."""
+
+
 def explain(plan: Plan, indent: int = 0) -> str:
     """A readable tree of the plan, for ``imp sketch show`` and error messages."""
-    pad = "  " * indent
-    if isinstance(plan, Scan):
-        line = f"Scan {plan.table} AS {plan.alias}"
-    elif isinstance(plan, Select):
-        line = f"Select {plan.predicate}"
-    elif isinstance(plan, Project):
-        line = "Project " + ", ".join(f"{e} AS {n}" if not (isinstance(e, Col) and e.name == n) else n
-                                      for n, e in plan.items)
-    elif isinstance(plan, Join):
-        line = f"Join ON {plan.condition}" if plan.condition is not None else "CrossProduct"
-    elif isinstance(plan, AntiJoin):
-        line = f"{'NullAware' if plan.null_aware else ''}AntiJoin ON {plan.condition}"
-    elif isinstance(plan, Union):
-        line = f"UnionAll {len(plan.inputs)} inputs"
-    elif isinstance(plan, Aggregate):
-        line = (f"Aggregate keys=[{', '.join(n for n, _ in plan.keys)}] "
-                f"aggs=[{', '.join(f'{a} AS {n}' for n, a in plan.aggs)}]")
-    elif isinstance(plan, Distinct):
-        line = "Distinct"
-    elif isinstance(plan, TopK):
-        line = (f"TopK k={plan.k} order=[" +
-                ", ".join(f"{s.expr}{' DESC' if s.descending else ''}" for s in plan.order) + "]")
-    else:
-        line = type(plan).__name__
-    out = [pad + line]
+    line = _LINES.get(type(plan), lambda p: type(p).__name__)(plan)
+    out = ["  " * indent + line]
     for c in plan.children:
         out.append(explain(c, indent + 1))
     return "\n".join(out)

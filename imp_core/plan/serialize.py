@@ -23,6 +23,7 @@ from imp_core.errors import PlanError
 from imp_core.plan.expr import EXPR_NODES
 from imp_core.plan.nodes import (
     Aggregate,
+    AntiJoin,
     Distinct,
     Field,
     Join,
@@ -38,7 +39,7 @@ from imp_core.plan.nodes import (
 FORMAT = "imp-plan"
 FORMAT_VERSION = 1
 
-PLAN_NODES: tuple[type[Plan], ...] = (Scan, Select, Project, Join, Union, Aggregate, Distinct, TopK)
+PLAN_NODES: tuple[type[Plan], ...] = (Scan, Select, Project, Join, AntiJoin, Union, Aggregate, Distinct, TopK)
 """Every plan node class (``EXPR_NODES`` lists the expression classes)."""
 
 _CLASSES: dict[str, type] = {c.__name__: c for c in (*PLAN_NODES, *EXPR_NODES, Field, SortKey)}

@@ -77,9 +77,13 @@ class AntiJoinOp(BinaryOperator, StatefulOperator):
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
         totals = pl.DataFrame({"nulls": [self.right_nulls], "total": [self.right_total]},
                               schema={"nulls": pl.Int64, "total": pl.Int64})
-        return {}, {"right": self.right, "totals": totals, "left": self.left}
+        return {"null_aware": self.null_aware, "keys": len(self.left_keys)}, \
+            {"right": self.right, "totals": totals, "left": self.left}
 
     def set_state_frames(self, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
+        if meta.get("null_aware") != self.null_aware or meta.get("keys") != len(self.left_keys):
+            raise StateError(f"operator {self.op_id}: the saved state is of another anti join (NOT EXISTS or NOT IN, "
+                             f"its keys); recapture the sketch")
         missing = [n for n in ("right", "totals", "left") if n not in frames]
         if missing or frames["totals"].height != 1:
             raise StateError(f"operator {self.op_id}: the anti join's saved state is incomplete; recapture the "

@@ -243,7 +243,7 @@ class _Pass:
         if isinstance(op, BinaryOperator):
             left, right = stage.inputs
             if self.capture and isinstance(op, AntiJoinOp):  # its state starts from both inputs whole
-                dl, dr = self._whole(left), self._whole(right)
+                dl, dr = self._input_relation(left), self._input_relation(right)
             else:
                 dl, dr = self.delta(left), self.delta(right)
             self.pipeline.stats.join_calls += int(dl is not None and dl.height > 0) + \
@@ -267,12 +267,12 @@ class _Pass:
         delta of its own there)."""
         parts = []
         for i, s in enumerate(stage.inputs):
-            d = self._whole(s) if self.capture else self.delta(s)
+            d = self._input_relation(s) if self.capture else self.delta(s)
             if d is not None:
                 parts.append(op.process(d, i))
         return op.combine(parts) if parts else None
 
-    def _whole(self, stage: Stage) -> pl.DataFrame:
+    def _input_relation(self, stage: Stage) -> pl.DataFrame:
         """In a capture, ``stage``'s whole contents as an all-insert delta: its delta when it has state, else read
         whole by the backend (a stateless input has no delta of its own there)."""
         d = self.delta(stage)

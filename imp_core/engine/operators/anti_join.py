@@ -28,6 +28,7 @@ KEY_PREFIX = "__ak"  # __ak{i}: key pair i in one comparable form (floats NaN-fr
 NULL_KEY = "__anull"  # a row has a NULL key: it matches nothing
 DELTA = "__dn"  # the change of a right key's count in a batch
 OLD, NEW = "__nold", "__nnew"  # a right key's count before and after a batch
+MIN_PENDING = 4096  # left rows appended unsettled before the stored rows are netted again (at least)
 
 
 class AntiJoinOp(BinaryOperator, StatefulOperator):
@@ -35,7 +36,9 @@ class AntiJoinOp(BinaryOperator, StatefulOperator):
 
     State: ``right`` (key columns, ``__n``: right rows per non-NULL key), ``totals`` (right rows with a NULL key,
     all right rows), ``left`` (every left row with its annotation and multiplicity). The output is a function of the
-    state (``output_relation``), so the pipeline never reads an anti join's contents from the tables.
+    state (``output_relation``), so the pipeline never reads an anti join's contents from the tables. Left deltas are
+    appended to a pending run, netted into the stored rows once it outgrows an eighth of them (a left batch costs
+    its own size, amortized) and whenever the state is saved.
     """
 
     kind = "anti_join"
@@ -73,8 +76,10 @@ class AntiJoinOp(BinaryOperator, StatefulOperator):
         self.right_nulls = 0  # right rows with a NULL key
         self.right_total = 0  # all right rows
         self.left = pl.DataFrame()  # takes the left deltas' columns (annotation included) from the first one
+        self.pending: list[pl.DataFrame] = []  # left deltas not yet netted into ``left``
 
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
+        self._settle()
         totals = pl.DataFrame({"nulls": [self.right_nulls], "total": [self.right_total]},
                               schema={"nulls": pl.Int64, "total": pl.Int64})
         return {"null_aware": self.null_aware, "keys": len(self.left_keys)}, \
@@ -96,6 +101,7 @@ class AntiJoinOp(BinaryOperator, StatefulOperator):
         self.right_nulls = int(frames["totals"].item(0, "nulls"))
         self.right_total = int(frames["totals"].item(0, "total"))
         self.left = frames["left"]
+        self.pending = []
 
     def canonical(self) -> dict[str, pl.DataFrame]:
         _, frames = self.state_frames()
@@ -119,8 +125,9 @@ class AntiJoinOp(BinaryOperator, StatefulOperator):
         if left is not None and left.height:
             left = self._left_rows(left)
             parts.append(self._passing(left, self.right, self.right_total, self.right_nulls))
-            self.left = consolidate(pl.concat([self.left, left], how="diagonal_relaxed") if self.left.width
-                                    else left)
+            self.pending.append(left)
+            if sum(p.height for p in self.pending) > max(MIN_PENDING, self.left.height // 8):
+                self._settle()
         parts = [p for p in parts if p.height]
         if not parts:
             return self.empty_delta()
@@ -128,9 +135,24 @@ class AntiJoinOp(BinaryOperator, StatefulOperator):
 
     def output_relation(self) -> pl.DataFrame:
         """The current output as a whole relation (all-insert, annotated): the stored left rows that pass."""
+        self._settle()
         if not self.left.width or not self.left.height:
             return self.empty_delta()
         return self._passing(self.left, self.right, self.right_total, self.right_nulls)
+
+    def _settle(self) -> None:
+        """Net the pending left deltas into the stored left rows."""
+        if self.pending:
+            parts = [self.left, *self.pending] if self.left.width else self.pending
+            self.left = consolidate(pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0])
+            self.pending = []
+
+    def _stored(self) -> pl.DataFrame:
+        """Every stored left row, the pending ones unnetted (a row may appear with + and - multiplicities)."""
+        parts = [p for p in (self.left, *self.pending) if p.width]
+        if not parts:
+            return self.left
+        return pl.concat(parts, how="diagonal_relaxed", rechunk=False) if len(parts) > 1 else parts[0]
 
     def _right_delta(self, right: pl.DataFrame) -> pl.DataFrame:
         """Fold the right delta into the key counts; the stored left rows whose verdict changes, signed."""
@@ -144,27 +166,30 @@ class AntiJoinOp(BinaryOperator, StatefulOperator):
              .alias(NEW)])
         old_right, old_total, old_nulls = self.right, self.right_total, self.right_nulls
         self.right_total, self.right_nulls = old_total + total, old_nulls + nulls
-        if change.height:
-            merged = pl.concat([self.right, change.rename({DELTA: COUNT})], how="vertical_relaxed")
-            self.right = merged.group_by(self.kcols).agg(pl.col(COUNT).sum()).filter(pl.col(COUNT) > 0).select(
-                self.right.columns)
-        if not self.left.width or not self.left.height:
+        if change.height:  # the batch's keys leave the counts and come back with their new count, if any
+            kept = self.right.join(change.select(self.kcols), on=self.kcols, how="anti")
+            now = counts.filter(pl.col(NEW) > 0).select([*self.kcols, pl.col(NEW).alias(COUNT)])
+            self.right = pl.concat([kept, now], how="vertical_relaxed")
+            if self.right.n_chunks() > 16:  # one chunk per batch otherwise, and joins slow down with them
+                self.right = self.right.rechunk()
+        stored = self._stored()
+        if not stored.width or not stored.height:
             return self.empty_delta()
         flags_changed = self.null_aware and ((old_total == 0) != (self.right_total == 0)
                                              or (old_nulls == 0) != (self.right_nulls == 0))
         if flags_changed:
-            candidates = self.left  # the global conditions flipped: every stored row may change verdict
+            candidates = stored  # the global conditions flipped: every stored row may change verdict
         else:
             flipped = counts.filter((pl.col(OLD) > 0) != (pl.col(NEW) > 0))
             if not flipped.height:
                 return self.empty_delta()
-            keyed_left = self.left.with_columns(self._key_exprs(self.left_keys))
+            keyed_left = stored.with_columns(self._key_exprs(self.left_keys))
             candidates = keyed_left.join(flipped.select(self.kcols), on=self.kcols, how="semi")
         before = self._verdict(candidates, old_right, old_total, old_nulls)
         after = self._verdict(candidates, self.right, self.right_total, self.right_nulls)
         sign = pl.when(after & ~before).then(1).when(before & ~after).then(-1).otherwise(0)
         out = candidates.with_columns((pl.col(MULT) * sign).alias(MULT)).filter(pl.col(MULT) != 0)
-        return out.select(self._columns(out))
+        return consolidate(out.select(self._columns(out)))
 
     def _passing(self, rows: pl.DataFrame, right: pl.DataFrame, total: int, nulls: int) -> pl.DataFrame:
         """The rows of ``rows`` (left rows, signed) that no row of a right side with these counts matches."""
@@ -213,8 +238,9 @@ class AntiJoinOp(BinaryOperator, StatefulOperator):
 
     def empty_delta(self) -> pl.DataFrame:
         """No change: left's plan columns and ``__mult`` (and the stored rows' annotation columns, if known)."""
-        if self.left.width:
-            return self.left.clear()
+        layout = self.left if self.left.width else (self.pending[0] if self.pending else None)
+        if layout is not None:
+            return layout.clear()
         return pl.DataFrame(schema={**{f.name: polars_type(f.dtype) for f in self.node.schema}, MULT: pl.Int64})
 
 

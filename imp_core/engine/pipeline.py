@@ -34,9 +34,12 @@ from imp_core.engine.operators.registry import build_operator
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.operators.union import UnionOp
 from imp_core.engine.order_dependence import OrderDependence
+from imp_core.engine.schema import COUNT, MULT
 from imp_core.errors import StateError
 from imp_core.plan.nodes import Plan, Scan, explain
 from imp_core.sketch.partition import PartitionSet
+
+ALL_KEYS = 2**31 - 2  # no limit on the keys a backend counts (Spark's LIMIT takes a 32-bit count)
 
 
 @dataclass(eq=False)
@@ -243,7 +246,7 @@ class _Pass:
         if isinstance(op, BinaryOperator):
             left, right = stage.inputs
             if self.capture and isinstance(op, AntiJoinOp):  # its state starts from both inputs whole
-                dl, dr = self._input_relation(left), self._input_relation(right)
+                dl, dr = self._input_relation(left), self._key_rows(right, op.right_keys)
             else:
                 dl, dr = self.delta(left), self.delta(right)
             self.pipeline.stats.join_calls += int(dl is not None and dl.height > 0) + \
@@ -277,6 +280,19 @@ class _Pass:
         whole by the backend (a stateless input has no delta of its own there)."""
         d = self.delta(stage)
         return d if d is not None else self.backend.relation(self.relation(stage), self.versions)
+
+    def _key_rows(self, stage: Stage, keys: list[str]) -> pl.DataFrame:
+        """In a capture, an anti join's subquery side as all the operator keeps of it: one row per key with its
+        count as multiplicity, counted by the backend when it can (else the side's whole relation)."""
+        d = self.delta(stage)
+        if d is not None:
+            return d
+        backend = self.backend
+        counts = backend.key_counts(self.relation(stage), keys, ALL_KEYS, self.versions) \
+            if isinstance(backend, JoinCacheBackend) else None
+        if counts is None:
+            return backend.relation(self.relation(stage), self.versions)
+        return counts.select([*keys, pl.col(COUNT).cast(pl.Int64).alias(MULT)])
 
     def _bootstrap(self, stage: Stage) -> pl.DataFrame:
         """A frontier stateful operator's output relation, from its whole input computed by the backend."""

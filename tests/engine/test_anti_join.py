@@ -297,3 +297,40 @@ def test_query_shapes_with_an_anti_join_equal_a_recapture(shape: str) -> None:
         backend = LocalBackend(reader(tables))
         pipe.maintain_pass(name, change, backend, V)
         assert_like_a_recapture(pipe, lambda: Pipeline(plan, PARTS), backend)
+
+
+class _RowsOnly:
+    """A backend without the key-count look-ups (no ``JoinCacheBackend``): a capture reads the subquery whole."""
+
+    def __init__(self, inner: LocalBackend) -> None:
+        self.inner = inner
+        self.relation, self.aggregate_input = inner.relation, inner.aggregate_input
+        self.fragment_counts, self.join_delta = inner.fragment_counts, inner.join_delta
+
+
+class _Counting(LocalBackend):
+    """Records the key-count look-ups."""
+
+    calls: list[list[str]] = []
+
+    def key_counts(self, side: Relation, keys: list[str], max_keys: int, versions: dict[str, int]) -> pl.DataFrame:
+        self.calls.append(keys)
+        out = super().key_counts(side, keys, max_keys, versions)
+        assert out is not None
+        return out
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_a_capture_reads_the_subquery_as_key_counts_or_whole_alike(shape: str) -> None:
+    plan = SHAPES[shape]()
+    tables = {"L": table([1, 1, None, 2, 3], [3, 6, 8, 1, 9], "v"), "R": table([2, 2, None, 3], [1, 1, 6, 6], "w")}
+    counted, whole = Pipeline(plan, PARTS), Pipeline(plan, PARTS)
+    backend = _Counting(reader(tables))
+    backend.calls = []
+    counted.capture(backend, V)
+    whole.capture(_RowsOnly(LocalBackend(reader(tables))), V)  # type: ignore[arg-type]
+    assert backend.calls == [["R.k"]]  # the subquery side came as one row per key
+    assert counted.sketch() == whole.sketch()
+    for a, b in zip(counted.stateful(), whole.stateful()):
+        for name, df in a.canonical().items():
+            assert df.equals(b.canonical()[name]), (a.op_id, name)

@@ -200,12 +200,12 @@ class AntiJoinOp(BinaryOperator, StatefulOperator):
         """Per row of ``rows``: whether it passes against a right side with key counts ``right``, ``total`` rows
         and ``nulls`` rows with a NULL key."""
         if self.null_aware and total == 0:
-            return pl.Series(values=[True] * rows.height, dtype=pl.Boolean)
+            return pl.repeat(True, rows.height, dtype=pl.Boolean, eager=True)
         if self.null_aware and nulls > 0:
-            return pl.Series(values=[False] * rows.height, dtype=pl.Boolean)
+            return pl.repeat(False, rows.height, dtype=pl.Boolean, eager=True)
         keyed = rows.select(self._key_exprs(self.left_keys)).with_row_index("__i")
         matched = keyed.join(right.select(self.kcols), on=self.kcols, how="semi")
-        hit = pl.Series(values=[False] * rows.height, dtype=pl.Boolean)
+        hit = pl.repeat(False, rows.height, dtype=pl.Boolean, eager=True)
         if matched.height:
             hit = hit.scatter(matched.get_column("__i"), True)
         null_key = keyed.get_column(NULL_KEY)

@@ -14,6 +14,7 @@ import polars as pl
 
 from imp_core.engine.annotation import pairs
 from imp_core.engine.backend import Relation, Versions
+from imp_core.engine.operators.anti_join import AntiJoinOp
 from imp_core.engine.operators.base import StatefulOperator, UnaryOperator
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.join import JoinOp
@@ -50,6 +51,8 @@ class LocalBackend:
             return op.join_frames(*inputs)
         if isinstance(op, UnionOp):
             return op.combine([op.process(rows, i) for i, rows in enumerate(inputs)])
+        if isinstance(op, AntiJoinOp):  # a fresh operator fed both inputs whole: its output is the whole result
+            return op.process(*inputs)
         if isinstance(op, StatefulOperator) or not isinstance(op, UnaryOperator):
             raise UnsupportedError(f"{type(node).__name__} reads operator state; its contents must come with the "
                                    f"relation")

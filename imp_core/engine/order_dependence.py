@@ -32,7 +32,7 @@ from imp_core.plan.expr import (
     is_numeric,
     rebuild,
 )
-from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK, Union
+from imp_core.plan.nodes import Aggregate, AntiJoin, Distinct, Join, Plan, Project, Scan, Select, TopK, Union
 
 UNIT = 2.0 ** -53
 INF = float("inf")
@@ -150,7 +150,7 @@ class OrderDependence:
             return _project_facts(node, *kids)
         if isinstance(node, Select):
             return self._select_facts(node, *kids)
-        if isinstance(node, Join):
+        if isinstance(node, (Join, AntiJoin)):
             return _join_facts(node, *kids)
         if isinstance(node, TopK):
             return self._topk_facts(node, *kids)
@@ -207,7 +207,7 @@ class OrderDependence:
         role.flagged_output = flag and facts.maybe == Maybe.FLAGGED
         if isinstance(node, (Scan,)):
             return
-        if isinstance(node, (Aggregate, Distinct, Join, Union)):
+        if isinstance(node, (Aggregate, Distinct, Join, AntiJoin, Union)):
             for c in node.children:
                 self._needs(c, set())
             return
@@ -274,14 +274,18 @@ def _project_facts(node: Project, c: Facts) -> Facts:
     return Facts(frozenset(bounded), frozenset(unreliable), c.maybe)
 
 
-def _join_facts(node: Join, left: Facts, right: Facts) -> Facts:
-    """A join on an uncertain value is refused; interval columns and flags do not cross a join."""
+def _join_facts(node: Join | AntiJoin, left: Facts, right: Facts) -> Facts:
+    """A join (or anti join: NOT EXISTS / NOT IN) on an uncertain value is refused; interval columns and flags do
+    not cross a join. An anti join outputs left's columns only; rows that may or may not exist on either side make
+    its rows' existence uncertain too."""
     if node.condition is not None and node.condition.columns() & (left.uncertain | right.uncertain):
+        what = "NOT EXISTS / NOT IN condition" if isinstance(node, AntiJoin) else "join condition"
         raise UnsupportedError(
-            f"the join condition {node.condition} uses a value that depends on the order in which Spark "
+            f"the {what} {node.condition} uses a value that depends on the order in which Spark "
             f"adds numbers; {FIX_HINT}")
     maybe = Maybe.NO if left.maybe == right.maybe == Maybe.NO else Maybe.UNFLAGGED
-    return Facts(frozenset(), left.uncertain | right.uncertain, maybe)
+    unreliable = left.uncertain if isinstance(node, AntiJoin) else left.uncertain | right.uncertain
+    return Facts(frozenset(), unreliable, maybe)
 
 
 # --- expressions over intervals -----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import polars as pl
 from imp_core.engine.annotation import AnnotationLayout, consolidate
 from imp_core.engine.backend import Backend, CaptureBackend, JoinBackend, JoinCacheBackend, Relation, Versions
 from imp_core.engine.operators.aggregation import Aggregation
+from imp_core.engine.operators.anti_join import AntiJoinOp
 from imp_core.engine.operators.base import (
     BinaryOperator,
     Operator,
@@ -33,9 +34,12 @@ from imp_core.engine.operators.registry import build_operator
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.operators.union import UnionOp
 from imp_core.engine.order_dependence import OrderDependence
+from imp_core.engine.schema import COUNT, MULT
 from imp_core.errors import StateError
 from imp_core.plan.nodes import Plan, Scan, explain
 from imp_core.sketch.partition import PartitionSet
+
+ALL_KEYS = 2**31 - 2  # no limit on the keys a backend counts (Spark's LIMIT takes a 32-bit count)
 
 
 @dataclass(eq=False)
@@ -106,8 +110,8 @@ class Pipeline:
         inputs = tuple(self._build(child, f"{path}.{i}") for i, child in enumerate(node.children))
         op = build_operator(node, BuildContext(path, self.annotations, self.order_dependence, self.fingerprint,
                                                **self._options))
-        from_state = isinstance(op, OutputStateOperator) or (not isinstance(node, Scan)
-                                                        and all(s.from_state for s in inputs))
+        from_state = isinstance(op, (OutputStateOperator, AntiJoinOp)) or (not isinstance(node, Scan)
+                                                                       and all(s.from_state for s in inputs))
         return Stage(path, node, op, inputs, frozenset(node.tables()), node.is_stateless(), from_state)
 
     def stage(self, node: Plan) -> Stage:
@@ -241,7 +245,10 @@ class _Pass:
             return self._bootstrap(stage)
         if isinstance(op, BinaryOperator):
             left, right = stage.inputs
-            dl, dr = self.delta(left), self.delta(right)
+            if self.capture and isinstance(op, AntiJoinOp):  # its state starts from both inputs whole
+                dl, dr = self._input_relation(left), self._key_rows(right, op.right_keys)
+            else:
+                dl, dr = self.delta(left), self.delta(right)
             self.pipeline.stats.join_calls += int(dl is not None and dl.height > 0) + \
                 int(dr is not None and dr.height > 0)
             return op.process(dl, dr, _StageSide(self, stage, left), _StageSide(self, stage, right))
@@ -263,12 +270,29 @@ class _Pass:
         delta of its own there)."""
         parts = []
         for i, s in enumerate(stage.inputs):
-            d = self.delta(s)
-            if d is None and self.capture:
-                d = self.backend.relation(self.relation(s), self.versions)
+            d = self._input_relation(s) if self.capture else self.delta(s)
             if d is not None:
                 parts.append(op.process(d, i))
         return op.combine(parts) if parts else None
+
+    def _input_relation(self, stage: Stage) -> pl.DataFrame:
+        """In a capture, ``stage``'s whole contents as an all-insert delta: its delta when it has state, else read
+        whole by the backend (a stateless input has no delta of its own there)."""
+        d = self.delta(stage)
+        return d if d is not None else self.backend.relation(self.relation(stage), self.versions)
+
+    def _key_rows(self, stage: Stage, keys: list[str]) -> pl.DataFrame:
+        """In a capture, an anti join's subquery side as all the operator keeps of it: one row per key with its
+        count as multiplicity, counted by the backend when it can (else the side's whole relation)."""
+        d = self.delta(stage)
+        if d is not None:
+            return d
+        backend = self.backend
+        counts = backend.key_counts(self.relation(stage), keys, ALL_KEYS, self.versions) \
+            if isinstance(backend, JoinCacheBackend) else None
+        if counts is None:
+            return backend.relation(self.relation(stage), self.versions)
+        return counts.select([*keys, pl.col(COUNT).cast(pl.Int64).alias(MULT)])
 
     def _bootstrap(self, stage: Stage) -> pl.DataFrame:
         """A frontier stateful operator's output relation, from its whole input computed by the backend."""
@@ -293,7 +317,7 @@ class _Pass:
         assert stage.from_state
         if stage.path not in self._contents:
             op = stage.op
-            if isinstance(op, OutputStateOperator):
+            if isinstance(op, (OutputStateOperator, AntiJoinOp)):
                 out = op.output_relation()
             elif isinstance(op, JoinOp):
                 left, right = stage.inputs

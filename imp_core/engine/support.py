@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from imp_core.errors import UnsupportedError
 from imp_core.plan.expr import Cast, Expr, Func, is_string
-from imp_core.plan.nodes import Aggregate, Join, Plan, Project, Select, TopK
+from imp_core.plan.nodes import Aggregate, AntiJoin, Join, Plan, Project, Select, TopK
 
 EXP_HINT = ("the JVM's math library and the engine's differ in the last bit for about one value in 15, so a "
             "sketch could miss rows at a comparison; keep {0} out of sketched queries (compute it after the query)")
@@ -66,7 +66,7 @@ def plan_expressions(plan: Plan) -> Iterator[Expr]:
             yield node.predicate
         elif isinstance(node, Project):
             yield from (e for _, e in node.items)
-        elif isinstance(node, Join) and node.condition is not None:
+        elif isinstance(node, (Join, AntiJoin)) and node.condition is not None:
             yield node.condition
         elif isinstance(node, Aggregate):
             yield from (e for _, e in node.keys)

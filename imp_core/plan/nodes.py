@@ -67,8 +67,9 @@ class Plan:
         return {s.table for s in self.scans()}
 
     def is_stateless(self) -> bool:
-        """True when no aggregation, distinct or top-k is in this subtree (Spark can evaluate it from tables)."""
-        return not any(isinstance(n, (Aggregate, Distinct, TopK)) for n in self.walk())
+        """True when no aggregation, distinct, top-k or anti join is in this subtree (no operator state: Spark can
+        evaluate it from tables with annotations)."""
+        return not any(isinstance(n, (Aggregate, Distinct, TopK, AntiJoin)) for n in self.walk())
 
     def _set_schema(self, schema: tuple[Field, ...]) -> None:
         names = [f.name for f in schema]
@@ -312,23 +313,11 @@ def _equi_keys(left: Plan, right: Plan, condition: Expr | None) -> tuple[list[st
 PLAN_NODES: tuple[type[Plan], ...] = (Scan, Select, Project, Join, AntiJoin, Union, Aggregate, Distinct, TopK)
 
 
-def explain(plan: Plan, indent: int = 0) -> str:
-    """A readable tree of the plan, for ``imp sketch show`` and error messages."""
-    label = _LABELS.get(type(plan))
-    out = ["  " * indent + (label(plan) if label is not None else type(plan).__name__)]
-    for c in plan.children:
-        out.append(explain(c, indent + 1))
-    return "\n".join(out)
-
-
-def _project_label(p: Project) -> str:
-    return "Project " + ", ".join(f"{e} AS {n}" if not (isinstance(e, Col) and e.name == n) else n for n, e in p.items)
-
-
-_LABELS: dict[type[Plan], Callable[[Any], str]] = {
+_LINES: dict[type[Plan], Callable[[Any], str]] = {
     Scan: lambda p: f"Scan {p.table} AS {p.alias}",
     Select: lambda p: f"Select {p.predicate}",
-    Project: _project_label,
+    Project: lambda p: "Project " + ", ".join(f"{e} AS {n}" if not (isinstance(e, Col) and e.name == n) else n
+                                              for n, e in p.items),
     Join: lambda p: f"Join ON {p.condition}" if p.condition is not None else "CrossProduct",
     AntiJoin: lambda p: f"{'NullAware' if p.null_aware else ''}AntiJoin ON {p.condition}",
     Union: lambda p: f"UnionAll {len(p.inputs)} inputs",
@@ -338,3 +327,13 @@ _LABELS: dict[type[Plan], Callable[[Any], str]] = {
     TopK: lambda p: (f"TopK k={p.k} order=[" +
                      ", ".join(f"{s.expr}{' DESC' if s.descending else ''}" for s in p.order) + "]"),
 }
+"""One line per node kind in ``explain`` (its text is part of the plan fingerprint saved state is tied to)."""
+
+
+def explain(plan: Plan, indent: int = 0) -> str:
+    """A readable tree of the plan, for ``imp sketch show`` and error messages."""
+    line = _LINES.get(type(plan), lambda p: type(p).__name__)(plan)
+    out = ["  " * indent + line]
+    for c in plan.children:
+        out.append(explain(c, indent + 1))
+    return "\n".join(out)

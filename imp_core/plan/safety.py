@@ -280,6 +280,23 @@ class _Analysis:
         reading = [c for c in conjuncts(cond) if c.columns() & names]
         return all(_null_rejecting(c) for c in reading) and (null_rejected or bool(reading))
 
+    def visit_AntiJoin(self, node: AntiJoin) -> Rel:
+        """Monotone in the left input, anti-monotone in the right: over the sketch's data every scan of a partitioned
+        table is filtered, so a partitioned table read by the subquery (the right side, even when the left reads it
+        too) loses rows there and lets extra left rows through. Otherwise it keeps the left rows whose keys no right
+        row has, as a selection does: safe when the left side is, unless it compares a partial aggregate."""
+        cut = sorted(t for t in node.right.tables() if t in self.partitioned)
+        left = self.rel(node.left)
+        if cut:
+            return Rel("part", {}, False, {}, left.signs,
+                       f"a sketch on {cut[0]} would drop rows of the NOT EXISTS/NOT IN subquery and let extra rows "
+                       f"through")
+        keys, _, _ = node.equi_keys()
+        if left.tag == "part" and set(keys) & set(left.dirs):
+            return Rel("part", left.dirs, False, left.det, left.signs,
+                       "a NOT EXISTS/NOT IN compares a partial aggregate")
+        return left
+
     def visit_Union(self, node: Union) -> Rel:
         """Monotone, and every branch has the union's column names: safe when each branch is. A column determines a
         scan's fragment when it does in every branch holding that scan's alias (a self-union holds one alias twice)."""

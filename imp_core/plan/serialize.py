@@ -21,26 +21,12 @@ import pyarrow as pa
 
 from imp_core.errors import PlanError
 from imp_core.plan.expr import EXPR_NODES
-from imp_core.plan.nodes import (
-    Aggregate,
-    Distinct,
-    Field,
-    Join,
-    Plan,
-    Project,
-    Scan,
-    Select,
-    SortKey,
-    TopK,
-    Union,
-)
+from imp_core.plan.nodes import PLAN_NODES, Field, Plan, SortKey
 
 FORMAT = "imp-plan"
 FORMAT_VERSION = 1
 
-PLAN_NODES: tuple[type[Plan], ...] = (Scan, Select, Project, Join, Union, Aggregate, Distinct, TopK)
-"""Every plan node class (``EXPR_NODES`` lists the expression classes)."""
-
+# the classes a document may name: every plan node (``nodes.PLAN_NODES``) and expression (``EXPR_NODES``) class
 _CLASSES: dict[str, type] = {c.__name__: c for c in (*PLAN_NODES, *EXPR_NODES, Field, SortKey)}
 _DERIVED = frozenset({"schema"})  # plan fields the constructor computes from the others
 

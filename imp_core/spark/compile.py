@@ -24,7 +24,7 @@ from imp_core.engine.schema import MULT, RIGHT_MULT, RIGHT_SET, SET, is_carried,
 from imp_core.errors import UnsupportedError
 from imp_core.plan import expr as ex
 from imp_core.plan.expr import NULL, Expr, Func
-from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK, Union
+from imp_core.plan.nodes import Aggregate, AntiJoin, Distinct, Join, Plan, Project, Scan, Select, TopK, Union
 from imp_core.spark.fragment import add_fragment
 from imp_core.spark.types import arrow_to_spark
 
@@ -371,6 +371,26 @@ class PlanCompiler:
                 joined = joined.withColumnRenamed(RIGHT_SET, SET)
         return joined.select(*[col(c) for c in join_columns(node.left.names, node.right.names, joined.columns)])
 
+    def visit_AntiJoin(self, node: AntiJoin) -> DataFrame:
+        """``NOT EXISTS``: Spark's ``left_anti`` join (a NULL key matches nothing). ``NOT IN`` (``null_aware``) as
+        SQL defines it: every left row when the right side is empty, else the unmatched rows with a non-NULL key,
+        and none when some right key is NULL. Annotated: the left rows keep their annotation, the right side adds
+        none (its rows are never in an anti join's provenance)."""
+        left_keys, right_keys, _ = node.equi_keys()
+        left = self.compile(node.left)
+        right_rows = self.compile(node.right)
+        right = right_rows.select(*[col(k) for k in right_keys])
+        out = left.join(right, on=compile_expr(node.condition), how="left_anti")
+        if not node.null_aware:
+            return out
+        weight = col(MULT) if MULT in right_rows.columns else F.lit(1)
+        key = col(right_keys[0])
+        nulls = F.sum(F.when(key.isNull(), weight).otherwise(0))
+        stats = right_rows.agg(F.coalesce(F.sum(weight), F.lit(0)).alias(_ANTI_TOTAL),
+                               F.coalesce(nulls, F.lit(0)).alias(_ANTI_NULLS))
+        kept = (col(_ANTI_TOTAL) == 0) | (col(left_keys[0]).isNotNull() & (col(_ANTI_NULLS) == 0))
+        return out.crossJoin(stats).filter(kept).drop(_ANTI_TOTAL, _ANTI_NULLS)
+
     def visit_Union(self, node: Union) -> DataFrame:
         """``UNION ALL`` by name. Annotated: each branch computes its fragments in Spark (a branch's raw partition
         value could not be told from a NULL meaning "no such scan"), and the fragment columns of the other
@@ -429,6 +449,9 @@ class PlanCompiler:
             else:
                 order.append(c.asc_nulls_first() if nulls_first else c.asc_nulls_last())
         return child.orderBy(*order).limit(node.k)
+
+
+_ANTI_TOTAL, _ANTI_NULLS = "__anti_total", "__anti_nulls"  # a NOT IN subquery's rows, and those with a NULL key
 
 
 def _as_set(df: DataFrame) -> DataFrame:

@@ -1,11 +1,11 @@
 """Operator state persistence: round trips of every stateful operator, and corrupt or foreign blobs.
 
 For aggregation (every aggregate kind, COUNT/SUM(DISTINCT) too, several key types, with and without GROUP BY),
-DISTINCT, top-k and the merge operator, at three sizes (empty, normal, huge: 500K groups / rows, 1M fragments):
-``state_to_bytes`` then ``load_state`` into a fresh operator gives identical canonical frames, and both operators then
-behave identically on further changes. A blob with any single byte flipped, a blob of another format version,
-operator, kind or plan, or a truncated blob raises ``StateError`` (which makes the service recapture), never a
-silently different state.
+DISTINCT, top-k, the anti join and the merge operator, at three sizes (empty, normal, huge: 500K groups / rows, 1M
+fragments): ``state_to_bytes`` then ``load_state`` into a fresh operator gives identical canonical frames, and both
+operators then behave identically on further changes. A blob with any single byte flipped, a blob of another format
+version, operator, kind or plan, or a truncated blob raises ``StateError`` (which makes the service recapture), never
+a silently different state.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ import pytest
 from imp_core.engine import state as codec
 from imp_core.engine.annotation import SET_DTYPE
 from imp_core.engine.operators.aggregation import Aggregation
+from imp_core.engine.operators.anti_join import AntiJoinOp
 from imp_core.engine.operators.base import StatefulOperator
 from imp_core.engine.operators.merge import Merge
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.schema import MULT, SET
 from imp_core.errors import StateError
-from imp_core.plan.expr import DATE, FLOAT, INT, STRING, AggCall, Col
-from imp_core.plan.nodes import SortKey
+from imp_core.plan.expr import DATE, FLOAT, INT, STRING, AggCall, Binary, Col
+from imp_core.plan.nodes import AntiJoin, Field, Project, Scan, SortKey
 
 DEC = pa.decimal128(12, 2)
 KEY_TYPES = {"g": pl.Int64, "s": pl.String}
@@ -59,6 +60,15 @@ def distinct() -> Aggregation:
 def topk() -> TopKOp:
     order = (SortKey(Col("x", FLOAT), descending=True), SortKey(Col("s", STRING), nulls_first=True))
     return TopKOp("topk@r", order, 5, {"g": pl.Int64, "s": pl.String, "x": pl.Float64}, fingerprint="fp")
+
+
+def anti_join() -> AntiJoinOp:
+    """NOT EXISTS of the test rows (the left side) against their keys divisible by 3 (the right, ``feed``)."""
+    cols = (Field("g", INT), Field("s", STRING), Field("i", INT), Field("x", FLOAT), Field("d", DATE), Field("m", DEC))
+    left = Project(Scan("T", "T", cols), tuple((c.name, Col(f"T.{c.name}", c.dtype)) for c in cols))
+    right = Project(Scan("U", "U", (Field("g", INT),)), (("rg", Col("U.g", INT)),))
+    return AntiJoinOp("anti_join@r", AntiJoin(left, right, Binary("=", Col("g", INT), Col("rg", INT))),
+                      fingerprint="fp")
 
 
 def merge(total: int = 1000) -> Merge:
@@ -98,6 +108,7 @@ OPERATORS: dict[str, tuple[Callable[[], StatefulOperator], bool]] = {
     "aggregation_without_group_by": (global_aggregation, False),
     "distinct": (distinct, True),
     "topk": (topk, True),
+    "anti_join": (anti_join, False),
     "merge": (merge, True),
 }
 SIZES = {"empty": 0, "normal": 300, "huge": 500_000}  # huge: 500K rows in about 500K groups
@@ -119,6 +130,8 @@ def fed(name: str, size: int) -> tuple[StatefulOperator, pl.DataFrame]:
 def feed(op: StatefulOperator, d: pl.DataFrame) -> object:
     if isinstance(op, (Aggregation, TopKOp)):
         return op.process(d)
+    if isinstance(op, AntiJoinOp):  # the rows on the left, their keys divisible by 3 on the right
+        return op.process(d, d.filter(pl.col("g") % 3 == 0).select(pl.col("g").alias("rg"), MULT))
     assert isinstance(op, Merge)
     return op.process(d)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from imp_core.plan.expr import Binary, Col, Lit
+from imp_core.plan.nodes import AntiJoin, Select
 from imp_core.plan.reuse import can_reuse
 from imp_core.plan.sql import parse_query
 from imp_core.plan.template import template_key
@@ -64,3 +66,21 @@ def test_union_all_branches_reuse_like_the_query_around_them() -> None:
     assert not reuse(top.format(x=1, y=9), top.format(x=1, y=10))
     below = "SELECT a, COUNT(*) AS n FROM (SELECT a FROM t WHERE b > {x} UNION ALL SELECT a FROM t) u GROUP BY a"
     assert not reuse(below.format(x=1), below.format(x=2))
+
+
+def test_a_constant_inside_or_around_an_anti_join_blocks_reuse_below_it() -> None:
+    """Tightening the subquery's condition lets more outer rows through; the outer one is kept conservative."""
+    u = pa.schema([("k", pa.int64()), ("w", pa.float64())])
+    outer = parse_query("SELECT a, b FROM t", T).plan
+    tables = {"u": u}
+
+    def plan(w: float, b: float, null_aware: bool = False) -> AntiJoin:
+        left = Select(outer, Binary(">", Col("b", pa.float64()), Lit.of(b)))
+        right = parse_query(f"SELECT k FROM u WHERE w > {w}", tables).plan
+        return AntiJoin(left, right, Binary("=", Col("a", pa.int64()), Col("k", pa.int64())), null_aware)
+
+    assert can_reuse(plan(1.0, 2.0), plan(1.0, 2.0)) == (True, "reusable")
+    assert not can_reuse(plan(1.0, 2.0), plan(5.0, 2.0))[0]
+    assert not can_reuse(plan(1.0, 2.0), plan(1.0, 3.0))[0]
+    assert can_reuse(plan(1.0, 2.0), plan(1.0, 2.0, null_aware=True)) == (False, "the plans differ outside their "
+                                                                           "conditions")

@@ -11,6 +11,8 @@ import pyarrow as pa
 import pytest
 
 from imp_core.errors import UnsafeSketchError
+from imp_core.plan.expr import Binary, Col
+from imp_core.plan.nodes import AntiJoin, Field, Plan, Project, Scan
 from imp_core.plan.safety import SafetyReport, check, require_safe, safe_columns
 from imp_core.plan.sql import parse_query
 from tests.oracles import canonical, duck, fragments_of
@@ -247,3 +249,49 @@ def test_union_all_is_safe_when_each_branch_is() -> None:
     crossed = ("SELECT a, AVG(c) AS ac FROM (SELECT a, c FROM t UNION ALL SELECT b, c FROM t) q GROUP BY a "
                "HAVING AVG(c) < 10")
     assert_unsafe(verdict(crossed, {"t": "a"}), "can accept a partial group")
+
+
+# -- NOT EXISTS / NOT IN (anti join; plans built by hand) -----------------------------------------------------------
+
+
+def _scan(table: str, alias: str | None = None) -> Scan:
+    return Scan(table, alias or table, tuple(Field(f.name, f.type) for f in SCHEMAS[table]))
+
+
+def _anti(left: Plan, right: Plan, lcol: str, rcol: str, null_aware: bool = False) -> AntiJoin:
+    return AntiJoin(left, right, Binary("=", Col(lcol, left.field(lcol).dtype), Col(rcol, right.field(rcol).dtype)),
+                    null_aware)
+
+
+ANTI_REASON = "would drop rows of the NOT EXISTS/NOT IN subquery and let extra rows through"
+
+
+@pytest.mark.parametrize("null_aware", [False, True])
+def test_an_anti_join_is_safe_on_the_outer_tables_only(null_aware: bool) -> None:
+    plan = _anti(_scan("t"), _scan("u"), "t.a", "u.k", null_aware)
+    for column in ("a", "b", "x"):
+        assert_safe(check(plan, {"t": column}))
+    assert_unsafe(check(plan, {"u": "m"}), f"a sketch on u {ANTI_REASON}")
+    assert_unsafe(check(plan, {"t": "a", "u": "m"}), f"a sketch on u {ANTI_REASON}")
+    assert safe_columns(plan) == ["t.a", "t.b", "t.c", "t.x"]  # none of u
+    # one table on both sides: the sketch filters every scan of it, the subquery's too
+    inner = Project(_scan("t", "t2"), (("k2", Col("t2.x", pa.int64())),))
+    assert_unsafe(check(_anti(_scan("t"), inner, "t.a", "k2", null_aware), {"t": "a"}), f"a sketch on t {ANTI_REASON}")
+
+
+def test_an_anti_join_over_partial_groups_is_safe_unless_it_compares_an_aggregate() -> None:
+    groups = parse_query("SELECT a, SUM(x) AS s FROM t GROUP BY a", SCHEMAS).plan
+    by_group, by_sum = _anti(groups, _scan("u"), "a", "u.k"), _anti(groups, _scan("u"), "s", "u.k")
+    assert_safe(check(by_group, {"t": "a"}))
+    assert_safe(check(by_sum, {"t": "a"}))  # whole groups: every value exact
+    assert_safe(check(by_group, {"t": "b"}))  # a partial group's key is its full group's: kept or dropped alike
+    assert_unsafe(check(by_sum, {"t": "b"}), "a NOT EXISTS/NOT IN compares a partial aggregate")
+
+
+def test_a_sketch_on_the_subquery_table_really_changes_the_answer() -> None:
+    sql = "SELECT a FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.k = t.a)"
+    t = pa.table({"a": [1, 2, 3], "b": [0, 0, 0], "c": [0.0] * 3, "x": [0, 0, 0]})
+    u = pa.table({"m": [1, 15], "k": [1, 2]})
+    # the answer's provenance holds no row of u, so a sketch on u.m keeps none of its fragments
+    assert canonical(duck(sql, t=t, u=u)) == [(3,)]
+    assert canonical(duck(sql, t=t, u=u.slice(0, 0))) == [(1,), (2,), (3,)]

@@ -7,6 +7,8 @@ import json
 import pytest
 
 from imp_core.errors import PlanError
+from imp_core.plan.expr import Binary, Col
+from imp_core.plan.nodes import AntiJoin
 from imp_core.plan.serialize import FORMAT, FORMAT_VERSION, plan_from_json, plan_to_json
 from imp_core.plan.sql import parse_query
 from tests.plan.test_sql import CASES, TABLES
@@ -49,3 +51,13 @@ def test_distinct_is_stored_only_where_it_is_set() -> None:
     text = json.dumps(plan_to_json(distinct))
     assert '"distinct": true' in text
     assert plan_from_json(json.loads(text)) == distinct
+
+
+def test_an_anti_join_round_trips_with_its_null_semantics() -> None:
+    outer = parse_query("SELECT id, price FROM sales", TABLES).plan
+    inner = parse_query("SELECT numSold AS n FROM sales", TABLES).plan
+    cond = Binary("=", Col("price", outer.field("price").dtype), Col("n", inner.field("n").dtype))
+    for null_aware in (False, True):
+        plan = AntiJoin(outer, inner, cond, null_aware)
+        back = plan_from_json(json.loads(json.dumps(plan_to_json(plan))))
+        assert back == plan and back.null_aware is null_aware and back.schema == outer.schema

@@ -6,6 +6,7 @@ See docs/ARCHITECTURE.md, "How to add an operator".
 from __future__ import annotations
 
 from imp_core.engine.operators.aggregation import Aggregation
+from imp_core.engine.operators.anti_join import AntiJoinOp
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.distinct import DistinctOp
@@ -16,13 +17,14 @@ from imp_core.engine.operators.table_access import TableAccess
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.operators.union import UnionOp
 from imp_core.errors import UnsupportedError
-from imp_core.plan.nodes import Aggregate, Distinct, Join, Plan, Project, Scan, Select, TopK, Union
+from imp_core.plan.nodes import Aggregate, AntiJoin, Distinct, Join, Plan, Project, Scan, Select, TopK, Union
 
 OPERATORS: dict[type[Plan], type[Operator]] = {
     Scan: TableAccess,
     Select: Selection,
     Project: Projection,
     Join: JoinOp,
+    AntiJoin: AntiJoinOp,
     Union: UnionOp,
     Aggregate: Aggregation,
     Distinct: DistinctOp,

@@ -676,7 +676,7 @@ def where_subquery(outer: list[X], alias: str) -> st.SearchStrategy[tuple[X, tup
             return None
         o, i = draw(st.sampled_from(pairs))
         cond = gen_pred(draw, inner, 1)
-        what = draw(st.sampled_from(["exists", "in"]))
+        what = draw(st.sampled_from(["exists", "in", "not exists", "not in"]))
         if what in ("exists", "not exists"):
             fmt = f"({'NOT ' if what == 'not exists' else ''}EXISTS (SELECT * FROM {table} AS {alias} " \
                   f"WHERE ({{1}} = {{0}}) AND {{2}}))"

@@ -38,6 +38,10 @@ SHAPES = [
     # a scalar subquery over a filtered table under GROUP BY (TPC-H Q22 shape)
     "SELECT g, COUNT(*) AS n, SUM(v) AS s FROM T1 WHERE v > (SELECT AVG(CAST(v AS DECIMAL(10, 2))) FROM T1 "
     "WHERE v > 2) GROUP BY g",
+    # NOT EXISTS (TPC-H Q22's shape) under an aggregation, and NOT IN with its NULL rules (T2.v may be NULL-free or
+    # not: the random rows never hold NULL, the rule is exercised by tests/engine/test_anti_join.py)
+    "SELECT g, COUNT(*) AS n FROM T1 WHERE NOT EXISTS (SELECT * FROM T2 WHERE T2.g = T1.g AND T2.v > 8) GROUP BY g",
+    "SELECT g, v FROM T1 WHERE v NOT IN (SELECT v FROM T2 WHERE g < 4)",
     # a top-k over a semi join
     "SELECT g, v FROM T1 WHERE g IN (SELECT g FROM T2 WHERE v > 5) ORDER BY v DESC, g LIMIT 3",
 ]

@@ -60,6 +60,12 @@ def _changes(tmp_path: Path, orders: str, items: str) -> list[Callable[[], None]
     # TPC-H Q17's shape: a correlated scalar subquery, partitioned on the correlation key
     ("subq_scalar", "SELECT o_id, total FROM {o} WHERE total > (SELECT 10 * AVG(CAST(qty AS DECIMAL(10, 2))) "
                     "FROM {i} WHERE l_order = o_id)", ["o_id", "l_order"]),
+    # TPC-H Q22's shape: NOT EXISTS, the sketch on the outer table only (the subquery's must be read whole)
+    ("subq_not_exists", "SELECT prio, SUM(total) AS s FROM {o} WHERE NOT EXISTS (SELECT * FROM {i} WHERE l_order = "
+                        "o_id AND late = 1) GROUP BY prio", ["o_id"]),
+    # TPC-H Q13's shape: counts over a LEFT OUTER JOIN (padded rows count 0), then grouped by the count
+    ("subq_outer", "SELECT n, COUNT(*) AS k FROM (SELECT o_id, COUNT(l_id) AS n FROM {o} LEFT OUTER JOIN {i} ON "
+                   "o_id = l_order AND qty > 3 WHERE o_id < 20 GROUP BY o_id) c GROUP BY n", ["o_id"]),
     # TPC-H Q18's shape: IN over a grouped subquery with HAVING
     ("subq_in", "SELECT o_id, total FROM {o} WHERE o_id IN (SELECT l_order FROM {i} GROUP BY l_order "
                 "HAVING SUM(qty) > 10)", ["o_id", "l_order"]),
@@ -69,7 +75,8 @@ def test_subquery_is_maintained_like_a_recapture_and_answers_like_spark(service,
     orders, items = f"{name}_o", f"{name}_i"
     _tables(tmp_path, service, orders, items)
     query = sql.format(o=orders, i=items)
-    service.create_sketch(name, query, [f"{orders}.{on[0]}", f"{items}.{on[1]}"], bounds=[BOUNDS] * 2)
+    on_columns = [f"{orders}.{on[0]}"] + ([f"{items}.{on[1]}"] if len(on) > 1 else [])
+    service.create_sketch(name, query, on_columns, bounds=[BOUNDS] * len(on_columns))
     changes = _changes(tmp_path, orders, items)
     for change in changes:
         change()

@@ -42,6 +42,10 @@ SHAPES = [
     # not: the random rows never hold NULL, the rule is exercised by tests/engine/test_anti_join.py)
     "SELECT g, COUNT(*) AS n FROM T1 WHERE NOT EXISTS (SELECT * FROM T2 WHERE T2.g = T1.g AND T2.v > 8) GROUP BY g",
     "SELECT g, v FROM T1 WHERE v NOT IN (SELECT v FROM T2 WHERE g < 4)",
+    # EXISTS and NOT EXISTS correlated by an inequality besides the key (TPC-H Q21's shape)
+    "SELECT g, v FROM T1 WHERE EXISTS (SELECT * FROM T2 WHERE T2.g = T1.g AND T2.v <> T1.v)",
+    "SELECT g, COUNT(*) AS n FROM T1 WHERE NOT EXISTS (SELECT * FROM T2 WHERE T2.g = T1.g AND T2.v <> T1.v "
+    "AND T2.v > 3) GROUP BY g",
     # a top-k over a semi join
     "SELECT g, v FROM T1 WHERE g IN (SELECT g FROM T2 WHERE v > 5) ORDER BY v DESC, g LIMIT 3",
 ]

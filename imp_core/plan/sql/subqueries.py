@@ -24,11 +24,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 from sqlglot import exp
 
-from imp_core.errors import PlanError
+from imp_core.errors import PlanError, UnsupportedError
 from imp_core.plan.expr import Binary, Cast, Col, Expr
 from imp_core.plan.expr.types import common_type
-from imp_core.plan.nodes import AntiJoin, Plan, Project
+from imp_core.plan.nodes import AntiJoin, Plan, Project, Select
+from imp_core.plan.sql import inequality
 from imp_core.plan.sql.from_clause import FromClause
+from imp_core.plan.sql.outer_joins import outer_join
 from imp_core.plan.sql.scope import Cte, Item, Scope
 
 # aggregates (and wrappers) whose value over no rows is not NULL: a missing correlated group would differ
@@ -43,6 +45,7 @@ class AntiSpec:
     outer: list[exp.Expression]  # compared with item's columns in order
     null_aware: bool
     node: exp.Expression
+    neq: exp.Expression | None = None  # ``inner <> neq`` also correlates: item is a summary (inequality.py)
 
 
 @dataclass
@@ -51,6 +54,7 @@ class Decorrelated:
 
     pairs: list[tuple[exp.Expression, exp.Expression]]
     local: list[exp.Expression]
+    neq: tuple[exp.Expression, exp.Expression] | None = None  # one (inner, outer) of ``inner <> outer``
 
 
 class Subqueries(FromClause):
@@ -92,7 +96,13 @@ class Subqueries(FromClause):
         sub = self._plain_select(node.this, "EXISTS")
         if sub.args.get("group") or sub.args.get("having") or _has_aggregate(sub):
             raise self.loc.unsupported("EXISTS over an aggregation", node, "an aggregate subquery always has a row")
-        d = self._decorrelate(sub, ctes, outer, "EXISTS")
+        d = self._decorrelate(sub, ctes, outer, "EXISTS", allow_neq=True)
+        if d.neq is not None:
+            keys = [inner for inner, _ in d.pairs]
+            alias = self._derived(inequality.summary(sub, keys, d.local, d.neq[0]), ctes, items, "semi", node)
+            n = len(keys)
+            return [exp.EQ(this=o.copy(), expression=_ref(alias, i)) for i, (_, o) in enumerate(d.pairs)] + \
+                [inequality.exists(_ref(alias, n), _ref(alias, n + 1), d.neq[1])]
         keys = [inner for inner, _ in d.pairs] or [exp.Literal.number(1)]
         alias = self._derived(_reselect(sub, keys, d.local, distinct=True), ctes, items, "semi", node)
         return [exp.EQ(this=o.copy(), expression=_ref(alias, i)) for i, (_, o) in enumerate(d.pairs)]
@@ -121,11 +131,15 @@ class Subqueries(FromClause):
         if sub.args.get("group") or sub.args.get("having") or _has_aggregate(sub):
             raise self.loc.unsupported("NOT EXISTS over an aggregation", node, "an aggregate subquery always has a "
                                        "row, so NOT EXISTS is always false")
-        d = self._decorrelate(sub, ctes, outer, "NOT EXISTS")
+        d = self._decorrelate(sub, ctes, outer, "NOT EXISTS", allow_neq=True)
         if not d.pairs:
             raise self.loc.unsupported("an uncorrelated NOT EXISTS", node,
                                        "correlate it with the outer query by an equality (inner = outer)")
         items: list[Item] = []
+        if d.neq is not None:
+            keys = [i for i, _ in d.pairs]
+            self._derived(inequality.summary(sub, keys, d.local, d.neq[0]), ctes, items, "anti", node)
+            return AntiSpec(items[0], [o for _, o in d.pairs], False, node, d.neq[1])
         self._derived(_reselect(sub, [i for i, _ in d.pairs], d.local, distinct=False), ctes, items, "anti", node)
         return AntiSpec(items[0], [o for _, o in d.pairs], False, node)
 
@@ -220,6 +234,9 @@ class Subqueries(FromClause):
         """``plan`` with each NOT EXISTS / NOT IN applied; keys of other types or expressions are cast in
         projections that are dropped again."""
         for spec in antis:
+            if spec.neq is not None:
+                plan = self._not_exists_summary(plan, spec, scope)
+                continue
             left_names = plan.names
             outer = [self._expr(o, scope, "WHERE") for o in spec.outer]
             right = spec.item.plan
@@ -252,6 +269,26 @@ class Subqueries(FromClause):
                 plan = Project(plan, tuple((n, Col(n, plan.field(n).dtype)) for n in left_names))
         return plan
 
+    def _not_exists_summary(self, plan: Plan, spec: AntiSpec, scope: Scope) -> Plan:
+        """NOT EXISTS correlated by an inequality: a LEFT JOIN with the per-key summary, then its condition."""
+        assert spec.neq is not None
+        item, n = spec.item, len(spec.outer)
+        keys: Expr | None = None
+        for o, f in zip(spec.outer, item.plan.schema):
+            e = self._expr(o, scope, "WHERE")
+            if not (isinstance(e, Col) and e.dtype == f.dtype):
+                raise self.loc.unsupported("a NOT EXISTS with <> whose outer keys are not columns of the subquery's "
+                                           "key types", spec.node, "CAST the keys in a FROM subquery")
+            eq = Binary("=", e, Col(f.name, f.dtype))
+            keys = eq if keys is None else Binary("and", keys, eq)
+        try:
+            plan = outer_join(plan, item.plan, "LEFT", keys)
+        except UnsupportedError as e:
+            raise self.loc.at(e, spec.node) from e
+        wide = Scope([*scope.items, item])
+        cond = inequality.not_exists(_ref(item.alias, n), _ref(item.alias, n + 1), spec.neq)
+        return Select(plan, self._expr(cond, wide, "WHERE"))
+
     # -- helpers ------------------------------------------------------------------------------------------------------
 
     def _derived(self, select: exp.Expression, ctes: Mapping[str, Cte], items: list[Item], kind: str,
@@ -265,24 +302,29 @@ class Subqueries(FromClause):
         items.append(Item(item.alias, item.label, item.plan, item.columns, item.node, hidden=True))
         return alias
 
-    def _decorrelate(self, sub: exp.Select, ctes: Mapping[str, Cte], outer: Scope, what: str) -> Decorrelated:
-        """Split the subquery's WHERE into equalities inner = outer and conditions on its own FROM items."""
+    def _decorrelate(self, sub: exp.Select, ctes: Mapping[str, Cte], outer: Scope, what: str,
+                     allow_neq: bool = False) -> Decorrelated:
+        """Split the subquery's WHERE into equalities inner = outer and conditions on its own FROM items (and, with
+        ``allow_neq``, one inequality inner <> outer)."""
         inner = self._inner_scope(sub, ctes)
         where = sub.args.get("where")
-        pairs: list[tuple[exp.Expression, exp.Expression]] = []
-        local: list[exp.Expression] = []
+        d = Decorrelated([], [])
         for c in _conjuncts(where.this) if where is not None else []:
             sides = {_side(col, inner, outer) for col in _own_columns(c, sub)}
             if "outer" not in sides:
-                local.append(c)
+                d.local.append(c)
                 continue
             pair = _equality(c, inner, outer, sub)
-            if pair is None:
+            if pair is not None:
+                d.pairs.append(pair)
+                continue
+            neq = _equality(c, inner, outer, sub, exp.NEQ) if allow_neq and d.neq is None else None
+            if neq is None:
                 raise self.loc.unsupported(f"a correlated condition other than inner = outer in {what}", c,
                                            "only equalities between the subquery's and the outer query's "
-                                           "expressions can be decorrelated")
-            pairs.append(pair)
-        return Decorrelated(pairs, local)
+                                           "expressions (and one inner <> outer in EXISTS) can be decorrelated")
+            d.neq = neq
+        return d
 
     def _inner_scope(self, sub: exp.Select, ctes: Mapping[str, Cte]) -> Scope:
         bare = sub.copy()
@@ -362,10 +404,10 @@ def _side(col: exp.Column, inner: Scope, outer: Scope) -> str:
     return "inner" if any(i.find(col.name) is not None for i in inner.items) else "outer"
 
 
-def _equality(c: exp.Expression, inner: Scope, outer: Scope, sub: exp.Select
+def _equality(c: exp.Expression, inner: Scope, outer: Scope, sub: exp.Select, kind: type = exp.EQ
               ) -> tuple[exp.Expression, exp.Expression] | None:
-    """``(inner side, outer side)`` of an equality whose sides read only one level each, else None."""
-    if not isinstance(c, exp.EQ):
+    """``(inner side, outer side)`` of an equality (or ``kind``) whose sides read only one level each, else None."""
+    if not isinstance(c, kind):
         return None
     a, b = c.this, c.expression
     sa = {_side(col, inner, outer) for col in _own_columns(a, sub)}

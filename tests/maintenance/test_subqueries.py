@@ -66,6 +66,11 @@ def _changes(tmp_path: Path, orders: str, items: str) -> list[Callable[[], None]
     # TPC-H Q13's shape: counts over a LEFT OUTER JOIN (padded rows count 0), then grouped by the count
     ("subq_outer", "SELECT n, COUNT(*) AS k FROM (SELECT o_id, COUNT(l_id) AS n FROM {o} LEFT OUTER JOIN {i} ON "
                    "o_id = l_order AND qty > 3 WHERE o_id < 20 GROUP BY o_id) c GROUP BY n", ["o_id"]),
+    # TPC-H Q21's shape: EXISTS and NOT EXISTS correlated by a key and an inequality, sketched on the outer table
+    ("subq_q21", "SELECT prio, COUNT(*) AS n FROM {o}, {i} l1 WHERE o_id = l1.l_order AND l1.late = 1 AND EXISTS "
+                 "(SELECT * FROM {i} l2 WHERE l2.l_order = l1.l_order AND l2.l_id <> l1.l_id) AND NOT EXISTS "
+                 "(SELECT * FROM {i} l3 WHERE l3.l_order = l1.l_order AND l3.l_id <> l1.l_id AND l3.late = 1) "
+                 "GROUP BY prio", ["o_id"]),
     # TPC-H Q18's shape: IN over a grouped subquery with HAVING
     ("subq_in", "SELECT o_id, total FROM {o} WHERE o_id IN (SELECT l_order FROM {i} GROUP BY l_order "
                 "HAVING SUM(qty) > 10)", ["o_id", "l_order"]),

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from imp_core.engine.annotation import after_join, consolidate, rename_for_join
+from imp_core.engine.annotation import after_join, ann_cols, as_sets, consolidate, rename_for_join
 from imp_core.engine.bloom import CountingBloom
 from imp_core.engine.evaluate import compile_expr, polars_type
 from imp_core.engine.float_keys import nan_free, normalize_float
@@ -136,6 +136,10 @@ class JoinOp(BinaryOperator, StatefulOperator):
             return
         kind, value = cache
         if kind == "rows":
+            if ann_cols(delta) != ann_cols(value):
+                # the side read whole (fragment columns) and its delta (fragment sets, from a stateful operator
+                # below) annotate alike once both are sets
+                value, delta = as_sets(value), as_sets(delta)
             self.caches[side] = ("rows", consolidate(pl.concat([value, delta.select(value.columns)],
                                                                how="vertical_relaxed")))
         elif kind == "bloom":

@@ -14,7 +14,7 @@ import sys
 import time
 
 SUITES = ["engine", "skipping", "floor", "skew", "mixed_layout", "maintenance", "tpch", "topk", "strategies",
-          "lakehouse", "nightly", "engine_v2"]
+          "lakehouse", "nightly", "engine_v2", "tpch22"]
 
 
 def main(argv: list[str] | None = None) -> int:

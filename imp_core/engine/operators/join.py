@@ -95,6 +95,7 @@ class JoinOp(BinaryOperator, StatefulOperator):
     def reset(self) -> None:
         # per side: ("rows", frame) | ("partners", PartnerIndex) | ("bloom", filter) | None (not built yet)
         self.caches: dict[str, tuple[str, Any] | None] = {"left": None, "right": None}
+        self.appended = {"left": 0, "right": 0}  # rows added to a "rows" cache since it was last consolidated
 
     def process(self, left: pl.DataFrame | None, right: pl.DataFrame | None, left_side: InputSide,
                 right_side: InputSide) -> pl.DataFrame:
@@ -140,8 +141,13 @@ class JoinOp(BinaryOperator, StatefulOperator):
                 # the side read whole (fragment columns) and its delta (fragment sets, from a stateful operator
                 # below) annotate alike once both are sets
                 value, delta = as_sets(value), as_sets(delta)
-            self.caches[side] = ("rows", consolidate(pl.concat([value, delta.select(value.columns)],
-                                                               how="vertical_relaxed")))
+            # the join is bilinear, so the rows may hold a row and its retraction for a while: they are merged once
+            # the appended rows reach an eighth of the cache, which keeps a batch's cost at its own size
+            rows = pl.concat([value, delta.select(value.columns)], how="vertical_relaxed")
+            self.appended[side] += delta.height
+            if self.appended[side] * 8 > rows.height:
+                rows, self.appended[side] = consolidate(rows), 0
+            self.caches[side] = ("rows", rows)
         elif kind == "bloom":
             value.add(self._keys(side, delta), delta.get_column(MULT).to_numpy())
         else:
@@ -305,7 +311,7 @@ class JoinOp(BinaryOperator, StatefulOperator):
                 continue
             kind, value = cache
             if kind == "rows":
-                frames[side] = value
+                frames[side] = consolidate(value) if self.appended[side] else value
             elif kind == "bloom":
                 frames[side] = value.to_frame()
             else:

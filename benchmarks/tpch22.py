@@ -26,6 +26,7 @@ captured on Spark and maintained (a mixed change of 100 rows, one run, no warm-u
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -266,7 +267,8 @@ def run(quick: bool = False, runs: int = 5):  # noqa: ANN201
     spark = spark_session()
     scale = 0.01 if quick else (round(SCALE, 3) or 0.01)
     root = data.tpch(scale)
-    sizes = [100] if quick else [10, 100, 1000]
+    # IMP_BENCH_TPCH22_SIZES (e.g. "10,1000"): the change sizes of a full run, when time is short
+    sizes = [100] if quick else [int(x) for x in os.environ.get("IMP_BENCH_TPCH22_SIZES", "10,100,1000").split(",")]
     kinds = ["mixed"] if quick else ["insert", "delete", "mixed"]
     exp = Experiment("tpch22", f"TPC-H SF{scale:g}, all 22 queries: IMP vs FM, changes to the largest table read",
                      ratios=[("FM", "IMP")], log_y=True, y_label="seconds", warmup=not quick)

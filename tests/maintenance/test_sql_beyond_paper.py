@@ -1,6 +1,7 @@
-"""Subqueries in WHERE end to end on real Spark, Delta (delta-rs) tables and the catalog: captured on Spark,
-maintained incrementally through inserts and deletes into both tables, then equal to a recapture, and the query over
-the sketch returns Spark's answer without it (and DuckDB's)."""
+"""SQL beyond the paper (subqueries in WHERE, outer joins, set operations, grouping sets) end to end on real Spark,
+Delta (delta-rs) tables and the catalog: captured on Spark, maintained incrementally through inserts and deletes into
+both tables, then equal to a recapture, and the query over the sketch returns Spark's answer without it (and
+DuckDB's)."""
 
 from __future__ import annotations
 
@@ -71,6 +72,12 @@ def _changes(tmp_path: Path, orders: str, items: str) -> list[Callable[[], None]
                  "(SELECT * FROM {i} l2 WHERE l2.l_order = l1.l_order AND l2.l_id <> l1.l_id) AND NOT EXISTS "
                  "(SELECT * FROM {i} l3 WHERE l3.l_order = l1.l_order AND l3.l_id <> l1.l_id AND l3.late = 1) "
                  "GROUP BY prio", ["o_id"]),
+    # EXCEPT: orders whose id no late item has (a grouping of both inputs' tagged rows), sketched on the left input
+    ("subq_except", "SELECT o_id FROM {o} WHERE total > 30 EXCEPT SELECT l_order FROM {i} WHERE late = 1",
+     ["o_id"]),
+    # ROLLUP: totals per priority and the grand total (the empty set grouped by a constant)
+    ("subq_rollup", "SELECT prio, SUM(total) AS s, COUNT(*) AS n FROM {o} WHERE o_id < 20 GROUP BY ROLLUP(prio)",
+     ["o_id"]),
     # TPC-H Q18's shape: IN over a grouped subquery with HAVING
     ("subq_in", "SELECT o_id, total FROM {o} WHERE o_id IN (SELECT l_order FROM {i} GROUP BY l_order "
                 "HAVING SUM(qty) > 10)", ["o_id", "l_order"]),

@@ -78,6 +78,7 @@ from tests.engine.generators import (
     note,
     property_test,
 )
+from tests.engine.rewritten_cases import outer_join_cases, set_operation_cases
 
 # --- DuckDB, the independent oracle -------------------------------------------------------------------------------
 
@@ -483,3 +484,15 @@ if __name__ == "__main__":  # pragma: no cover - print a few generated queries
         print(blocks().example().sql())
         print()
 
+
+
+@property_test(40)
+@given(case=set_operation_cases())
+def test_set_operations(case: Case) -> None:
+    run_case(case)
+
+
+@property_test(40)
+@given(case=outer_join_cases())
+def test_outer_joins(case: Case) -> None:
+    run_case(case)

@@ -107,6 +107,9 @@ class AntiJoinOp(BinaryOperator, StatefulOperator):
         _, frames = self.state_frames()
         out = {}
         for name, df in frames.items():
+            if not df.height:  # no rows: whether a capture or a pass left the columns is not part of the state
+                out[name] = pl.DataFrame()
+                continue
             if name == "left" and df.width:
                 df = df.select(self._columns(df))
             cols = [c for c in df.columns if not isinstance(df.schema[c], pl.List)]

@@ -21,20 +21,7 @@ def outer_join(left: Plan, right: Plan, side: str, on: Expr | None) -> Plan:
         UnsupportedError: The ON condition has a part other than key equalities and conditions on one side where
             that side is not preserved (the caller adds the place).
     """
-    left_names, right_names = set(left.names), set(right.names)
-    keys: list[Expr] = []
-    only: dict[str, list[Expr]] = {"left": [], "right": []}
-    for c in conjuncts(on):
-        cols = c.columns()
-        if cols and cols <= left_names:
-            only["left"].append(c)
-        elif cols and cols <= right_names:
-            only["right"].append(c)
-        elif _is_key(c, left_names, right_names):
-            keys.append(c)
-        else:
-            raise UnsupportedError(f"the outer join condition {c} is not an equality of a left and a right column or a "
-                                   "condition on one side (only those can be maintained)")
+    keys, only = _split(left, right, side, on)
     if not keys:
         raise UnsupportedError("an outer join needs at least one equality between a left and a right column in ON")
     if only["left"] and side in ("LEFT", "FULL"):
@@ -53,6 +40,27 @@ def outer_join(left: Plan, right: Plan, side: str, on: Expr | None) -> Plan:
     if side in ("RIGHT", "FULL"):
         branches.append(_padded(AntiJoin(right_f, left_f, cond), left_f, right_f, pad_right=False))
     return Union(tuple(branches))
+
+
+def _split(left: Plan, right: Plan, side: str, on: Expr | None) -> tuple[list[Expr], dict[str, list[Expr]]]:
+    """The ON conjuncts as key equalities and conditions on one side (a constant goes with the padded-against side)."""
+    left_names, right_names = set(left.names), set(right.names)
+    keys: list[Expr] = []
+    only: dict[str, list[Expr]] = {"left": [], "right": []}
+    for c in conjuncts(on):
+        cols = c.columns()
+        if not cols and side in ("LEFT", "RIGHT"):
+            only["right" if side == "LEFT" else "left"].append(c)
+        elif cols and cols <= left_names:
+            only["left"].append(c)
+        elif cols and cols <= right_names:
+            only["right"].append(c)
+        elif _is_key(c, left_names, right_names):
+            keys.append(c)
+        else:
+            raise UnsupportedError(f"the outer join condition {c} is not an equality of a left and a right column or a "
+                                   "condition on one side (only those can be maintained)")
+    return keys, only
 
 
 def _is_key(c: Expr, left: set[str], right: set[str]) -> bool:

@@ -274,7 +274,9 @@ def run(quick: bool = False, runs: int = 5):  # noqa: ANN201
                      ratios=[("FM", "IMP")], log_y=True, y_label="seconds", warmup=not quick)
     outcomes: list[Outcome] = []
     last = list(QUERIES)[-1]
-    for name in QUERIES:
+    # IMP_BENCH_TPCH22_QUERIES (e.g. "Q7,Q8"): only these queries, e.g. to finish an interrupted run
+    only = [q for q in os.environ.get("IMP_BENCH_TPCH22_QUERIES", "").split(",") if q]
+    for name in (q for q in QUERIES if not only or q in only):
         t0 = time.perf_counter()
         outcome, setup = register(spark, name, root, capture=not quick or name in QUICK)
         outcomes.append(outcome)

@@ -22,6 +22,7 @@ from imp_core.plan.expr import INT, AggCall, Binary, Col, Lit
 from imp_core.plan.nodes import Aggregate, Field, Plan, Project, Scan, Select, Union
 from imp_core.plan.sql import parse_query
 from imp_core.sketch.partition import Partition, PartitionSet
+from tests.engine.two_tables import apply
 
 COLS = (Field("g", INT), Field("v", INT))
 
@@ -96,9 +97,9 @@ def test_two_tables_maintained_equal_a_recapture() -> None:
              ("T1", rows([3, 8], [50, 1], [1, 1]))]
     for table, change in steps:
         if table == "T1":
-            t1 = _apply(t1, change)
+            t1 = apply(t1, change)
         else:
-            t2 = _apply(t2, change)
+            t2 = apply(t2, change)
         backend = LocalBackend(reader({"T1": t1, "T2": t2}))
         pipe.maintain_pass(table, change, backend, {"T1": 0, "T2": 0})
         fresh, _ = two_tables()
@@ -119,7 +120,7 @@ def test_self_union_gives_each_branch_its_own_scan() -> None:
     pipe.capture(LocalBackend(reader({"T1": t1})), {"T1": 0})
     assert pipe.sketch() == set()  # group 1: 8 + -9; group 6: 7 + -1
     change = rows([6, 1], [9, -9], [1, -1])
-    t1 = _apply(t1, change)
+    t1 = apply(t1, change)
     backend = LocalBackend(reader({"T1": t1}))
     pipe.maintain_pass("T1", change, backend, {"T1": 0})
     fresh, _ = self_union()
@@ -146,23 +147,12 @@ def _random_changes_equal_a_recapture(build: Callable[[], Pipeline], rng: np.ran
         dels = current.sample(min(2, current.height), seed=int(rng.integers(1 << 30))).with_columns(
             pl.lit(-1, dtype=pl.Int64).alias(MULT))
         change = pl.concat([ins, dels])
-        tables[table] = _apply(current, change)
+        tables[table] = apply(current, change)
         backend = LocalBackend(reader(tables))
         pipe.maintain_pass(table, change, backend, {"T1": 0, "T2": 0})
         fresh = build()
         fresh.capture(backend, {"T1": 0, "T2": 0})
         assert pipe.sketch() == fresh.sketch()
-
-
-def _apply(table: pl.DataFrame, change: pl.DataFrame) -> pl.DataFrame:
-    out = table
-    for g, v, m in change.rows():
-        if m > 0:
-            out = pl.concat([out, rows([g] * m, [v] * m)])
-        else:
-            at = out.with_row_index().filter((pl.col("g") == g) & (pl.col("v") == v)).get_column("index")[:(-m)]
-            out = out.with_row_index().filter(~pl.col("index").is_in(at.implode())).drop("index")
-    return out
 
 
 SHAPES = [

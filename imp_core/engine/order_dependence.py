@@ -10,6 +10,7 @@ expressions and predicates over interval columns into polars expressions. See do
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -32,7 +33,19 @@ from imp_core.plan.expr import (
     is_numeric,
     rebuild,
 )
-from imp_core.plan.nodes import Aggregate, AntiJoin, Distinct, Join, Plan, Project, Scan, Select, TopK, Union
+from imp_core.plan.nodes import (
+    Aggregate,
+    AntiJoin,
+    Distinct,
+    GroupTopK,
+    Join,
+    Plan,
+    Project,
+    Scan,
+    Select,
+    TopK,
+    Union,
+)
 
 UNIT = 2.0 ** -53
 INF = float("inf")
@@ -142,16 +155,11 @@ class OrderDependence:
     def _node_facts(self, node: Plan, kids: list[Facts]) -> Facts:
         if isinstance(node, Scan):
             return Facts()
-        if isinstance(node, Aggregate):
-            return _aggregate_facts(node, *kids)
-        if isinstance(node, Distinct):
-            return _distinct_facts(*kids)
-        if isinstance(node, Project):
-            return _project_facts(node, *kids)
+        rule = _RULES.get(type(node))
+        if rule is not None:
+            return rule(node, *kids)
         if isinstance(node, Select):
             return self._select_facts(node, *kids)
-        if isinstance(node, (Join, AntiJoin)):
-            return _join_facts(node, *kids)
         if isinstance(node, TopK):
             return self._topk_facts(node, *kids)
         if isinstance(node, Union):
@@ -229,6 +237,16 @@ class OrderDependence:
         elif isinstance(node, TopK):
             own = set().union(*(k.expr.columns() for k in node.order)) & child_facts.bounded
         self._needs(child, role.carry | own, child_flag)
+
+
+def _group_topk_facts(node: GroupTopK, c: Facts) -> Facts:
+    """A top-k per group is exact only over sure rows ranked and grouped by exact values: anything else is refused
+    (no conservative ranking per group)."""
+    cols = set().union(*(e.columns() for e in node.partition), *(k.expr.columns() for k in node.order))
+    if c.maybe != Maybe.NO or cols & (c.bounded | c.unreliable):
+        raise UnsupportedError(f"{node.function.upper()}() OVER (...) ranks rows or values that depend on the order "
+                               f"in which Spark adds numbers (a floating-point SUM/AVG); {FIX_HINT}")
+    return Facts(c.bounded, c.unreliable, c.maybe)
 
 
 def _aggregate_facts(node: Aggregate, c: Facts) -> Facts:
@@ -515,6 +533,13 @@ def _corners(values: list[pl.Expr], inputs: list[Iv]) -> Iv:
     hi = pl.when(any_nan).then(NAN).otherwise(pl.max_horizontal(values))
     bad = _unknown(inputs)
     return Iv(pl.when(bad).then(-INF).otherwise(lo), pl.when(bad).then(NAN).otherwise(hi))
+
+
+# the facts of the nodes whose rule needs no analysis state (Select and TopK record roles: methods)
+_RULES: dict[type[Plan], Callable[..., Facts]] = {
+    Aggregate: _aggregate_facts, Distinct: lambda _node, c: _distinct_facts(c), Project: _project_facts,
+    Join: _join_facts, AntiJoin: _join_facts, GroupTopK: _group_topk_facts,
+}
 
 
 __all__ = ["IntervalCompiler", "Iv", "Maybe", "NodeRole", "OrderDependence", "is_order_dependent", "sum_interval"]

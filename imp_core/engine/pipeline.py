@@ -28,6 +28,7 @@ from imp_core.engine.operators.base import (
     UnaryOperator,
 )
 from imp_core.engine.operators.context import BuildContext, JoinCaching
+from imp_core.engine.operators.group_topk import GroupTopKOp
 from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.merge import Merge
 from imp_core.engine.operators.registry import build_operator
@@ -301,7 +302,7 @@ class _Pass:
         child = self.relation(stage.inputs[0])
         if isinstance(op, Aggregation):
             return op.bootstrap(backend.aggregate_input(child, op.layout, self.versions))
-        assert isinstance(op, TopKOp)
+        assert isinstance(op, (TopKOp, GroupTopKOp))
         op.reset()
         return op.process(backend.relation(child, self.versions))
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from imp_core.errors import UnsupportedError
 from imp_core.plan.expr import Cast, Expr, Func, is_string
-from imp_core.plan.nodes import Aggregate, AntiJoin, Join, Plan, Project, Select, TopK
+from imp_core.plan.nodes import Aggregate, AntiJoin, GroupTopK, Join, Plan, Project, Select, TopK
 
 EXP_HINT = ("the JVM's math library and the engine's differ in the last bit for about one value in 15, so a "
             "sketch could miss rows at a comparison; keep {0} out of sketched queries (compute it after the query)")
@@ -72,6 +72,9 @@ def plan_expressions(plan: Plan) -> Iterator[Expr]:
             yield from (e for _, e in node.keys)
             yield from (a.arg for _, a in node.aggs if a.arg is not None)
         elif isinstance(node, TopK):
+            yield from (k.expr for k in node.order)
+        elif isinstance(node, GroupTopK):
+            yield from node.partition
             yield from (k.expr for k in node.order)
 
 

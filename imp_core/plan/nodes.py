@@ -1,4 +1,5 @@
-"""Relational-algebra plan nodes (paper Fig. 4): scan, select, project, join, union, aggregate, distinct, top-k.
+"""Relational-algebra plan nodes (paper Fig. 4): scan, select, project, join, union, aggregate, distinct, top-k; and
+beyond the paper: the anti join and top-k per group (a ranking window filtered by a constant).
 
 See docs/ARCHITECTURE.md, "The plan IR".
 """
@@ -69,7 +70,7 @@ class Plan:
     def is_stateless(self) -> bool:
         """True when no aggregation, distinct, top-k or anti join is in this subtree (no operator state: Spark can
         evaluate it from tables with annotations)."""
-        return not any(isinstance(n, (Aggregate, Distinct, TopK, AntiJoin)) for n in self.walk())
+        return not any(isinstance(n, (Aggregate, Distinct, TopK, GroupTopK, AntiJoin)) for n in self.walk())
 
     def _set_schema(self, schema: tuple[Field, ...]) -> None:
         names = [f.name for f in schema]
@@ -288,6 +289,43 @@ class TopK(_OneChild):
         self._set_schema(self.child.schema)
 
 
+RANKINGS = ("row_number", "rank", "dense_rank")
+"""The ranking functions of a top-k per group: SQL's ``ROW_NUMBER()``, ``RANK()``, ``DENSE_RANK()``."""
+RANK_TYPE = pa.int32()  # Spark's type for all three
+
+
+@dataclass(frozen=True, slots=True)
+class GroupTopK(_OneChild):
+    """Top-k per group: ``function() OVER (PARTITION BY partition ORDER BY order)`` as column ``rank``, keeping the
+    rows ranked at most ``k``; output = the child's columns then ``rank``.
+
+    ``k`` None is the front-end's unbounded ranking before the filter on the rank is found
+    (``imp_core.plan.sql.windows``); no finished plan holds one. ROW_NUMBER numbers rows tied on ``order`` in the
+    order of their values (Spark's own choice among them is arbitrary).
+    """
+
+    child: Plan
+    partition: tuple[Expr, ...]
+    order: tuple[SortKey, ...]
+    function: str
+    rank: str
+    k: int | None = None
+    schema: tuple[Field, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.function not in RANKINGS:
+            raise PlanError(f"ranking function {self.function!r} is not one of {', '.join(RANKINGS)}")
+        if self.k is not None and self.k < 0:
+            raise PlanError(f"a top-k per group keeps at most k rows, k must not be negative, got {self.k}")
+        if not self.order:
+            raise PlanError(f"{self.function.upper()}() needs ORDER BY in its OVER clause")
+        for e in self.partition:
+            self._check(e, self.child, "PARTITION BY")
+        for key in self.order:
+            self._check(key.expr, self.child, "ORDER BY")
+        self._set_schema(self.child.schema + (Field(self.rank, RANK_TYPE),))
+
+
 def _equi_keys(left: Plan, right: Plan, condition: Expr | None) -> tuple[list[str], list[str], list[Expr]]:
     """Split ``condition`` into key pairs (left column = right column, same type) and the rest."""
     left_names, right_names = set(left.names), set(right.names)
@@ -310,7 +348,8 @@ def _equi_keys(left: Plan, right: Plan, condition: Expr | None) -> tuple[list[st
 
 
 # Every plan node class (``_OneChild`` is only a base): what a compiler or an operator registry must cover.
-PLAN_NODES: tuple[type[Plan], ...] = (Scan, Select, Project, Join, AntiJoin, Union, Aggregate, Distinct, TopK)
+PLAN_NODES: tuple[type[Plan], ...] = (Scan, Select, Project, Join, AntiJoin, Union, Aggregate, Distinct, TopK,
+                                      GroupTopK)
 
 
 _LINES: dict[type[Plan], Callable[[Any], str]] = {
@@ -326,6 +365,9 @@ _LINES: dict[type[Plan], Callable[[Any], str]] = {
     Distinct: lambda p: "Distinct",
     TopK: lambda p: (f"TopK k={p.k} order=[" +
                      ", ".join(f"{s.expr}{' DESC' if s.descending else ''}" for s in p.order) + "]"),
+    GroupTopK: lambda p: (f"GroupTopK k={p.k} {p.function.upper()} AS {p.rank} partition=[" +
+                          ", ".join(str(e) for e in p.partition) + "] order=[" +
+                          ", ".join(f"{s.expr}{' DESC' if s.descending else ''}" for s in p.order) + "]"),
 }
 """One line per node kind in ``explain`` (its text is part of the plan fingerprint saved state is tied to)."""
 

@@ -18,13 +18,26 @@ from imp_core.plan.expr import (
     Col,
     Expr,
     Func,
-    IsNull,
     Lit,
     Unary,
     conjuncts,
     is_numeric,
 )
-from imp_core.plan.nodes import Aggregate, AntiJoin, Distinct, Join, Plan, Project, Scan, Select, TopK, Union
+from imp_core.plan.needed import aggregated_ties, fully_needed_topks, null_rejecting, result_dependent, scalar_aggregate
+from imp_core.plan.nodes import (
+    Aggregate,
+    AntiJoin,
+    Distinct,
+    GroupTopK,
+    Join,
+    Plan,
+    Project,
+    Scan,
+    Select,
+    SortKey,
+    TopK,
+    Union,
+)
 from imp_core.sketch.bounds import partition_kind
 
 SignOracle = Callable[[str, str], str | None]  # (table, column) -> "+" (>= 0), "-" (<= 0) or None
@@ -270,7 +283,7 @@ class _Analysis:
         input; so when the answer has a row, the sketch keeps the whole input and the aggregate is exact. When the
         answer is empty the sketch is empty, the aggregate over no rows is NULL and the join outputs nothing.
         """
-        found = _scalar_aggregate(side)
+        found = scalar_aggregate(side)
         if found is None:
             return False
         agg, null_rejected = found
@@ -278,7 +291,7 @@ class _Analysis:
             return False
         names = set(side.names)
         reading = [c for c in conjuncts(cond) if c.columns() & names]
-        return all(_null_rejecting(c) for c in reading) and (null_rejected or bool(reading))
+        return all(null_rejecting(c) for c in reading) and (null_rejected or bool(reading))
 
     def visit_AntiJoin(self, node: AntiJoin) -> Rel:
         """Monotone in the left input, anti-monotone in the right: over the sketch's data every scan of a partitioned
@@ -411,19 +424,41 @@ class _Analysis:
             # top-k would then admit rows ranked after the dropped ones
             return Rel("part", {}, False, {}, child.signs,
                        "a filter, join or top-k above ORDER BY ... LIMIT drops some of its rows")
+        return self._ranked(child, node.order, "ORDER BY")
+
+    def visit_GroupTopK(self, node: GroupTopK) -> Rel:
+        """Top-k's rule per group; and when the groups determine the fragments (PARTITION BY a determining column),
+        a kept group is whole over the sketch's data, so its ranking is exact even when rows above are dropped."""
+        child = self.rel(node.child)
+        if child.tag == "exact":
+            return Rel("exact", signs=child.signs)
+        by = {e.name for e in node.partition if isinstance(e, Col)}
+        if child.tag == "sub" and all(cols & by for cols in child.det.values()):
+            return Rel("sub", det=child.det, signs=child.signs)
+        fn = f"{node.function.upper()}()"
+        if id(node) not in self.fully_needed:
+            return Rel("part", {}, False, {}, child.signs,
+                       f"a filter, join or top-k above {fn} OVER (...) drops some of its rows (rank bounds such as "
+                       f"rn <= N keep them all)")
+        if child.tag == "part" and any(self.direction(e, child) != "=" for e in node.partition):
+            return Rel("part", child.dirs, False, {}, child.signs, f"{fn} OVER (PARTITION BY a partial aggregate)")
+        return self._ranked(child, node.order, f"{fn} OVER (ORDER BY")
+
+    def _ranked(self, child: Rel, order: tuple[SortKey, ...], clause: str) -> Rel:
+        """A ranking whose every kept row the answer needs: over a sub-bag holding those rows it is exact; over
+        partial groups, when no partial group can rank before its full version."""
         if child.tag == "sub":
             return Rel("exact", signs=child.signs)
         if not child.anchored:
             return child
-        for key in node.order:
+        for key in order:
             d = self.direction(key.expr, child)
             ok = d == "=" or (d == "<=" and key.descending) or (d == ">=" and not key.descending)
             if not ok:
                 return Rel("part", child.dirs, False, {}, child.signs,
-                           f"ORDER BY {key.expr} {'DESC' if key.descending else 'ASC'} can rank a partial group "
+                           f"{clause} {key.expr} {'DESC' if key.descending else 'ASC'} can rank a partial group "
                            f"higher than its full version")
         return Rel("exact", signs=child.signs)
-
 
 def _literal_sign(lit: Lit) -> str | None:
     if lit.value is None or isinstance(lit.value, (bool, str)):
@@ -457,97 +492,6 @@ def _with_equalities(det: dict[str, frozenset[str]], cond: Expr | None) -> dict[
     return out
 
 
-_COMPARISONS = ("=", "<>", "<", "<=", ">", ">=")
-_NULL_PROPAGATING = ("+", "-", "*", "/")
-_NULL_ON_NO_ROWS = ("sum", "avg", "min", "max")
-
-
-def _null_rejecting(e: Expr) -> bool:
-    """A comparison of NULL-propagating expressions: NULL (unknown) when an operand is NULL, so it matches nothing."""
-    return isinstance(e, Binary) and e.op in _COMPARISONS and _propagates(e.left) and _propagates(e.right)
-
-
-def _propagates(e: Expr) -> bool:
-    if isinstance(e, (Col, Lit)):
-        return True
-    if isinstance(e, Binary) and e.op in _NULL_PROPAGATING:
-        return _propagates(e.left) and _propagates(e.right)
-    if isinstance(e, Unary) and e.op == "neg":
-        return _propagates(e.arg)
-    return isinstance(e, Cast) and _propagates(e.arg)
-
-
-def _scalar_aggregate(side: Plan) -> tuple[Aggregate, bool] | None:
-    """The aggregation without GROUP BY at the bottom of ``side``'s projections and filters, if its values are NULL
-    over no rows and the projections keep NULL NULL; with whether a filter rejects a NULL value."""
-    null_rejected = False
-    node = side
-    while isinstance(node, (Project, Select)):
-        if isinstance(node, Project) and not all(_propagates(e) for _, e in node.items):
-            return None
-        if isinstance(node, Select):
-            p = node.predicate
-            null_rejected |= _null_rejecting(p) or (isinstance(p, IsNull) and p.negated)
-        node = node.child
-    if not isinstance(node, Aggregate) or node.keys:
-        return None
-    if not all(a.func in _NULL_ON_NO_ROWS for _, a in node.aggs):
-        return None
-    return node, null_rejected
-
-
-def _result_dependent(plan: Plan) -> set[int]:
-    """Nodes every row of the answer is derived from (through filters, projections, joins, the left side of anti
-    joins, grouped aggregations, DISTINCT and top-k; not through a union's branch or an aggregation without GROUP BY,
-    whose result can have a row that no input row made)."""
-    out: set[int] = set()
-
-    def walk(node: Plan) -> None:
-        out.add(id(node))
-        if isinstance(node, Union) or (isinstance(node, Aggregate) and not node.keys):
-            return
-        children = node.children[:1] if isinstance(node, AntiJoin) else node.children
-        for child in children:
-            walk(child)
-
-    walk(plan)
-    return out
-
-
-def _fully_needed_topks(plan: Plan) -> set[int]:
-    """Top-k nodes with only projections, DISTINCT and aggregations between them and the result: every row they
-    output is in the provenance of the answer."""
-    out: set[int] = set()
-
-    def walk(node: Plan, all_needed: bool) -> None:
-        if isinstance(node, TopK) and all_needed:
-            out.add(id(node))
-        keeps = all_needed and isinstance(node, (Project, Distinct, Aggregate, Union))
-        for child in node.children:
-            walk(child, keeps)
-
-    walk(plan, True)
-    return out
-
-
-def _aggregated_ties(plan: Plan) -> str:
-    """A reason when an aggregation reads a top-k whose ORDER BY can tie different rows.
-
-    The engine keeps every row tied with the k-th (the paper's Fig. 4), SQL keeps an arbitrary k: a COUNT or SUM
-    above would then see other values than the query and a HAVING could decide differently.
-    """
-    for node in plan.walk():
-        if not isinstance(node, Aggregate):
-            continue
-        for inner in node.child.walk():
-            if isinstance(inner, TopK):
-                ordered = {k.expr.name for k in inner.order if isinstance(k.expr, Col)}
-                if not set(inner.child.names) <= ordered:
-                    return ("an aggregation reads ORDER BY ... LIMIT whose order can tie different rows; order by "
-                            "all of its columns")
-    return ""
-
-
 def check(plan: Plan, partitions: dict[str, str], oracle: SignOracle | None = None) -> SafetyReport:
     """Is a sketch on ``partitions`` (table -> column) safe for ``plan``?
 
@@ -555,9 +499,9 @@ def check(plan: Plan, partitions: dict[str, str], oracle: SignOracle | None = No
     maintenance re-checks on each batch of changes (docs/SAFETY.md, "Sign assumptions").
     """
     analysis = _Analysis(partitions, oracle)
-    analysis.fully_needed = _fully_needed_topks(plan)
-    analysis.result_dependent = _result_dependent(plan)
-    ties = _aggregated_ties(plan)
+    analysis.fully_needed = fully_needed_topks(plan)
+    analysis.result_dependent = result_dependent(plan)
+    ties = aggregated_ties(plan)
     rel = analysis.rel(plan)
     safe = not ties and (rel.tag in ("exact", "sub") or (rel.tag == "part" and rel.anchored))
     reason = "safe" if safe else (ties or rel.why or "a partial group can reach the result")

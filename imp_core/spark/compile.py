@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from imp_core.engine.annotation import AnnotationLayout
@@ -24,12 +24,25 @@ from imp_core.engine.schema import MULT, RIGHT_MULT, RIGHT_SET, SET, is_carried,
 from imp_core.errors import UnsupportedError
 from imp_core.plan import expr as ex
 from imp_core.plan.expr import NULL, Expr, Func
-from imp_core.plan.nodes import Aggregate, AntiJoin, Distinct, Join, Plan, Project, Scan, Select, TopK, Union
+from imp_core.plan.nodes import (
+    Aggregate,
+    AntiJoin,
+    Distinct,
+    GroupTopK,
+    Join,
+    Plan,
+    Project,
+    Scan,
+    Select,
+    SortKey,
+    TopK,
+    Union,
+)
 from imp_core.spark.fragment import add_fragment
 from imp_core.spark.types import arrow_to_spark
 
 # What this compiler does not do: stateful nodes come from engine state (the caller's ``from_state``).
-UNSUPPORTED_NODES = {Aggregate: "aggregation", Distinct: "distinct", TopK: "top-k"}
+UNSUPPORTED_NODES = {Aggregate: "aggregation", Distinct: "distinct", TopK: "top-k", GroupTopK: "top-k per group"}
 
 
 def q(name: str) -> str:
@@ -439,16 +452,27 @@ class PlanCompiler:
     def visit_TopK(self, node: TopK) -> DataFrame:
         if not self.plain:
             raise UnsupportedError("top-k is evaluated from engine state, not compiled with annotations")
-        child = self.compile(node.child)
-        order = []
-        for key in node.order:
-            c = compile_expr(key.expr)
-            nulls_first = key.effective_nulls_first
-            if key.descending:
-                order.append(c.desc_nulls_first() if nulls_first else c.desc_nulls_last())
-            else:
-                order.append(c.asc_nulls_first() if nulls_first else c.asc_nulls_last())
-        return child.orderBy(*order).limit(node.k)
+        return self.compile(node.child).orderBy(*_sort_columns(node.order)).limit(node.k)
+
+    def visit_GroupTopK(self, node: GroupTopK) -> DataFrame:
+        if not self.plain:
+            raise UnsupportedError("top-k per group is evaluated from engine state, not compiled with annotations")
+        assert node.k is not None
+        window = Window.partitionBy(*[compile_expr(e) for e in node.partition]).orderBy(*_sort_columns(node.order))
+        ranking = {"row_number": F.row_number, "rank": F.rank, "dense_rank": F.dense_rank}[node.function]()
+        return self.compile(node.child).withColumn(node.rank, ranking.over(window)).filter(col(node.rank) <= node.k)
+
+
+def _sort_columns(order: tuple[SortKey, ...]) -> list[Column]:
+    out = []
+    for key in order:
+        c = compile_expr(key.expr)
+        nulls_first = key.effective_nulls_first
+        if key.descending:
+            out.append(c.desc_nulls_first() if nulls_first else c.desc_nulls_last())
+        else:
+            out.append(c.asc_nulls_first() if nulls_first else c.asc_nulls_last())
+    return out
 
 
 _ANTI_TOTAL, _ANTI_NULLS = "__anti_total", "__anti_nulls"  # a NOT IN subquery's rows, and those with a NULL key

@@ -10,6 +10,7 @@ from imp_core.engine.operators.anti_join import AntiJoinOp
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.distinct import DistinctOp
+from imp_core.engine.operators.group_topk import GroupTopKOp
 from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.projection import Projection
 from imp_core.engine.operators.selection import Selection
@@ -17,7 +18,7 @@ from imp_core.engine.operators.table_access import TableAccess
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.operators.union import UnionOp
 from imp_core.errors import UnsupportedError
-from imp_core.plan.nodes import Aggregate, AntiJoin, Distinct, Join, Plan, Project, Scan, Select, TopK, Union
+from imp_core.plan.nodes import Aggregate, AntiJoin, Distinct, GroupTopK, Join, Plan, Project, Scan, Select, TopK, Union
 
 OPERATORS: dict[type[Plan], type[Operator]] = {
     Scan: TableAccess,
@@ -29,6 +30,7 @@ OPERATORS: dict[type[Plan], type[Operator]] = {
     Aggregate: Aggregation,
     Distinct: DistinctOp,
     TopK: TopKOp,
+    GroupTopK: GroupTopKOp,
 }
 
 

@@ -21,9 +21,10 @@ from imp_core.plan.sql.positions import Locator
 from imp_core.plan.sql.scope import Cte, OrderItem, Scope, SelectItem, free_name, unique_names
 from imp_core.plan.sql.set_operations import SetOperations
 from imp_core.plan.sql.subqueries import Subqueries
+from imp_core.plan.sql.windows import Windows
 
 
-class QueryTranslator(Subqueries, SetOperations):
+class QueryTranslator(Subqueries, SetOperations, Windows):
     """Translates one parsed statement against the registered tables.
 
     Args:
@@ -36,6 +37,7 @@ class QueryTranslator(Subqueries, SetOperations):
         self.tables = dict(tables)
         self.loc = Locator(sql, dialect)
         self._subqueries = 0
+        self._rankings = 0
 
     def query(self, node: exp.Expression, ctes: Mapping[str, Cte]) -> tuple[Plan, tuple[str, ...]]:
         """Plan a query expression; returns the plan and its output names."""
@@ -57,6 +59,7 @@ class QueryTranslator(Subqueries, SetOperations):
             raise self.loc.unsupported("a SELECT without FROM", node, "a sketch needs at least one table")
         having_node = node.args.get("having")
         scope, source, having_sql = self._from(node, ctes, having_node.this if having_node is not None else None)
+        source = self._windows(node, scope, source)
 
         items = self._select_items(node, scope)
         aliases: dict[str, int] = {}

@@ -40,6 +40,7 @@ from imp_core.plan.sql.constants import (
 )
 from imp_core.plan.sql.dates import iso_date_formats
 from imp_core.plan.sql.positions import Locator
+from imp_core.plan.sql.windows import HINT
 from imp_core.plan.values import string_to_date, string_to_timestamp
 
 
@@ -267,7 +268,10 @@ class CallRules:
         raise self.loc.unsupported("an aggregate with FILTER (WHERE ...)", node, "use SUM(CASE WHEN ... END)")
 
     def _Window(self, node: exp.Window) -> Expr:
-        raise self.loc.unsupported("window function (OVER ...)", node)
+        rank = self.scope.windows.get(id(node))  # a SELECT list's ranking window (``windows.py``) is its rank column
+        if rank is None:
+            raise self.loc.unsupported(f"a window function (OVER ...) in {self.clause}", node, HINT)
+        return rank
 
 
 def _sql_name(node: exp.Expression) -> str:

@@ -49,6 +49,7 @@ class Scope:
         self.owner = {c.col.name: i for i, item in enumerate(self.items) for c in item.columns}
         self.bare = {c.col.name: c.name for item in self.items for c in item.columns}
         self.visible = tuple(i for i in self.items if not i.hidden)
+        self.windows: dict[int, Col] = {}  # id of a window expression of the SELECT list -> its rank column
 
     def item(self, alias: str) -> Item | None:
         """The FROM item named ``alias``: spelled exactly so, else the only one equal to it case-insensitively."""

@@ -18,6 +18,7 @@ from imp_core.errors import PlanError, UnsupportedError, first_line
 from imp_core.plan.nodes import Plan
 from imp_core.plan.sql.blocks import QueryTranslator
 from imp_core.plan.sql.positions import parse_error, sqlglot_text
+from imp_core.plan.sql.windows import bound_rankings
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +57,13 @@ def parse_query(sql: str, tables: Mapping[str, pa.Schema], dialect: str = "spark
     Raises:
         PlanError: The SQL does not parse, or names an unknown table or column, an ambiguous column, or has a
             type error; ``line`` and ``column`` say where.
-        UnsupportedError: The query uses a construct the platform cannot maintain (outer joins, set operations
-            other than UNION ALL, window functions, subqueries in expressions, LIMIT without ORDER BY, ...).
+        UnsupportedError: The query uses a construct the platform cannot maintain (docs/SQL.md, "Refused").
     """
     if statement is None:
         statement = parse_statement(sql, dialect)
-    plan, names = QueryTranslator(tables, sql, dialect).query(statement, {})
+    translator = QueryTranslator(tables, sql, dialect)
+    plan, names = translator.query(statement, {})
+    plan = bound_rankings(plan, translator.loc, statement)
     return Query(plan, names, sql)
 
 

@@ -1,0 +1,174 @@
+"""Top-k per group (``ROW_NUMBER`` / ``RANK`` / ``DENSE_RANK`` ``OVER (PARTITION BY p ORDER BY o) <= k``).
+
+Top-k's rule (paper 5.2.7) applied to each group on its own: a result row is an input row ranked within ``k`` in its
+group, with the rank as a column, annotated with that row's own fragments (copies of one tuple from different
+fragments stay separate rows). The rank is SQL's: ``RANK`` = 1 + the rows of the group strictly before the row,
+``DENSE_RANK`` = 1 + the distinct order keys before it, ``ROW_NUMBER`` numbers the rows one by one, tied rows in the
+order of their values then annotation (Spark picks among tied rows arbitrarily; the sketch keeps the rows the engine
+picked, and every row ranked before them, so the query over the sketch still returns one of Spark's answers).
+
+State: every input row with its annotation and multiplicity. A batch recomputes the ranking of the groups it touches
+only: output delta = the new top-k of those groups − their old top-k. See docs/ARCHITECTURE.md, "Operators".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from imp_core.engine.annotation import SET_DTYPE, as_sets
+from imp_core.engine.evaluate import compile_expr, polars_type
+from imp_core.engine.float_keys import nan_free
+from imp_core.engine.operators.base import OutputStateOperator
+from imp_core.engine.operators.context import BuildContext
+from imp_core.engine.schema import COUNT, MULT, SET, nan_flag
+from imp_core.errors import StateError, UnsupportedError
+from imp_core.plan.nodes import GroupTopK, Plan
+
+N = COUNT
+SKEY = "__skey"  # the annotation as text: orders copies of one tuple from different fragments
+
+
+class GroupTopKOp(OutputStateOperator):
+    """State frame ``rows``: the input rows (plan columns), ``__sk`` their annotation, ``__skey`` it as text and
+    ``__n`` their multiplicity."""
+
+    kind = "group_topk"
+
+    def __init__(self, op_id: str, node: GroupTopK, fingerprint: str = "") -> None:
+        super().__init__(op_id)
+        if node.k is None:
+            raise UnsupportedError(f"{node.function.upper()}() is not bounded by a filter on its rank")
+        self.node = node
+        self.k = node.k
+        self.function = node.function
+        self.fingerprint = fingerprint
+        self.data_cols = list(node.child.names)
+        self.schema = {f.name: polars_type(f.dtype) for f in node.child.schema}
+        self._part: list[pl.Expr] = []  # the partition key, floats NaN-free (NaN and -0.0 group as in Spark)
+        for i, e in enumerate(node.partition):
+            x = compile_expr(e)
+            self._part += nan_free(x.cast(pl.Float64), f"__p{i}") if polars_type(e.dtype).is_float() \
+                else [x.alias(f"__p{i}")]
+        self._ties: list[str] = []  # columns equal exactly for tied rows (floats NaN-free)
+        self._order: list[pl.Expr] = []
+        for i, s in enumerate(node.order):
+            x = compile_expr(s.expr)
+            self._order.append(x.alias(f"__o{i}"))
+            if polars_type(s.expr.dtype).is_float():
+                self._order += nan_free(x.cast(pl.Float64), f"__t{i}")
+                self._ties += [f"__t{i}", nan_flag(f"__t{i}")]
+            else:
+                self._ties.append(f"__o{i}")
+        self.pcols = [str(e.meta.output_name()) for e in self._part]
+        self.reset()
+
+    @classmethod
+    def from_node(cls, node: Plan, ctx: BuildContext) -> GroupTopKOp:
+        assert isinstance(node, GroupTopK)
+        return cls(ctx.op_id(cls.kind), node, ctx.fingerprint)
+
+    # -- state ---------------------------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        self.rows = pl.DataFrame(schema={**self.schema, SET: SET_DTYPE, SKEY: pl.String, N: pl.Int64})
+
+    def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
+        return {"k": self.k, "function": self.function}, {"rows": self.rows}
+
+    def set_state_frames(self, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
+        if meta.get("k") != self.k or meta.get("function") != self.function or "rows" not in frames:
+            raise StateError(f"operator {self.op_id}: saved top-k-per-group state is for a different query; "
+                             f"recapture the sketch")
+        self.rows = frames["rows"]
+
+    def relabeled_state(self, mapping: Any, total: int) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
+        """Renamed fragment ids change the text key that orders a tuple's copies: it is rebuilt."""
+        meta, frames = super().relabeled_state(mapping, total)
+        return meta, {"rows": frames["rows"].with_columns(_skey())}
+
+    def canonical(self) -> dict[str, pl.DataFrame]:
+        cols = [c for c in self.rows.columns if c != SET]
+        return {"rows": self.rows.sort(cols, nulls_last=True) if self.rows.height else self.rows}
+
+    # -- the rule ------------------------------------------------------------------------------------------------
+
+    def process(self, delta: pl.DataFrame) -> pl.DataFrame:
+        """Fold ``delta`` into the rows; the change of the top-k of the groups it touches."""
+        if delta.height == 0:
+            return self.empty_delta()
+        d = as_sets(delta).with_columns(_skey())
+        d = d.group_by([*self.data_cols, SKEY]).agg(pl.col(MULT).sum().alias(N), pl.col(SET).first())
+        d = d.select(self.rows.columns).cast(self.rows.schema)  # type: ignore[arg-type]
+        if not self.pcols:
+            old, rest = self.rows, self.rows.clear()
+        else:
+            groups = d.select(self._part).unique()
+            keyed = self.rows.with_columns(self._part)
+            old = keyed.join(groups, on=self.pcols, how="semi", nulls_equal=True).select(self.rows.columns)
+            rest = keyed.join(groups, on=self.pcols, how="anti", nulls_equal=True).select(self.rows.columns)
+        merged = pl.concat([old, d]).group_by([*self.data_cols, SKEY], maintain_order=True).agg(
+            pl.col(N).sum(), pl.col(SET).first()).select(self.rows.columns)
+        if merged.filter(pl.col(N) < 0).height:
+            raise StateError(f"operator {self.op_id}: the change feed deleted rows the top-k-per-group state never "
+                             f"saw; recapture the sketch")
+        merged = merged.filter(pl.col(N) > 0)
+        self.rows = pl.concat([rest, merged], rechunk=rest.n_chunks() > 16)
+        both = pl.concat([self.top(old).with_columns(-pl.col(MULT)), self.top(merged)])
+        keys = [*self.data_cols, self.node.rank, SKEY]
+        out = both.group_by(keys).agg(pl.col(MULT).sum(), pl.col(SET).first()).filter(pl.col(MULT) != 0)
+        return out.select(self._out_cols())
+
+    def top(self, rows: pl.DataFrame) -> pl.DataFrame:
+        """The rows of ``rows`` ranked within ``k`` in their group, with the rank; ``__mult`` their copies."""
+        if rows.height == 0 or self.k == 0:
+            return self.empty_delta().with_columns(pl.lit("").alias(SKEY))
+        by = [*self.pcols, *(f"__o{i}" for i in range(len(self.node.order)))]
+        desc = [False] * len(self.pcols) + [s.descending for s in self.node.order]
+        nulls_last = [False] * len(self.pcols) + [not s.effective_nulls_first for s in self.node.order]
+        if self.function == "row_number":  # tied rows in the order of their values, then of their annotation
+            by += [*self.data_cols, SKEY]
+            desc += [False] * (len(self.data_cols) + 1)
+            nulls_last += [False] * (len(self.data_cols) + 1)
+        s = rows.with_columns(*self._part, *self._order).sort(by, descending=desc, nulls_last=nulls_last,
+                                                             maintain_order=True)
+        part = _group_number(self.pcols) if self.pcols else pl.lit(1, pl.UInt32)
+        s = s.with_columns(part.alias("__g"), _group_number([*self.pcols, *self._ties]).alias("__tie"))
+        before = (pl.col(N).cum_sum().over("__g") - pl.col(N)).alias("__before")  # rows of the group before
+        s = s.with_columns(before)
+        rank = self.node.rank
+        if self.function == "row_number":
+            s = s.filter(pl.col("__before") < self.k).with_columns(
+                pl.int_ranges(pl.col("__before") + 1,
+                              pl.min_horizontal(pl.col("__before") + pl.col(N), pl.lit(self.k)) + 1).alias(rank))
+            s = s.explode(rank).with_columns(pl.lit(1, pl.Int64).alias(MULT))
+        else:
+            value = (pl.col("__before").min().over("__tie") + 1 if self.function == "rank"
+                     else pl.col("__tie") - pl.col("__tie").min().over("__g") + 1)
+            s = s.with_columns(value.alias(rank)).filter(pl.col(rank) <= self.k).with_columns(pl.col(N).alias(MULT))
+        return s.select([*self.data_cols, pl.col(rank).cast(pl.Int32), MULT, SET, SKEY])
+
+    def output_relation(self) -> pl.DataFrame:
+        return self.top(self.rows).select(self._out_cols())
+
+    def _out_cols(self) -> list[str]:
+        return [*self.data_cols, self.node.rank, MULT, SET]
+
+    def empty_delta(self) -> pl.DataFrame:
+        return pl.DataFrame(schema={**self.schema, self.node.rank: pl.Int32, MULT: pl.Int64, SET: SET_DTYPE})
+
+
+def _skey() -> pl.Expr:
+    return pl.col(SET).cast(pl.List(pl.String)).list.join(",").alias(SKEY)
+
+
+def _group_number(by: list[str]) -> pl.Expr:
+    """In a sorted frame, the 1-based number of each row's run of equal ``by`` values."""
+    change = pl.lit(False)
+    for c in by:
+        change = change | pl.col(c).ne_missing(pl.col(c).shift(1))
+    return change.fill_null(True).cum_sum()
+
+
+__all__ = ["GroupTopKOp"]

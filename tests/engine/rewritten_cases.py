@@ -1,6 +1,7 @@
 """Random cases for the SQL the front end rewrites into the paper's operators (docs/SQL.md): set operations over two
 generated blocks (UNION ALL, UNION, INTERSECT, EXCEPT) and outer joins of two tables (LEFT, RIGHT, FULL), with the
-tables, partitions and change batches drawn as for every other case (``generators.cases``)."""
+tables, partitions and change batches drawn as for every other case (``generators.cases``); and rankings filtered by a
+constant (top-k per group) over a generated block."""
 
 from __future__ import annotations
 
@@ -87,4 +88,33 @@ def outer_join_cases(draw: st.DrawFn) -> Case:
     return _case(draw, sql, sql, [ta, tb], True)
 
 
-__all__ = ["outer_join_cases", "set_operation_cases"]
+RANKINGS = ("ROW_NUMBER", "RANK", "DENSE_RANK")
+
+
+@st.composite
+def ranking_cases(draw: st.DrawFn) -> Case:
+    """``SELECT * FROM (SELECT q.*, FN() OVER ([PARTITION BY q.cP] ORDER BY q.cO [DESC], ...) AS rk FROM (A) q) r
+    WHERE rk <= k [AND rk > 1]``, or counts per rank over it: a ranking of a random block (top-k per group).
+    ROW_NUMBER orders by every column (ties are then copies of one row), so its numbering is Spark's and DuckDB's."""
+    a: Block = draw(blocks(draw(st.sampled_from(["spj", "agg"])), max_tables=2))
+    names = [f"q.c{i}" for i in range(len(a.items))]
+    exact = [n for n, x in zip(names, a.items) if x.kind != "float"]  # floats rank -0.0 and NaN per engine
+    fn = draw(st.sampled_from(RANKINGS if len(exact) == len(names) else RANKINGS[1:]))
+    part = draw(st.lists(st.sampled_from(exact), max_size=1)) if exact else []
+    by = draw(st.permutations(names)) if fn == "ROW_NUMBER" else draw(st.lists(st.sampled_from(names), min_size=1,
+                                                                               max_size=2, unique=True))
+    order = ", ".join(f"{c}{draw(st.sampled_from(['', ' DESC']))}" for c in by)
+    over = (f"PARTITION BY {', '.join(part)} " if part else "") + f"ORDER BY {order}"
+    k = draw(st.integers(0, 3))
+    inner = "SELECT q.*, {fn}() OVER ({over}) AS rk FROM ({a}) AS q"
+    where = f"r.rk <= {k}" + (" AND r.rk > 1" if draw(st.integers(0, 3)) == 0 else "")
+    outer = draw(st.sampled_from(["SELECT * FROM ({inner}) AS r WHERE {where}",
+                                  "SELECT r.rk, COUNT(*) AS n FROM ({inner}) AS r WHERE {where} GROUP BY r.rk"]))
+
+    def text(duck: bool) -> str:
+        return outer.format(inner=inner.format(fn=fn, over=over, a=a.sql(duck=duck)), where=where)
+
+    return _case(draw, text(False), text(True), a.tables(), duck_judges(a))
+
+
+__all__ = ["outer_join_cases", "ranking_cases", "set_operation_cases"]

@@ -1,4 +1,4 @@
-"""SQL beyond the paper (subqueries in WHERE, outer joins, set operations, grouping sets) end to end on real Spark,
+"""SQL beyond the paper (subqueries in WHERE, outer joins, set operations, grouping sets, top-k per group) end to end on real Spark,
 Delta (delta-rs) tables and the catalog: captured on Spark, maintained incrementally through inserts and deletes into
 both tables, then equal to a recapture, and the query over the sketch returns Spark's answer without it (and
 DuckDB's)."""
@@ -81,6 +81,15 @@ def _changes(tmp_path: Path, orders: str, items: str) -> list[Callable[[], None]
     # TPC-H Q18's shape: IN over a grouped subquery with HAVING
     ("subq_in", "SELECT o_id, total FROM {o} WHERE o_id IN (SELECT l_order FROM {i} GROUP BY l_order "
                 "HAVING SUM(qty) > 10)", ["o_id", "l_order"]),
+    # top-k per group: the two largest items of each priority-a order (PARTITION BY the items' partition column:
+    # a kept order keeps all its items, so the join and filter above may drop ranked rows)
+    ("rank_rows", "SELECT o_id, prio, qty, rn FROM {o} JOIN (SELECT l_order, qty, ROW_NUMBER() OVER (PARTITION BY "
+                  "l_order ORDER BY qty DESC, l_id) AS rn FROM {i}) x ON o_id = l_order WHERE rn <= 2 AND prio = 'a'",
+     ["o_id", "l_order"]),
+    # a ranking of aggregated rows over everything, counted: the two largest quantities of priority-a orders
+    ("rank_dense", "SELECT d, COUNT(*) AS n, SUM(q) AS s FROM (SELECT l_order, q, DENSE_RANK() OVER (ORDER BY q DESC) "
+                   "AS d FROM (SELECT l_order, SUM(qty) AS q FROM {i} WHERE l_order IN (SELECT o_id FROM {o} WHERE "
+                   "prio = 'a') GROUP BY l_order) s) x WHERE d <= 2 GROUP BY d", ["o_id", "l_order"]),
 ])
 def test_subquery_is_maintained_like_a_recapture_and_answers_like_spark(service, tmp_path: Path, name: str,  # noqa: ANN001
                                                                         sql: str, on: list[str]) -> None:

@@ -1,7 +1,7 @@
 """SQL beyond the paper (subqueries in WHERE, outer joins, set operations, grouping sets, top-k per group) end to end
-on real Spark, Delta (delta-rs) tables and the catalog: captured on Spark, maintained incrementally through inserts and deletes into
-both tables, then equal to a recapture, and the query over the sketch returns Spark's answer without it (and
-DuckDB's)."""
+on real Spark, Delta (delta-rs) tables and the catalog: captured on Spark, maintained incrementally through inserts and
+deletes into both tables, then equal to a recapture, and the query over the sketch returns Spark's answer without it
+(and DuckDB's)."""
 
 from __future__ import annotations
 

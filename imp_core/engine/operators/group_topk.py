@@ -8,7 +8,9 @@ order of their values then annotation (Spark picks among tied rows arbitrarily; 
 picked, and every row ranked before them, so the query over the sketch still returns one of Spark's answers).
 
 State: every input row with its annotation and multiplicity. A batch recomputes the ranking of the groups it touches
-only: output delta = the new top-k of those groups − their old top-k. See docs/ARCHITECTURE.md, "Operators".
+only: output delta = the new top-k of those groups − their old top-k. The groups' rows are found by hashing the group
+key; batches wait in a pending log netted into the stored rows once it passes an eighth of them (a batch costs a hash
+look-up over the stored rows, not a rewrite of them). See docs/ARCHITECTURE.md, "Operators".
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from imp_core.plan.nodes import GroupTopK, Plan
 
 N = COUNT
 SKEY = "__skey"  # the annotation as text: orders copies of one tuple from different fragments
+MIN_PENDING = 4096  # changed rows kept in the pending log before it is netted into the stored rows (at least)
 
 
 class GroupTopKOp(OutputStateOperator):
@@ -73,8 +76,12 @@ class GroupTopKOp(OutputStateOperator):
 
     def reset(self) -> None:
         self.rows = pl.DataFrame(schema={**self.schema, SET: SET_DTYPE, SKEY: pl.String, N: pl.Int64})
+        self.pending: list[pl.DataFrame] = []  # batches not yet netted into ``rows`` (signed ``__n``)
+        self._hashes: pl.Series | None = None  # per row of ``rows``: its group's hash (in memory only)
+        self._top: pl.DataFrame | None = None  # the current top-k rows with their rank (in memory only)
 
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
+        self._settle()
         return {"k": self.k, "function": self.function}, {"rows": self.rows}
 
     def set_state_frames(self, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
@@ -82,48 +89,97 @@ class GroupTopKOp(OutputStateOperator):
             raise StateError(f"operator {self.op_id}: saved top-k-per-group state is for a different query; "
                              f"recapture the sketch")
         self.rows = frames["rows"]
+        self.pending, self._hashes, self._top = [], None, None
 
     def relabeled_state(self, mapping: Any, total: int) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
         """Renamed fragment ids change the text key that orders a tuple's copies: it is rebuilt."""
         meta, frames = super().relabeled_state(mapping, total)
+        self._top = None
         return meta, {"rows": frames["rows"].with_columns(_skey())}
 
     def canonical(self) -> dict[str, pl.DataFrame]:
+        self._settle()
         cols = [c for c in self.rows.columns if c != SET]
         return {"rows": self.rows.sort(cols, nulls_last=True) if self.rows.height else self.rows}
 
     # -- the rule ------------------------------------------------------------------------------------------------
 
     def process(self, delta: pl.DataFrame) -> pl.DataFrame:
-        """Fold ``delta`` into the rows; the change of the top-k of the groups it touches."""
+        """Fold ``delta`` into the rows; the change of the top-k of the groups it changes.
+
+        A change ranked after its group's last kept row (in a group with rows beyond the top-k) changes nothing and
+        only joins the pending log; the groups with other changes are re-ranked, their rows found by a hash of the
+        group key (a colliding group is re-ranked too, with no change). The log is netted into the stored rows once
+        it outgrows an eighth of them."""
         if delta.height == 0:
             return self.empty_delta()
         d = as_sets(delta).with_columns(_skey())
         d = d.group_by([*self.data_cols, SKEY]).agg(pl.col(MULT).sum().alias(N), pl.col(SET).first())
         d = d.select(self.rows.columns).cast(self.rows.schema)  # type: ignore[arg-type]
-        if not self.pcols:
-            old, rest = self.rows, self.rows.clear()
-        else:
-            groups = d.select(self._part).unique()
-            keyed = self.rows.with_columns(self._part)
-            old = keyed.join(groups, on=self.pcols, how="semi", nulls_equal=True).select(self.rows.columns)
-            rest = keyed.join(groups, on=self.pcols, how="anti", nulls_equal=True).select(self.rows.columns)
-        merged = pl.concat([old, d]).group_by([*self.data_cols, SKEY], maintain_order=True).agg(
-            pl.col(N).sum(), pl.col(SET).first()).select(self.rows.columns)
-        if merged.filter(pl.col(N) < 0).height:
-            raise StateError(f"operator {self.op_id}: the change feed deleted rows the top-k-per-group state never "
-                             f"saw; recapture the sketch")
-        merged = merged.filter(pl.col(N) > 0)
-        self.rows = pl.concat([rest, merged], rechunk=rest.n_chunks() > 16)
-        both = pl.concat([self.top(old).with_columns(-pl.col(MULT)), self.top(merged)])
+        if self._top is None:
+            self._settle()
+            self._top = self.top(self.rows)
+        changed = self._changing(d).implode()
+        self.pending.append(d)
+        if not changed.list.len().item():
+            return self.empty_delta()
+        if self._hashes is None:
+            self._hashes = self._group_hash(self.rows)
+        parts = [self.rows.filter(self._hashes.is_in(changed))]
+        parts += [p.filter(self._group_hash(p).is_in(changed)) for p in self.pending]
+        merged = self._netted(pl.concat(parts))
+        old_top = self._top.filter(self._group_hash(self._top).is_in(changed))
+        new_top = self.top(merged)
+        self._top = pl.concat([self._top.filter(~self._group_hash(self._top).is_in(changed)), new_top])
+        if sum(p.height for p in self.pending) > max(MIN_PENDING, self.rows.height // 8):
+            self._settle()
+        both = pl.concat([old_top.with_columns(-pl.col(MULT)), new_top])
         keys = [*self.data_cols, self.node.rank, SKEY]
         out = both.group_by(keys).agg(pl.col(MULT).sum(), pl.col(SET).first()).filter(pl.col(MULT) != 0)
         return out.select(self._out_cols())
 
-    def top(self, rows: pl.DataFrame) -> pl.DataFrame:
-        """The rows of ``rows`` ranked within ``k`` in their group, with the rank; ``__mult`` their copies."""
-        if rows.height == 0 or self.k == 0:
-            return self.empty_delta().with_columns(pl.lit("").alias(SKEY))
+    def _changing(self, d: pl.DataFrame) -> pl.Series:
+        """The group hashes of the changes ``d`` that can change the top-k: in a group whose top-k does not reach
+        rank ``k`` (it may hold every row of the group), or ranked at or before the group's last kept row."""
+        hashes = self._group_hash(d)
+        top = self._top
+        assert top is not None
+        if not top.height:
+            return hashes.unique()
+        full = top.with_columns(self._group_hash(top).alias("__h")).filter(
+            pl.col(self.node.rank) == self.k).unique("__h", keep="any")
+        cols = [*self.data_cols, SKEY, "__h", "__b"]
+        candidates = d.with_columns(hashes.alias("__h"), pl.lit(False).alias("__b")).select(cols)
+        open_groups = candidates.join(full.select("__h"), on="__h", how="anti").get_column("__h")
+        boundaries = full.with_columns(pl.lit(True).alias("__b")).select(cols)
+        by, desc, nulls_last = self._sort_keys()
+        s = pl.concat([candidates.join(full.select("__h"), on="__h", how="semi"), boundaries]).with_columns(
+            *self._part, *self._order).sort(by, descending=desc, nulls_last=nulls_last, maintain_order=True)
+        group = _group_number(self.pcols) if self.pcols else pl.lit(1, pl.UInt32)
+        before = s.filter(~pl.col("__b") & (pl.col("__b").cast(pl.Int32).cum_sum().over(group) == 0))
+        return pl.concat([open_groups, before.get_column("__h")]).unique()
+
+    def _netted(self, rows: pl.DataFrame) -> pl.DataFrame:
+        """Signed rows summed per (row, annotation), the vanished ones dropped."""
+        out = rows.group_by([*self.data_cols, SKEY], maintain_order=True).agg(pl.col(N).sum(), pl.col(SET).first())
+        if out.filter(pl.col(N) < 0).height:
+            raise StateError(f"operator {self.op_id}: the change feed deleted rows the top-k-per-group state never "
+                             f"saw; recapture the sketch")
+        return out.filter(pl.col(N) > 0).select(self.rows.columns)
+
+    def _settle(self) -> None:
+        if self.pending:
+            self.rows = self._netted(pl.concat([self.rows, *self.pending]))
+            self.pending, self._hashes = [], None
+
+    def _group_hash(self, rows: pl.DataFrame) -> pl.Series:
+        """Per row, a hash of its group key (computed in this process only, never stored)."""
+        if not self._part:
+            return pl.repeat(0, rows.height, dtype=pl.UInt64, eager=True)
+        return rows.select(pl.struct(self._part).hash(seed=0)).to_series()
+
+    def _sort_keys(self) -> tuple[list[str], list[bool], list[bool]]:
+        """The ranking's order: group, ORDER BY keys, then (ROW_NUMBER) the row's values and annotation."""
         by = [*self.pcols, *(f"__o{i}" for i in range(len(self.node.order)))]
         desc = [False] * len(self.pcols) + [s.descending for s in self.node.order]
         nulls_last = [False] * len(self.pcols) + [not s.effective_nulls_first for s in self.node.order]
@@ -131,6 +187,13 @@ class GroupTopKOp(OutputStateOperator):
             by += [*self.data_cols, SKEY]
             desc += [False] * (len(self.data_cols) + 1)
             nulls_last += [False] * (len(self.data_cols) + 1)
+        return by, desc, nulls_last
+
+    def top(self, rows: pl.DataFrame) -> pl.DataFrame:
+        """The rows of ``rows`` ranked within ``k`` in their group, with the rank; ``__mult`` their copies."""
+        if rows.height == 0 or self.k == 0:
+            return self.empty_delta().with_columns(pl.lit("").alias(SKEY))
+        by, desc, nulls_last = self._sort_keys()
         s = rows.with_columns(*self._part, *self._order).sort(by, descending=desc, nulls_last=nulls_last,
                                                              maintain_order=True)
         part = _group_number(self.pcols) if self.pcols else pl.lit(1, pl.UInt32)
@@ -150,7 +213,10 @@ class GroupTopKOp(OutputStateOperator):
         return s.select([*self.data_cols, pl.col(rank).cast(pl.Int32), MULT, SET, SKEY])
 
     def output_relation(self) -> pl.DataFrame:
-        return self.top(self.rows).select(self._out_cols())
+        if self._top is None:
+            self._settle()
+            self._top = self.top(self.rows)
+        return self._top.select(self._out_cols())
 
     def _out_cols(self) -> list[str]:
         return [*self.data_cols, self.node.rank, MULT, SET]

@@ -30,6 +30,7 @@ from imp_core.plan.nodes import GroupTopK, Plan
 
 N = COUNT
 SKEY = "__skey"  # the annotation as text: orders copies of one tuple from different fragments
+HASH = "__h"  # the group key's hash, on the cached top-k rows
 MIN_PENDING = 4096  # changed rows kept in the pending log before it is netted into the stored rows (at least)
 
 
@@ -118,7 +119,7 @@ class GroupTopKOp(OutputStateOperator):
         d = d.select(self.rows.columns).cast(self.rows.schema)  # type: ignore[arg-type]
         if self._top is None:
             self._settle()
-            self._top = self.top(self.rows)
+            self._top = self._hashed(self.top(self.rows))
         changed = self._changing(d).implode()
         self.pending.append(d)
         if not changed.list.len().item():
@@ -128,9 +129,9 @@ class GroupTopKOp(OutputStateOperator):
         parts = [self.rows.filter(self._hashes.is_in(changed))]
         parts += [p.filter(self._group_hash(p).is_in(changed)) for p in self.pending]
         merged = self._netted(pl.concat(parts))
-        old_top = self._top.filter(self._group_hash(self._top).is_in(changed))
-        new_top = self.top(merged)
-        self._top = pl.concat([self._top.filter(~self._group_hash(self._top).is_in(changed)), new_top])
+        in_changed = pl.col(HASH).is_in(changed)
+        old_top, new_top = self._top.filter(in_changed), self._hashed(self.top(merged))
+        self._top = pl.concat([self._top.filter(~in_changed), new_top])
         if sum(p.height for p in self.pending) > max(MIN_PENDING, self.rows.height // 8):
             self._settle()
         both = pl.concat([old_top.with_columns(-pl.col(MULT)), new_top])
@@ -146,18 +147,18 @@ class GroupTopKOp(OutputStateOperator):
         assert top is not None
         if not top.height:
             return hashes.unique()
-        full = top.with_columns(self._group_hash(top).alias("__h")).filter(
-            pl.col(self.node.rank) == self.k).unique("__h", keep="any")
-        cols = [*self.data_cols, SKEY, "__h", "__b"]
-        candidates = d.with_columns(hashes.alias("__h"), pl.lit(False).alias("__b")).select(cols)
-        open_groups = candidates.join(full.select("__h"), on="__h", how="anti").get_column("__h")
+        full = top.filter(pl.col(HASH).is_in(hashes.implode()) & (pl.col(self.node.rank) == self.k)).unique(
+            HASH, keep="any")
+        cols = [*self.data_cols, SKEY, HASH, "__b"]
+        candidates = d.with_columns(hashes.alias(HASH), pl.lit(False).alias("__b")).select(cols)
+        open_groups = candidates.join(full.select(HASH), on=HASH, how="anti").get_column(HASH)
         boundaries = full.with_columns(pl.lit(True).alias("__b")).select(cols)
         by, desc, nulls_last = self._sort_keys()
-        s = pl.concat([candidates.join(full.select("__h"), on="__h", how="semi"), boundaries]).with_columns(
+        s = pl.concat([candidates.join(full.select(HASH), on=HASH, how="semi"), boundaries]).with_columns(
             *self._part, *self._order).sort(by, descending=desc, nulls_last=nulls_last, maintain_order=True)
         group = _group_number(self.pcols) if self.pcols else pl.lit(1, pl.UInt32)
         before = s.filter(~pl.col("__b") & (pl.col("__b").cast(pl.Int32).cum_sum().over(group) == 0))
-        return pl.concat([open_groups, before.get_column("__h")]).unique()
+        return pl.concat([open_groups, before.get_column(HASH)]).unique()
 
     def _netted(self, rows: pl.DataFrame) -> pl.DataFrame:
         """Signed rows summed per (row, annotation), the vanished ones dropped."""
@@ -215,8 +216,11 @@ class GroupTopKOp(OutputStateOperator):
     def output_relation(self) -> pl.DataFrame:
         if self._top is None:
             self._settle()
-            self._top = self.top(self.rows)
+            self._top = self._hashed(self.top(self.rows))
         return self._top.select(self._out_cols())
+
+    def _hashed(self, top: pl.DataFrame) -> pl.DataFrame:
+        return top.with_columns(self._group_hash(top).alias(HASH))
 
     def _out_cols(self) -> list[str]:
         return [*self.data_cols, self.node.rank, MULT, SET]

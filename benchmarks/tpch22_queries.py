@@ -265,6 +265,32 @@ order by cntrycode""",
 }
 
 
+# Beyond the 22: the "top-N per group" idiom over TPC-H data (ranking windows filtered by a constant).
+RANKINGS: dict[str, str] = {
+    # each order's three most expensive line items shipped since 1995
+    "W1": """select l_orderkey, l_linenumber, l_extendedprice, rn
+from (
+  select l_orderkey, l_linenumber, l_extendedprice,
+         row_number() over (partition by l_orderkey order by l_extendedprice desc, l_linenumber) as rn
+  from lineitem
+  where l_shipdate >= date '1995-01-01'
+) ranked
+where rn <= 3""",
+    # the two customers per nation with the largest 1994 revenue
+    "W2": """select n_name, c_custkey, revenue, r
+from (
+  select n_name, c_custkey, revenue, rank() over (partition by n_name order by revenue desc) as r
+  from (
+    select n_name, c_custkey, sum(l_extendedprice * (1 - l_discount)) as revenue
+    from customer, orders, lineitem, nation
+    where c_custkey = o_custkey and l_orderkey = o_orderkey and c_nationkey = n_nationkey
+      and o_orderdate >= date '1994-01-01' and o_orderdate < date '1995-01-01'
+    group by n_name, c_custkey
+  ) per_customer
+) ranked
+where r <= 2""",
+}
+
 def tables_read(sql: str) -> list[str]:
     """The TPC-H tables a query text names, largest first."""
     import re

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from benchmarks.tpch22 import Outcome, TableChanges, build, choose, constructs
-from benchmarks.tpch22_queries import QUERIES, SCHEMAS, tables_read
+from benchmarks.tpch22_queries import QUERIES, RANKINGS, SCHEMAS, tables_read
 from imp_core.plan.sql import parse_query
 
 
@@ -27,6 +27,17 @@ def test_every_query_registers_with_a_safe_key_column(name: str) -> None:
     assert not outcome.refused
     assert outcome.column in outcome.safe and outcome.column.endswith("key")
     assert outcome.changed == tables_read(QUERIES[name])[0]
+    build(plan, outcome.column)
+
+
+@pytest.mark.parametrize(("name", "column"), [("W1", "lineitem.l_orderkey"), ("W2", "orders.o_custkey")])
+def test_top_n_per_group_queries_register(name: str, column: str) -> None:
+    """W1 ranks line items per order (PARTITION BY the sketch's column), W2 aggregated customers per nation (the
+    aggregation's groups are whole under o_custkey = c_custkey; its SUM of a signed product is unsafe on lineitem)."""
+    plan = parse_query(RANKINGS[name], SCHEMAS, "spark").plan
+    outcome = Outcome(name, constructs(RANKINGS[name]))
+    choose(outcome, plan)
+    assert outcome.column == column and "top-k per group" in outcome.constructs
     build(plan, outcome.column)
 
 

@@ -1,7 +1,8 @@
 """Random cases for the SQL the front end rewrites into the paper's operators (docs/SQL.md): set operations over two
 generated blocks (UNION ALL, UNION, INTERSECT, EXCEPT) and outer joins of two tables (LEFT, RIGHT, FULL), with the
 tables, partitions and change batches drawn as for every other case (``generators.cases``); and rankings filtered by a
-constant (top-k per group) over a generated block."""
+constant (top-k per group) over a generated block; and generated aggregations grouped by ROLLUP, CUBE or GROUPING
+SETS."""
 
 from __future__ import annotations
 
@@ -117,4 +118,30 @@ def ranking_cases(draw: st.DrawFn) -> Case:
     return _case(draw, text(False), text(True), a.tables(), duck_judges(a))
 
 
-__all__ = ["outer_join_cases", "ranking_cases", "set_operation_cases"]
+@st.composite
+def grouping_set_cases(draw: st.DrawFn) -> Case:
+    """A generated aggregation grouped by ``ROLLUP(keys)``, ``CUBE(keys)`` or ``GROUPING SETS (...)`` of its keys.
+    DuckDB is told ``HAVING ... AND COUNT(*) > 0``: over no rows Spark outputs no row for any set, DuckDB one for the
+    empty set."""
+    a: Block = draw(blocks("agg", max_tables=2).filter(lambda b: bool(b.keys)))
+    keys = a.keys or []  # (an ORDER BY ... LIMIT of the block is left out)
+    kind = draw(st.sampled_from(["ROLLUP", "CUBE", "SETS"]))
+    if kind == "SETS":
+        sets = draw(st.lists(st.lists(st.integers(0, len(keys) - 1), unique=True, max_size=len(keys)), min_size=1,
+                             max_size=3))
+
+    def text(duck: bool) -> str:
+        ks = [k.sql(duck=duck) for k in keys]
+        grouping = f"{kind}({', '.join(ks)})" if kind != "SETS" else \
+            "GROUPING SETS (" + ", ".join("(" + ", ".join(ks[i] for i in sorted(x)) + ")" for x in sets) + ")"
+        items = ", ".join(f"{x.sql(duck=duck)} AS c{i}" for i, x in enumerate(a.items))
+        having = [a.having.sql(duck=duck)] if a.having is not None else []
+        if duck:
+            having.append("COUNT(*) > 0")
+        return (f"SELECT {'DISTINCT ' if a.distinct else ''}{items} FROM {a.from_sql(duck)}{a.where_sql(duck)} "
+                f"GROUP BY {grouping}" + (f" HAVING {' AND '.join(having)}" if having else ""))
+
+    return _case(draw, text(False), text(True), a.tables(), duck_judges(a))
+
+
+__all__ = ["grouping_set_cases", "outer_join_cases", "ranking_cases", "set_operation_cases"]

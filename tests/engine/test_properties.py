@@ -78,7 +78,7 @@ from tests.engine.generators import (
     note,
     property_test,
 )
-from tests.engine.rewritten_cases import outer_join_cases, ranking_cases, set_operation_cases
+from tests.engine.rewritten_cases import grouping_set_cases, outer_join_cases, ranking_cases, set_operation_cases
 
 # --- DuckDB, the independent oracle -------------------------------------------------------------------------------
 
@@ -501,4 +501,10 @@ def test_outer_joins(case: Case) -> None:
 @property_test(40)
 @given(case=ranking_cases())
 def test_rankings(case: Case) -> None:
+    run_case(case)
+
+
+@property_test(30)
+@given(case=grouping_set_cases())
+def test_grouping_sets(case: Case) -> None:
     run_case(case)

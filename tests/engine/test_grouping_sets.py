@@ -10,6 +10,7 @@ import pytest
 
 from imp_core.engine.local import LocalBackend
 from imp_core.engine.pipeline import Pipeline
+from imp_core.errors import PlanError
 from imp_core.plan.sql import parse_query
 from tests.engine.two_tables import SCHEMA, VERSIONS, maintained_like_a_recapture, parts, reader, rows
 
@@ -19,6 +20,9 @@ SHAPES = [
     "SELECT T1.g AS g, T2.v AS w, COUNT(*) AS n FROM T1 JOIN T2 ON T1.g = T2.g "
     "GROUP BY GROUPING SETS ((T1.g), (T2.v), ())",
     "SELECT g, v, MAX(v) AS m FROM T2 GROUP BY ROLLUP(g, v) ORDER BY m DESC, g, v LIMIT 4",
+    # GROUPING() / GROUPING_ID(): constants per set, told apart from a NULL key
+    "SELECT g, v, GROUPING(g) AS rg, GROUPING_ID(g, v) AS id, SUM(v) AS s FROM T1 GROUP BY CUBE(g, v) "
+    "HAVING GROUPING(v) = 1 OR SUM(v) > 3",
 ]
 
 
@@ -31,6 +35,17 @@ def test_with_rollup_is_rollup() -> None:
     tables = {"T1": SCHEMA, "T2": SCHEMA}
     assert (parse_query("SELECT g, v, COUNT(*) AS n FROM T1 GROUP BY g, v WITH ROLLUP", tables).plan ==
             parse_query("SELECT g, v, COUNT(*) AS n FROM T1 GROUP BY ROLLUP(g, v)", tables).plan)
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    ("SELECT g, GROUPING(g) AS r FROM T1 GROUP BY g", "need GROUP BY ROLLUP, CUBE or GROUPING SETS"),
+    ("SELECT g, GROUPING(v) AS r FROM T1 GROUP BY ROLLUP(g)", "must be one of the GROUP BY expressions"),
+    ("SELECT g FROM T1 WHERE GROUPING(g) = 0 GROUP BY ROLLUP(g)", "not allowed in WHERE"),
+])
+def test_grouping_outside_its_place_is_a_one_line_error(sql: str, message: str) -> None:
+    with pytest.raises(PlanError, match=message) as e:
+        parse_query(sql, {"T1": SCHEMA, "T2": SCHEMA})
+    assert "\n" not in str(e.value) and e.value.line == 1
 
 
 def test_over_no_rows_every_set_is_empty_as_in_spark() -> None:

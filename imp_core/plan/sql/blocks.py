@@ -10,13 +10,13 @@ from collections.abc import Mapping
 import pyarrow as pa
 from sqlglot import exp
 
-from imp_core.errors import UnsupportedError
-from imp_core.plan.expr import BOOL, Col, Expr, Lit
+from imp_core.errors import PlanError, UnsupportedError
+from imp_core.plan.expr import BOOL, Col, Expr, Lit, substitute
 from imp_core.plan.nodes import Distinct, Plan, Project, Select, SortKey, TopK, Union
 from imp_core.plan.sql.constants import CLAUSE_NAMES, SELECT_CLAUSES
 from imp_core.plan.sql.exprs import ExprTranslator
 from imp_core.plan.sql.grouping import aggregate
-from imp_core.plan.sql.grouping_sets import element_sets, expand, fresh, rolled_up
+from imp_core.plan.sql.grouping_sets import element_sets, expand, fresh, grouping_values, rolled_up
 from imp_core.plan.sql.positions import Locator
 from imp_core.plan.sql.scope import Cte, OrderItem, Scope, SelectItem, free_name, unique_names
 from imp_core.plan.sql.set_operations import SetOperations
@@ -86,6 +86,9 @@ class QueryTranslator(Subqueries, SetOperations, Windows):
         if sets is not None:
             assert keys is not None
             return self._grouping_sets(source, scope, items, keys, sets, having, order, limit, node)
+        if scope.groupings:
+            raise self.loc.error("GROUPING() and GROUPING_ID() need GROUP BY ROLLUP, CUBE or GROUPING SETS",
+                                 node.find(exp.Grouping) or node.find(exp.GroupingId) or node)
         exprs = [it.expr for it in items] + ([having] if having is not None else []) + \
             [o.expr for o in written_order if o.expr is not None]
         if keys is not None or having is not None or any(e.has_aggregate() for e in exprs):
@@ -254,8 +257,12 @@ class QueryTranslator(Subqueries, SetOperations, Windows):
         branches: list[Plan] = []
         for s in sets:
             absent = [k for i, k in enumerate(keys) if i not in s]
-            its = [SelectItem(it.name, rolled_up(it.expr, absent), it.alias) for it in items]
-            cond = rolled_up(having, absent) if having is not None else None
+            try:
+                values = grouping_values(scope.groupings, keys, s)
+            except PlanError as e:
+                raise self.loc.at(e, node.find(exp.Grouping) or node.find(exp.GroupingId) or node) from e
+            its = [SelectItem(it.name, substitute(rolled_up(it.expr, absent), values), it.alias) for it in items]
+            cond = substitute(rolled_up(having, absent), values) if having is not None else None
             # Spark groups every set by its keys and the set's id: over no rows even the empty set has no group
             group = [keys[i] for i in s] or ([Lit.of(0)] if len(sets) > 1 else [])
             plan, item_exprs, cond, _ = aggregate(self.loc, fresh(source), scope, its, group, cond, [], node)

@@ -20,6 +20,7 @@ from imp_core.plan.expr import (
     TIMESTAMP,
     AggCall,
     Cast,
+    Col,
     Expr,
     Extract,
     Func,
@@ -222,6 +223,23 @@ class CallRules:
         position = (node.text("position") or "BOTH").upper()
         name = {"LEADING": "ltrim", "TRAILING": "rtrim"}.get(position, "trim")
         return Func(name, (self(node.this),))
+
+    def _Grouping(self, node: exp.Grouping) -> Expr:
+        return self._grouping_call("grouping", node)
+
+    def _GroupingId(self, node: exp.GroupingId) -> Expr:
+        return self._grouping_call("grouping_id", node)
+
+    def _grouping_call(self, function: str, node: exp.Expression) -> Expr:
+        """A placeholder column for ``GROUPING(k)`` / ``GROUPING_ID(k, ...)``, a constant in each grouping set."""
+        if self.clause not in ("SELECT", "HAVING", "ORDER BY"):
+            raise self.loc.error(f"{function.upper()}() is not allowed in {self.clause}", node)
+        args = tuple(self(a) for a in node.expressions)
+        if function == "grouping" and len(args) != 1:
+            raise self.loc.error(f"GROUPING() takes one GROUP BY expression, got {len(args)}", node)
+        name = f"__grouping{len(self.scope.groupings)}"
+        self.scope.groupings[name] = (function, args)
+        return Col(name, pa.int8() if function == "grouping" else pa.int64())
 
     def _Anonymous(self, node: exp.Anonymous) -> Expr:
         name = node.name.lower()

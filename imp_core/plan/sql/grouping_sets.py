@@ -11,8 +11,10 @@ from __future__ import annotations
 import copy
 import itertools
 
+import pyarrow as pa
 from sqlglot import exp
 
+from imp_core.errors import PlanError
 from imp_core.plan.expr import NULL, AggCall, Cast, Col, Expr, Lit, substitute
 
 
@@ -53,9 +55,30 @@ def rolled_up(e: Expr, absent: list[Expr]) -> Expr:
     return substitute(out, {v: k for k, v in hold.items()})
 
 
+def grouping_values(groupings: dict[str, tuple[str, tuple[Expr, ...]]], keys: list[Expr], present: list[int]
+                    ) -> dict[Expr, Expr]:
+    """The constants ``GROUPING(k)`` (1 when ``k`` is rolled up in this set, else 0) and ``GROUPING_ID(k1, ..., kn)``
+    (those bits, ``k1`` the most significant; all GROUP BY expressions when none are given) take in the set of
+    ``keys`` at indexes ``present``, keyed by their placeholder columns.
+
+    Raises:
+        PlanError: An argument is not a GROUP BY expression.
+    """
+    out: dict[Expr, Expr] = {}
+    for name, (function, args) in groupings.items():
+        bits = 0
+        for a in args or tuple(keys):
+            if a not in keys:
+                raise PlanError(f"{function.upper()}({a}): the argument must be one of the GROUP BY expressions")
+            bits = bits * 2 + (0 if keys.index(a) in present else 1)
+        typ = pa.int8() if function == "grouping" else pa.int64()
+        out[Col(name, typ)] = Lit(bits, typ)
+    return out
+
+
 def fresh(plan: object) -> object:
     """A copy of a plan with new node objects (each branch's scans are its own)."""
     return copy.deepcopy(plan)
 
 
-__all__ = ["element_sets", "expand", "fresh", "rolled_up"]
+__all__ = ["element_sets", "expand", "fresh", "grouping_values", "rolled_up"]

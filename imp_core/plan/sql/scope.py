@@ -50,6 +50,9 @@ class Scope:
         self.bare = {c.col.name: c.name for item in self.items for c in item.columns}
         self.visible = tuple(i for i in self.items if not i.hidden)
         self.windows: dict[int, Col] = {}  # id of a window expression of the SELECT list -> its rank column
+        # GROUPING(...) / GROUPING_ID(...) calls: placeholder column name -> (function, its GROUP BY arguments);
+        # each grouping set's aggregation replaces the placeholder by its constant (``grouping_sets.py``)
+        self.groupings: dict[str, tuple[str, tuple[Expr, ...]]] = {}
 
     def item(self, alias: str) -> Item | None:
         """The FROM item named ``alias``: spelled exactly so, else the only one equal to it case-insensitively."""

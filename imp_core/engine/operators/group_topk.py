@@ -24,6 +24,7 @@ from imp_core.engine.evaluate import compile_expr, polars_type
 from imp_core.engine.float_keys import nan_free
 from imp_core.engine.operators.base import OutputStateOperator
 from imp_core.engine.operators.context import BuildContext
+from imp_core.engine.operators.topk import group_number
 from imp_core.engine.schema import COUNT, MULT, SET, nan_flag
 from imp_core.errors import StateError, UnsupportedError
 from imp_core.plan.nodes import GroupTopK, Plan
@@ -156,7 +157,7 @@ class GroupTopKOp(OutputStateOperator):
         by, desc, nulls_last = self._sort_keys()
         s = pl.concat([candidates.join(full.select(HASH), on=HASH, how="semi"), boundaries]).with_columns(
             *self._part, *self._order).sort(by, descending=desc, nulls_last=nulls_last, maintain_order=True)
-        group = _group_number(self.pcols) if self.pcols else pl.lit(1, pl.UInt32)
+        group = group_number(self.pcols) if self.pcols else pl.lit(1, pl.UInt32)
         before = s.filter(~pl.col("__b") & (pl.col("__b").cast(pl.Int32).cum_sum().over(group) == 0))
         return pl.concat([open_groups, before.get_column(HASH)]).unique()
 
@@ -197,8 +198,8 @@ class GroupTopKOp(OutputStateOperator):
         by, desc, nulls_last = self._sort_keys()
         s = rows.with_columns(*self._part, *self._order).sort(by, descending=desc, nulls_last=nulls_last,
                                                              maintain_order=True)
-        part = _group_number(self.pcols) if self.pcols else pl.lit(1, pl.UInt32)
-        s = s.with_columns(part.alias("__g"), _group_number([*self.pcols, *self._ties]).alias("__tie"))
+        part = group_number(self.pcols) if self.pcols else pl.lit(1, pl.UInt32)
+        s = s.with_columns(part.alias("__g"), group_number([*self.pcols, *self._ties]).alias("__tie"))
         before = (pl.col(N).cum_sum().over("__g") - pl.col(N)).alias("__before")  # rows of the group before
         s = s.with_columns(before)
         rank = self.node.rank
@@ -231,14 +232,6 @@ class GroupTopKOp(OutputStateOperator):
 
 def _skey() -> pl.Expr:
     return pl.col(SET).cast(pl.List(pl.String)).list.join(",").alias(SKEY)
-
-
-def _group_number(by: list[str]) -> pl.Expr:
-    """In a sorted frame, the 1-based number of each row's run of equal ``by`` values."""
-    change = pl.lit(False)
-    for c in by:
-        change = change | pl.col(c).ne_missing(pl.col(c).shift(1))
-    return change.fill_null(True).cum_sum()
 
 
 __all__ = ["GroupTopKOp"]

@@ -198,7 +198,7 @@ class TopKOp(OutputStateOperator):
     def _tie_groups(self, s: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         """A sorted frame with each row's tie group ``__grp``, and per group its rows ``__gn`` and position
         ``__pos`` (the rows strictly before it)."""
-        s = s.with_columns(_group_number([f"__o{i}" for i in range(len(self.order))]).alias("__grp"))
+        s = s.with_columns(group_number([f"__o{i}" for i in range(len(self.order))]).alias("__grp"))
         groups = s.group_by("__grp", maintain_order=True).agg(pl.col(N).sum().alias("__gn"))
         return s, groups.with_columns((pl.col("__gn").cum_sum() - pl.col("__gn")).alias("__pos"))
 
@@ -227,7 +227,7 @@ class TopKOp(OutputStateOperator):
             s = r.select(prefix).with_row_index("__i").sort(
                 by=prefix, descending=[x.descending for x in self.order[:j]],
                 nulls_last=[not x.effective_nulls_first for x in self.order[:j]], maintain_order=True)
-            s = s.with_columns((_group_number(prefix) - 1).alias("__pr"))
+            s = s.with_columns((group_number(prefix) - 1).alias("__pr"))
             group = np.empty(r.height, dtype=np.int64)
             group[s.get_column("__i").to_numpy()] = s.get_column("__pr").to_numpy()
         else:
@@ -419,7 +419,7 @@ class TopKOp(OutputStateOperator):
         return pl.DataFrame(schema={**self.schema, MULT: pl.Int64, SET: SET_DTYPE})
 
 
-def _group_number(by: list[str]) -> pl.Expr:
+def group_number(by: list[str]) -> pl.Expr:
     """In a sorted frame, the 1-based number of each row's group of equal ``by`` values."""
     change = pl.lit(False)
     for c in by:
@@ -427,4 +427,4 @@ def _group_number(by: list[str]) -> pl.Expr:
     return change.fill_null(True).cum_sum()
 
 
-__all__ = ["TopKOp"]
+__all__ = ["TopKOp", "group_number"]

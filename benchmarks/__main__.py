@@ -13,6 +13,8 @@ import importlib
 import sys
 import time
 
+from benchmarks import harness
+
 SUITES = ["engine", "skipping", "floor", "skew", "mixed_layout", "maintenance", "tpch", "topk", "strategies",
           "lakehouse", "nightly", "engine_v2", "tpch22"]
 
@@ -24,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=None, help="measured runs per case (default 5, quick 3)")
     args = p.parse_args(argv)
     runs = args.runs or (3 if args.quick else 5)
+    harness.QUICK = args.quick
     for name in args.only or SUITES:
         module = importlib.import_module(f"benchmarks.{name}")
         t0 = time.perf_counter()

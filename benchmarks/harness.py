@@ -3,7 +3,8 @@
 Every experiment records *measurements*: one row per run with the case (e.g. a batch size), the variant (e.g. IMP or
 FM), the run index and the value. Variants of one case are measured interleaved in the same run (IMP run 1, FM run 1,
 IMP run 2, ...), so a ratio is computed pair by pair within a run and noise on this shared machine hits both sides.
-After a warm-up run (not recorded), at least ``runs`` runs are kept.
+After a warm-up run (not recorded), at least ``runs`` runs are kept; quick mode (``--quick``: a first look and the
+CI smoke test, where the figures are not the point) skips the warm-up.
 
 Outputs per experiment: ``docs/bench/<name>.csv`` (every run), ``docs/bench/<name>.png`` (medians, log axes where the
 paper uses them), and a generated section of ``docs/BENCHMARKS.md`` between ``<!-- bench:<name> -->`` markers;
@@ -28,6 +29,8 @@ OUT = Path(os.environ.get("IMP_BENCH_OUT", ROOT / "docs" / "bench"))
 DOC = OUT.parent / "BENCHMARKS.md" if "IMP_BENCH_OUT" in os.environ else ROOT / "docs" / "BENCHMARKS.md"
 # IMP_BENCH_SCALE shrinks every table (the CI smoke test runs the whole harness on tiny data)
 SCALE = float(os.environ.get("IMP_BENCH_SCALE", "1"))
+# set by ``python -m benchmarks --quick``: ``measure`` runs no warm-up round (each round of a whole-job case is a JVM)
+QUICK = False
 
 
 def scaled(rows: int) -> int:
@@ -63,10 +66,14 @@ class Experiment:
             **extra: Any) -> None:
         self.rows.append(Row(case, variant, run, value, unit, x, extra))
 
-    def measure(self, case: str, variants: dict[str, Callable[[], float | None]], runs: int, warmup: int = 1,
-                x: float | None = None, unit: str = "s") -> None:
+    def measure(self, case: str, variants: dict[str, Callable[[], float | None]], runs: int,
+                warmup: int | None = None, x: float | None = None, unit: str = "s") -> None:
         """Run each variant ``warmup + runs`` times, interleaved; a callable returns its own measured value or None
-        to be timed as a whole."""
+        to be timed as a whole. ``warmup`` defaults to one round, none in quick mode."""
+        if warmup is None:
+            warmup = 0 if QUICK else 1
+        if warmup == 0:
+            self.warmup = False
         for i in range(warmup + runs):
             for variant, fn in variants.items():
                 t0 = time.perf_counter()

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from benchmarks import harness
 from benchmarks.harness import Experiment, scaled
 from benchmarks.maintenance import spark_session
 from benchmarks.strategies import service_for
@@ -94,14 +95,15 @@ def skewed_stream(service: SketchService, root: Path, quick: bool, runs: int) ->
 
 def _time_queries(service: SketchService, exp: Experiment, r: int, runs: int) -> None:
     samples: dict[str, list[tuple[float, Any]]] = {"query split (s)": [], "query fixed (s)": [], "no sketch (s)": []}
-    for _ in range(runs + 1):
+    warmup = 0 if harness.QUICK else 1
+    for _ in range(warmup + runs):
         for variant, table, use in (("query split (s)", "skew_split", True), ("query fixed (s)", "skew_fixed", True),
                                     ("no sketch (s)", "skew_fixed", False)):
             t0 = time.perf_counter()
             result = service.query(SQL.format(t=table), use_sketch=use)
             samples[variant].append((time.perf_counter() - t0, result.scanned.rows_read))
     for variant, values in samples.items():
-        for i, (seconds, rows_read) in enumerate(values[1:]):  # the first round warms up
+        for i, (seconds, rows_read) in enumerate(values[warmup:]):  # the first round warms up (not in quick mode)
             exp.add(f"round {r}", variant, i, seconds, x=r, rows_read=rows_read)
 
 

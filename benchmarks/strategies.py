@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from benchmarks import data
+from benchmarks import data, harness
 from benchmarks.harness import Experiment, scaled
 from benchmarks.maintenance import spark_session
 from imp_core.catalog import NewVersion, StateBlob
@@ -153,9 +153,10 @@ def mixed_workload(services: dict[str, SketchService], quick: bool, runs: int,
                      f"NS = no sketch", ratios=[("NS", "IMP"), ("FM", "IMP")], log_y=True, y_label="seconds (total)",
                      timed=False)
     update_s: dict[int, list[float]] = {}
-    # warm-up, not counted: the first query and the first capture of the session pay Spark's start-up (JIT, caches)
+    # warm-up, not counted: the first query and the first capture of the session pay Spark's start-up (JIT, caches);
+    # none in quick mode
     data.reset(path)
-    for service in services.values():
+    for service in [] if harness.QUICK else services.values():
         service.register_table(name, str(path), replace=True)
         service.query(sql, use_sketch=False)
         _fresh_sketch(service, "mixed", sql, f"{name}.a", 1000, strategy=Strategy.LAZY)
@@ -285,10 +286,10 @@ def _job_error(output: str) -> str:
     return lines[-1] if lines else output.strip()[-500:]
 
 
-def _timed_job(service: SketchService, variant: str, command: list[str], env: dict[str, str], show: list[str],
-               start: int, sketches: dict[str, list[int]]) -> Callable[[], float]:
+def _timed_job(service: SketchService, variant: str, command: list[str], env: dict[str, str], start: int,
+               sketches: dict[str, dict[str, list[int]]]) -> Callable[[], float]:
     """One timed run of the job ``command`` on a fresh clone ``wj_run`` of sketch ``wj`` at version ``start``; the
-    fragments it committed (read with ``show``) are kept in ``sketches[variant]``."""
+    fragments it committed (read from the catalog) are kept in ``sketches[variant]``."""
     def run_once() -> float:
         _clone_at_start(service, "wj", "wj_run", start)
         t0 = time.perf_counter()
@@ -296,8 +297,10 @@ def _timed_job(service: SketchService, variant: str, command: list[str], env: di
         elapsed = time.perf_counter() - t0
         if done.returncode != 0:
             raise RuntimeError(f"{variant} failed: {_job_error(done.stdout + done.stderr)}")
-        shown = json.loads(subprocess.run(show, env=env, capture_output=True, text=True, check=True).stdout)
-        sketches[variant] = shown["partitions"][0]["fragments"]
+        committed = service.catalog.latest_version(service.catalog.get_sketch("wj_run").id)
+        if committed.version < 2:
+            raise AssertionError(f"whole_job: {variant} committed no version")
+        sketches[variant] = {t: list(f) for t, f in committed.fragments.items()}
         return elapsed
     return run_once
 
@@ -331,16 +334,15 @@ def whole_job(service: SketchService, quick: bool, runs: int) -> Experiment:
         "FM job": [*submit, *RecaptureJob("wj_run").argv(), "--home", home],
         "IMP CLI": [str(bin_dir / "imp"), "--home", home, "sketch", "maintain", "wj_run", "--strategy", Strategy.LAZY],
     }
-    show = [str(bin_dir / "imp"), "--home", home, "sketch", "show", "wj_run", "--json"]
     next_id = data.max_id(path) + 1
     record = service.catalog.get_sketch("wj")
     for i, size in enumerate([10, 1000] if not quick else [10]):
         next_id = data.change(path, size, seed=7000 + i, groups=groups, next_id=next_id)
         start = service.catalog.latest_version(record.id).version
-        sketches: dict[str, list[int]] = {}
-        variants = {v: _timed_job(service, v, command, env, show, start, sketches) for v, command in commands.items()}
+        sketches: dict[str, dict[str, list[int]]] = {}
+        variants = {v: _timed_job(service, v, command, env, start, sketches) for v, command in commands.items()}
         exp.measure(f"{size:,} change rows", variants, runs if quick else max(3, runs - 2), x=size)
-        if len({tuple(f) for f in sketches.values()}) != 1:
+        if len({json.dumps(f, sort_keys=True) for f in sketches.values()}) != 1:
             raise AssertionError(f"whole_job: the jobs committed different sketches: {sketches}")
         service.maintain("wj", strategy="lazy")
     exp.notes.append("- three runs per variant (each starts a JVM); the ratio shows what job start-up leaves of the "

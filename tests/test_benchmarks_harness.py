@@ -28,6 +28,17 @@ def test_markdown_claims_a_warm_up_only_when_there_was_one() -> None:
         assert "| 2 (1–3) |" in exp.markdown()
 
 
+@pytest.mark.parametrize("quick", [False, True])
+def test_quick_mode_measures_without_a_warm_up(quick: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(harness, "QUICK", quick)
+    calls = []
+    exp = Experiment("x", "t")
+    exp.measure("c", {"v": lambda: calls.append(1) or float(len(calls))}, runs=2)
+    assert len(calls) == (2 if quick else 3)
+    assert exp.values("c", "v") == ([1.0, 2.0] if quick else [2.0, 3.0])
+    assert ("after a warm-up" in exp.markdown()) is not quick
+
+
 def test_update_doc_replaces_only_the_generated_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     doc = tmp_path / "BENCHMARKS.md"
     doc.write_text("# B\n\nhand text\n\n<!-- bench:x -->\nold table\n<!-- /bench:x -->\n\nreading notes\n")

@@ -159,6 +159,24 @@ class Lab:
         env = {**self.env, **kw.pop("env", {})}
         return imp(env, *args, **kw)
 
+    def imp_here(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """`imp ARGS` through the CLI's entry point in this process, with the lab's IMP_ settings (and ``env``'s):
+        the session's Spark instead of a JVM of its own, for steps whose process is not what the test is about."""
+        import contextlib
+        import io
+        from unittest.mock import patch  # only to set and restore os.environ
+
+        from imp_core.cli.main import main
+
+        settings = {k: v for k, v in {**self.env, **(env or {})}.items() if k.startswith("IMP_")}
+        out, err = io.StringIO(), io.StringIO()
+        with patch.dict(os.environ, settings):
+            for key in [k for k in os.environ if k.startswith("IMP_") and k not in settings]:
+                del os.environ[key]
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = main(list(args))
+        return subprocess.CompletedProcess(["imp", *args], code, out.getvalue(), err.getvalue())
+
     def sql(self, statement: str, **params: Any) -> list[Any]:
         import sqlalchemy as sa
 

@@ -28,8 +28,8 @@ def test_a_failed_create_leaves_no_run(lab: Lab) -> None:
     for data in path.glob("*.parquet"):  # the capture on Spark fails: the log names files that are gone
         data.unlink()
     before = _orphans(lab)
-    done = lab.imp("sketch", "create", "broken_top", "--sql", TOP_SQL.format(t="broken_sales"), "--on",
-                   "broken_sales.price", "--bounds", BOUNDS)
+    done = lab.imp_here("sketch", "create", "broken_top", "--sql", TOP_SQL.format(t="broken_sales"), "--on",
+                        "broken_sales.price", "--bounds", BOUNDS)  # the session's Spark, no JVM of its own
     assert done.returncode != 0 and "error" in done.stderr.strip().splitlines()[-1], done.stderr
     assert "broken_top" not in [r.name for r in lab.catalog.list_sketches()]
     assert _orphans(lab) == before, "the failed create left a run that belongs to no sketch"

@@ -47,7 +47,7 @@ def _reencode(decoded: Any, frames: dict[str, pl.DataFrame]) -> bytes:
 
 
 def _maintain(lab: Lab, name: str) -> dict[str, Any]:
-    done = lab.imp("sketch", "maintain", name, "--json")
+    done = lab.imp_here("sketch", "maintain", name, "--json")  # the recapture runs on the session's Spark
     assert done.returncode == 0, f"exit {done.returncode}: {done.stderr}"
     return json.loads(done.stdout)
 

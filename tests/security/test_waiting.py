@@ -53,7 +53,7 @@ def test_query_runs_without_waiting_for_a_busy_maintainer(lab: Lab, held_lock) -
 
     # the sketch is stale and its maintainer busy: after IMP_QUERY_WAIT the query runs without it, correctly
     lab.append("wait_sales", APPLE_ROW)
-    stale = lab.imp("query", sql, "--json", env={"IMP_QUERY_WAIT": "2"}, timeout=240)
+    stale = lab.imp_here("query", sql, "--json", env={"IMP_QUERY_WAIT": "2"})  # another catalog session waits
     assert stale.returncode == 0, stale.stderr
     out = json.loads(stale.stdout)
     assert out["sketch"] is None

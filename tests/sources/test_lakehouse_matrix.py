@@ -84,10 +84,16 @@ def test_tables_written_by_delta_spark(service, spark, root: str) -> None:  # no
         check(service, name, table)
         assert service.source(table).current_version() >= 2, cell
 
-    # a checkpoint: more than 10 commits (delta-spark checkpoints every 10), maintained in one lazy step
-    for i in range(11):
-        spark.sql(f"INSERT INTO {target} (id, g, price, note, extra) VALUES ({100 + i}, {i % 7}, {40 * i}, 'c', {i})")
-    assert any(p.endswith(".checkpoint.parquet") for p in _log_files(spark, uri))
+    # a checkpoint: more than 10 commits (delta-spark checkpoints every 10), maintained in one lazy step; inserts
+    # until the checkpoint is written, then one more, so the step reads commits before and after it
+    inserts = 0
+    while not any(p.endswith(".checkpoint.parquet") for p in _log_files(spark, uri)):
+        assert inserts < 11, "delta-spark wrote no checkpoint in 11 commits"
+        inserts += 1
+        spark.sql(f"INSERT INTO {target} (id, g, price, note, extra) VALUES ({100 + inserts}, {inserts % 7}, "
+                  f"{40 * inserts}, 'c', {inserts})")
+    spark.sql(f"INSERT INTO {target} (id, g, price, note, extra) VALUES (200, 1, 440, 'c', 0)")
+    assert service.source(table).current_version() > 10
     check(service, name, table)
 
     # renaming a column of a registered table: the sketch's plan reads every column, so it is refused in one line

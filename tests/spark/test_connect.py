@@ -60,8 +60,10 @@ def fragments(env: dict[str, str], version: int) -> list:
     return [p["fragments"] for p in json.loads(out.stdout)["partitions"]]
 
 
-def test_capture_and_maintenance_through_spark_connect_match_a_recapture(env: dict[str, str],
-                                                                         tmp_path: Path) -> None:
+@pytest.mark.usefixtures("spark")  # the reference recapture runs on the test session's JVM
+def test_capture_and_maintenance_through_spark_connect_match_a_recapture(env: dict[str, str], tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     r, s = str(tmp_path / "r"), str(tmp_path / "s")
     write_deltalake(r, pa.table({"k": list(range(600)), "v": [i % 50 for i in range(600)]}), configuration=CDF)
     write_deltalake(s, pa.table({"k": list(range(0, 600, 3)), "w": [i % 7 for i in range(0, 600, 3)]}),
@@ -75,8 +77,15 @@ def test_capture_and_maintenance_through_spark_connect_match_a_recapture(env: di
     maintained = imp(env, "sketch", "maintain", "j", remote=True)
     assert maintained.returncode == 0, maintained.stderr
     assert "committed version(s) [2]" in maintained.stdout
-    recaptured = imp(env, "sketch", "recapture", "j")  # a JVM of its own, the reference
-    assert recaptured.returncode == 0, recaptured.stderr
+    # the reference: `imp sketch recapture` on a local JVM (the CLI's entry point in this process, on the test
+    # session's Spark: not the server's)
+    from imp_core.cli.main import main
+
+    for key in ("IMP_HOME", "IMP_SPARK_MASTER", "IMP_SHUFFLE_PARTITIONS"):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.delenv("IMP_CATALOG_URL", raising=False)
+    monkeypatch.delenv("IMP_SPARK_REMOTE", raising=False)
+    assert main(["sketch", "recapture", "j"]) == 0, capsys.readouterr().err
     assert fragments(env, 2) == fragments(env, 3)
     assert fragments(env, 1) == [[]] and fragments(env, 2) == [[0]]  # the new rows of k 3, 6, 9 (fragment 0)
 

@@ -498,13 +498,13 @@ def test_outer_joins(case: Case) -> None:
     run_case(case)
 
 
-@property_test(40)
+@property_test(25)
 @given(case=ranking_cases())
 def test_rankings(case: Case) -> None:
     run_case(case)
 
 
-@property_test(30)
+@property_test(15)
 @given(case=grouping_set_cases())
 def test_grouping_sets(case: Case) -> None:
     run_case(case)

@@ -1,7 +1,7 @@
 """Operator state persistence: round trips of every stateful operator, and corrupt or foreign blobs.
 
 For aggregation (every aggregate kind, COUNT/SUM(DISTINCT) too, several key types, with and without GROUP BY),
-DISTINCT, top-k, the anti join and the merge operator, at three sizes (empty, normal, huge: 500K groups / rows, 1M
+DISTINCT, top-k, the anti join, top-k per group and the merge operator, at three sizes (empty, normal, huge: 500K groups / rows, 1M
 fragments): ``state_to_bytes`` then ``load_state`` into a fresh operator gives identical canonical frames, and both
 operators then behave identically on further changes. A blob with any single byte flipped, a blob of another format
 version, operator, kind or plan, or a truncated blob raises ``StateError`` (which makes the service recapture), never
@@ -24,12 +24,13 @@ from imp_core.engine.annotation import SET_DTYPE
 from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.operators.anti_join import AntiJoinOp
 from imp_core.engine.operators.base import StatefulOperator
+from imp_core.engine.operators.group_topk import GroupTopKOp
 from imp_core.engine.operators.merge import Merge
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.schema import MULT, SET
 from imp_core.errors import StateError
 from imp_core.plan.expr import DATE, FLOAT, INT, STRING, AggCall, Binary, Col
-from imp_core.plan.nodes import AntiJoin, Field, Project, Scan, SortKey
+from imp_core.plan.nodes import AntiJoin, Field, GroupTopK, Project, Scan, SortKey
 
 DEC = pa.decimal128(12, 2)
 KEY_TYPES = {"g": pl.Int64, "s": pl.String}
@@ -71,6 +72,14 @@ def anti_join() -> AntiJoinOp:
                       fingerprint="fp")
 
 
+def group_topk() -> GroupTopKOp:
+    """The two best rows per ``s`` by ``x`` descending (ROW_NUMBER: ties in the order of the rows' values)."""
+    cols = (Field("g", INT), Field("s", STRING), Field("i", INT), Field("x", FLOAT), Field("d", DATE), Field("m", DEC))
+    child = Project(Scan("T", "T", cols), tuple((c.name, Col(f"T.{c.name}", c.dtype)) for c in cols))
+    node = GroupTopK(child, (Col("s", STRING),), (SortKey(Col("x", FLOAT), descending=True),), "row_number", "rn", 2)
+    return GroupTopKOp("group_topk@r", node, fingerprint="fp")
+
+
 def merge(total: int = 1000) -> Merge:
     return Merge("merge@r", total, fingerprint="fp")
 
@@ -110,6 +119,7 @@ OPERATORS: dict[str, tuple[Callable[[], StatefulOperator], bool]] = {
     "topk": (topk, True),
     "anti_join": (anti_join, False),
     "merge": (merge, True),
+    "group_topk": (group_topk, True),
 }
 SIZES = {"empty": 0, "normal": 300, "huge": 500_000}  # huge: 500K rows in about 500K groups
 
@@ -128,7 +138,7 @@ def fed(name: str, size: int) -> tuple[StatefulOperator, pl.DataFrame]:
 
 
 def feed(op: StatefulOperator, d: pl.DataFrame) -> object:
-    if isinstance(op, (Aggregation, TopKOp)):
+    if isinstance(op, (Aggregation, TopKOp, GroupTopKOp)):
         return op.process(d)
     if isinstance(op, AntiJoinOp):  # the rows on the left, their keys divisible by 3 on the right
         return op.process(d, d.filter(pl.col("g") % 3 == 0).select(pl.col("g").alias("rg"), MULT))

@@ -83,21 +83,32 @@ class GroupTopKOp(OutputStateOperator):
         self._top: pl.DataFrame | None = None  # the current top-k rows with their rank (in memory only)
 
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
-        self._settle()
-        return {"k": self.k, "function": self.function}, {"rows": self.rows}
+        """Frames ``rows`` (netted), ``pending`` (the log not yet netted into them: saving does not net it) and
+        ``top`` (the current top-k rows, so a loaded state need not re-rank every group)."""
+        if self._top is None:
+            self._settle()
+            self._top = self._hashed(self.top(self.rows))
+        pending = pl.concat(self.pending) if self.pending else self.rows.clear()
+        return {"k": self.k, "function": self.function}, \
+            {"rows": self.rows, "pending": pending, "top": self._top.drop(HASH)}
 
     def set_state_frames(self, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
+        """Take over saved state; without a ``top`` frame (renamed fragments) the top-k is re-ranked when needed."""
         if meta.get("k") != self.k or meta.get("function") != self.function or "rows" not in frames:
             raise StateError(f"operator {self.op_id}: saved top-k-per-group state is for a different query; "
                              f"recapture the sketch")
         self.rows = frames["rows"]
-        self.pending, self._hashes, self._top = [], None, None
+        pending = frames.get("pending")
+        self.pending = [pending] if pending is not None and pending.height else []
+        top = frames.get("top")
+        self._hashes = None
+        self._top = self._hashed(top) if top is not None else None
 
     def relabeled_state(self, mapping: Any, total: int) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
-        """Renamed fragment ids change the text key that orders a tuple's copies: it is rebuilt."""
+        """Renamed fragment ids change the text key that orders a tuple's copies: it is rebuilt, and the top-k is
+        left to be re-ranked."""
         meta, frames = super().relabeled_state(mapping, total)
-        self._top = None
-        return meta, {"rows": frames["rows"].with_columns(_skey())}
+        return meta, {name: frames[name].with_columns(_skey()) for name in ("rows", "pending")}
 
     def canonical(self) -> dict[str, pl.DataFrame]:
         self._settle()

@@ -2,10 +2,10 @@
 
 For aggregation (every aggregate kind, COUNT/SUM(DISTINCT) too, several key types, with and without GROUP BY),
 DISTINCT, top-k, the anti join, top-k per group and the merge operator, at three sizes (empty, normal, huge: 500K
-groups / rows, 1M fragments): ``state_to_bytes`` then ``load_state`` into a fresh operator gives identical canonical frames, and both
-operators then behave identically on further changes. A blob with any single byte flipped, a blob of another format
-version, operator, kind or plan, or a truncated blob raises ``StateError`` (which makes the service recapture), never
-a silently different state.
+groups / rows, 1M fragments): ``state_to_bytes`` then ``load_state`` into a fresh operator gives identical canonical
+frames, and both operators then behave identically on further changes. A blob with any single byte flipped, a blob of
+another format version, operator, kind or plan, or a truncated blob raises ``StateError`` (which makes the service
+recapture), never a silently different state.
 """
 
 from __future__ import annotations

@@ -64,6 +64,14 @@ def canonical(rows: Iterable[Sequence[Any]]) -> list[tuple[Any, ...]]:
     return sorted((tuple(norm(v) for v in r) for r in rows), key=repr)
 
 
+def same_state(a: Any, b: Any) -> None:
+    """Two pipelines (``imp_core.engine.pipeline.Pipeline``) reached the same sketch and operator states."""
+    assert a.sketch() == b.sketch()
+    for x, y in zip(a.stateful(), b.stateful()):
+        for name, df in x.canonical().items():
+            assert df.equals(y.canonical()[name]), (x.op_id, name)
+
+
 def answers_with_and_without_sketch(service: Any, sql: str) -> tuple[Any, Any]:
     """``imp query`` with the sketch machinery and with ``--no-sketch`` (Spark alone, the truth)."""
     return service.query(sql), service.query(sql, use_sketch=False)

@@ -24,7 +24,7 @@ from imp_core.sources.delta import DeltaSource
 from imp_core.spark.backend import SparkBackend
 from imp_core.spark.compile import PlanCompiler
 from tests.conftest import write_delta
-from tests.oracles import canonical
+from tests.oracles import canonical, same_state
 
 pytestmark = pytest.mark.spark
 
@@ -81,13 +81,6 @@ SHAPES: dict[str, Callable[[], Plan]] = {
 }
 
 
-def _same_state(a: Pipeline, b: Pipeline) -> None:
-    assert a.sketch() == b.sketch()
-    for x, y in zip(a.stateful(), b.stateful()):
-        for name, df in x.canonical().items():
-            assert df.equals(y.canonical()[name]), (x.op_id, name)
-
-
 def test_anti_join_shapes_capture_on_spark_like_in_memory(spark: SparkSession, tmp_path: Path) -> None:
     g1, v1 = zip(*LEFT)
     write_delta(tmp_path / "T1", pa.table({"g": list(g1), "v": list(v1)}, SCHEMA), mode="overwrite")
@@ -105,12 +98,12 @@ def test_anti_join_shapes_capture_on_spark_like_in_memory(spark: SparkSession, t
         on_spark, in_memory = Pipeline(plan, PARTS), Pipeline(plan, PARTS)
         on_spark.capture(backend, {"T1": 0, "T2": 0})
         in_memory.capture(local, {"T1": 0, "T2": 0})
-        _same_state(on_spark, in_memory)
+        same_state(on_spark, in_memory)
         before = on_spark.sketch()
         on_spark.maintain_pass("T2", changes, backend, {"T1": 0, "T2": 2})
         recaptured = Pipeline(plan, PARTS)
         recaptured.capture(backend, {"T1": 0, "T2": 2})
-        _same_state(on_spark, recaptured)
+        same_state(on_spark, recaptured)
         sketches[shape] = (before, on_spark.sketch())
         if isinstance(plan, AntiJoin):  # compiled with annotations (no state held): the left rows' fragments only
             rel = Relation(plan, on_spark.annotations)

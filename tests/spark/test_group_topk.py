@@ -21,7 +21,7 @@ from imp_core.sources.delta import DeltaSource
 from imp_core.spark.backend import SparkBackend
 from imp_core.spark.compile import PlanCompiler
 from tests.conftest import write_delta
-from tests.oracles import canonical
+from tests.oracles import canonical, same_state
 
 pytestmark = pytest.mark.spark
 
@@ -54,13 +54,6 @@ def test_the_plain_compile_answers_as_sparks_window(spark: SparkSession) -> None
         assert len(want) >= 7, function  # every group has a row, group 1 ties its two 4s
 
 
-def _same_state(a: Pipeline, b: Pipeline) -> None:
-    assert a.sketch() == b.sketch()
-    for x, y in zip(a.stateful(), b.stateful()):
-        for name, df in x.canonical().items():
-            assert df.equals(y.canonical()[name]), (x.op_id, name)
-
-
 def test_group_topk_shapes_capture_on_spark_like_in_memory(spark: SparkSession, tmp_path: Path) -> None:
     g1, v1 = zip(*T1)
     write_delta(tmp_path / "T1", pa.table({"g": list(g1), "v": list(v1)}, SCHEMA), mode="overwrite")
@@ -78,12 +71,12 @@ def test_group_topk_shapes_capture_on_spark_like_in_memory(spark: SparkSession, 
         on_spark, in_memory = Pipeline(plan, PARTS), Pipeline(plan, PARTS)
         on_spark.capture(backend, {"T1": 0, "T2": 0})
         in_memory.capture(local, {"T1": 0, "T2": 0})
-        _same_state(on_spark, in_memory)
+        same_state(on_spark, in_memory)
         before = on_spark.sketch()
         on_spark.maintain_pass("T1", changes, backend, {"T1": 2, "T2": 0})
         recaptured = Pipeline(plan, PARTS)
         recaptured.capture(backend, {"T1": 2, "T2": 0})
-        _same_state(on_spark, recaptured)
+        same_state(on_spark, recaptured)
         if on_spark.sketch() != before:
             moved.add(shape)
     # the two largest values were 20 and 12 (groups 6 and 9); group 3's new 30 pushes 12 out

@@ -19,18 +19,12 @@ from imp_core.sources.delta import DeltaSource
 from imp_core.spark.backend import SparkBackend
 from tests.conftest import write_delta
 from tests.engine.test_union import SHAPES
+from tests.oracles import same_state
 
 pytestmark = pytest.mark.spark
 
 SCHEMA = pa.schema([("g", pa.int64()), ("v", pa.int64())])
 PARTS = PartitionSet((Partition("T1", "g", (0, 5, 10), "int"), Partition("T2", "g", (0, 5, 10), "int")))
-
-
-def _same_state(a: Pipeline, b: Pipeline) -> None:
-    assert a.sketch() == b.sketch()
-    for x, y in zip(a.stateful(), b.stateful()):
-        for name, df in x.canonical().items():
-            assert df.equals(y.canonical()[name]), (x.op_id, name)
 
 
 def test_union_shapes_capture_on_spark_like_in_memory(spark: SparkSession, tmp_path: Path) -> None:
@@ -47,8 +41,8 @@ def test_union_shapes_capture_on_spark_like_in_memory(spark: SparkSession, tmp_p
         on_spark, in_memory = Pipeline(plan, PARTS), Pipeline(plan, PARTS)
         on_spark.capture(backend, {"T1": 0, "T2": 0})
         in_memory.capture(local, {"T1": 0, "T2": 0})
-        _same_state(on_spark, in_memory)
+        same_state(on_spark, in_memory)
         on_spark.maintain_pass("T2", changes, backend, {"T1": 0, "T2": 1})
         recaptured = Pipeline(plan, PARTS)
         recaptured.capture(backend, {"T1": 0, "T2": 1})
-        _same_state(on_spark, recaptured)
+        same_state(on_spark, recaptured)

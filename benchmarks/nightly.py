@@ -39,6 +39,7 @@ from imp_core.maintenance.groups import plan_groups
 from imp_core.maintenance.service import SketchService
 from imp_core.maintenance.strategy import Strategy
 from imp_core.spark import connect_server, connector
+from imp_core.spark.session import driver_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -144,7 +145,8 @@ def _job_env(service: SketchService) -> dict[str, str]:
 
 
 def _run_jobs(argvs: list[list[str]], env: dict[str, str], remote: str | None = None) -> None:
-    submit = [str(BIN / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+    submit = [str(BIN / "spark-submit"), "--master", "local[2]", "--driver-memory", driver_memory(),
+              "--conf", "spark.ui.enabled=false",
               "--conf", "spark.sql.shuffle.partitions=8", *connector.submit_args(), SUBMIT_PATH]
     for argv in argvs:
         if remote is None:

@@ -36,6 +36,7 @@ from imp_core.jobs import SUBMIT_PATH, MaintainJob, RecaptureJob
 from imp_core.maintenance.service import SketchService
 from imp_core.maintenance.strategy import Strategy
 from imp_core.spark import connector
+from imp_core.spark.session import driver_memory
 
 
 def service_for(home: Path, spark) -> SketchService:  # noqa: ANN001
@@ -327,7 +328,8 @@ def whole_job(service: SketchService, quick: bool, runs: int) -> Experiment:
     bin_dir = Path(sys.executable).parent
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("IMP_", "PYSPARK_GATEWAY"))},
            "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    submit = [str(bin_dir / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+    submit = [str(bin_dir / "spark-submit"), "--master", "local[2]", "--driver-memory", driver_memory(),
+              "--conf", "spark.ui.enabled=false",
               "--conf", "spark.sql.shuffle.partitions=8", *connector.submit_args(), SUBMIT_PATH]
     commands = {
         "IMP job": [*submit, *MaintainJob("wj_run", Strategy.LAZY).argv(), "--home", home],

@@ -42,7 +42,7 @@ from imp_core.jobs import SUBMIT_PATH
 from imp_core.security.redact import register_secret, scrub
 from imp_core.security.secrets import private_file
 from imp_core.spark import connector
-from imp_core.spark.session import ENV_REMOTE, LOG4J_CONF, connect_address
+from imp_core.spark.session import ENV_REMOTE, LOG4J_CONF, connect_address, driver_memory
 
 SPARK_AUTH_SECRET_ENV = "_SPARK_AUTH_SECRET"
 """Spark's own variable for the ``spark.authenticate`` secret (so the secret never appears in ``--conf``)."""
@@ -79,13 +79,19 @@ class ImpSparkSubmitOperator(SparkSubmitOperator):
                          name=name, **kwargs)
         self.imp_catalog_conn_id = imp_catalog_conn_id
 
-    def execute(self, context: Any) -> Any:
+    def launch_settings(self) -> None:
+        """The worker's launch settings on this task: connector jars and conf, the driver's heap (the task's own
+        ``driver_memory`` wins), and Spark's authentication switch when its secret is in the environment."""
         jvm = connector.session_conf()
+        self._driver_memory = self._driver_memory or driver_memory()
         self.jars = ",".join(j for j in (jvm.pop("spark.jars"), self.jars) if j)
         self.conf = {**jvm, **(self.conf or {})}
         if os.environ.get(SPARK_AUTH_SECRET_ENV):
             # Spark reads the shared secret from this variable itself; only the switch goes on the command line
             self.conf = {"spark.authenticate": "true", **self.conf}
+
+    def execute(self, context: Any) -> Any:
+        self.launch_settings()
         with job_environment(self.imp_catalog_conn_id, self.env_vars) as env:
             self.env_vars = env
             try:

@@ -32,7 +32,7 @@ from imp_core.config import Settings
 from imp_core.errors import ConfigError
 from imp_core.sources import storage
 from imp_core.spark import connector
-from imp_core.spark.session import _SEMANTICS, LOG4J_CONF
+from imp_core.spark.session import _SEMANTICS, LOG4J_CONF, driver_memory
 
 PROG = "python -m imp_core.spark.connect_server"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -157,7 +157,7 @@ def _write_properties(path: Path, settings: Settings, host: str, port: int) -> N
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         "spark.sql.adaptive.enabled": "true",
         "spark.databricks.delta.snapshotPartitions": str(settings.shuffle_partitions),
-        "spark.driver.memory": os.environ.get("IMP_SPARK_DRIVER_MEMORY", "4g"),
+        "spark.driver.memory": driver_memory(),
         "spark.sql.warehouse.dir": str(settings.home / "spark-warehouse"),
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={settings.home} "
                                          f"-Dlog4j2.configurationFile={LOG4J_CONF}",

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 LOG4J_CONF = Path(__file__).parent / "conf" / "log4j2.properties"
 ENV_METASTORE = "IMP_SPARK_METASTORE"  # in-memory (default) | hive: where `imp table register --table` names live
 ENV_REMOTE = "IMP_SPARK_REMOTE"  # sc://host:port of a running Spark Connect server: no JVM in this process
+ENV_DRIVER_MEMORY = "IMP_SPARK_DRIVER_MEMORY"  # the driver JVM's heap (a session, a spark-submit job, Connect server)
+DEFAULT_DRIVER_MEMORY = "4g"
 
 _SEMANTICS = {
     "spark.sql.ansi.enabled": "false",
@@ -62,7 +64,7 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
                # Delta rebuilds a pinned version's file list with a shuffle of this many partitions (default 50:
                # 50 tasks per time-travel read of a small table)
                .config("spark.databricks.delta.snapshotPartitions", str(settings.shuffle_partitions))
-               .config("spark.driver.memory", os.environ.get("IMP_SPARK_DRIVER_MEMORY", "4g"))
+               .config("spark.driver.memory", driver_memory())
                .config("spark.sql.warehouse.dir", str(settings.home / "spark-warehouse"))
                # PySpark 4 records the Python call site of every DataFrame call for error contexts: five extra
                # JVM round trips per call, 75% of the ~700 it takes to build a sketched query (0.1-0.2 s of a
@@ -95,6 +97,13 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
     storage.configure_spark(spark)
     apply_semantics(spark)
     return spark
+
+
+def driver_memory() -> str:
+    """The driver's heap (``IMP_SPARK_DRIVER_MEMORY``, default 4g): Spark's own default of 1g runs out on a capture of
+    10M rows. Under spark-submit it only takes effect as ``--driver-memory`` (the JVM is already running when the
+    job's session is built), so every place that starts a driver JVM passes this value."""
+    return os.environ.get(ENV_DRIVER_MEMORY) or DEFAULT_DRIVER_MEMORY
 
 
 def remote_url() -> str | None:

@@ -174,3 +174,24 @@ def test_cluster_deploy_mode_is_refused_in_one_line() -> None:
     assert str(info.value) == CLUSTER_MODE_REFUSED and "\n" not in CLUSTER_MODE_REFUSED
     with pytest.raises(ConfigError, match="--deploy-mode client"):
         require_client_mode(lambda key, default: "cluster")
+
+
+def test_jobs_get_the_configured_driver_heap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """spark-submit's driver JVM takes its heap only from ``--driver-memory`` (Spark's own default is 1g)."""
+    from imp_core.airflow.operators import ImpSparkSubmitOperator
+    from imp_core.jobs import SUBMIT_PATH
+    from imp_core.spark.session import DEFAULT_DRIVER_MEMORY
+
+    def command(**kwargs: str) -> list[str]:
+        op = ImpSparkSubmitOperator(task_id="t", application_args=["maintain", "--sketch", "x"], **kwargs)
+        op.launch_settings()
+        return op._get_hook()._build_spark_submit_command(SUBMIT_PATH)
+
+    def heap(cmd: list[str]) -> str:
+        return cmd[cmd.index("--driver-memory") + 1]
+
+    monkeypatch.delenv("IMP_SPARK_DRIVER_MEMORY", raising=False)
+    assert heap(command()) == DEFAULT_DRIVER_MEMORY
+    monkeypatch.setenv("IMP_SPARK_DRIVER_MEMORY", "3g")
+    assert heap(command()) == "3g"
+    assert heap(command(driver_memory="2g")) == "2g"

@@ -75,7 +75,8 @@ def _clone_at_start(service: SketchService, source: str, name: str, version: int
                                   record.partitions, record.safety, Strategy.EAGER,
                                   NewVersion(first.table_versions, first.bits, first.fragments, "capture",
                                              table_identities=first.table_identities,
-                                             state_options=first.state_options), states)
+                                             state_options=first.state_options,
+                                             fragment_rows=first.fragment_rows), states)
 
 
 def eager_vs_lazy(service: SketchService, quick: bool, runs: int) -> Experiment:

@@ -99,3 +99,26 @@ def test_deleting_rows_never_seen_after_the_boundary_is_a_state_error() -> None:
     with pytest.raises(StateError, match="never saw"):  # found when the rest log is compacted
         for g in range(100, 110):
             new.process(delta([(g, 50.0, 0, -1)]))
+
+
+def test_a_saved_rest_log_stays_a_log_with_its_compacted_length() -> None:
+    """Saving does not compact the rest (a sort of every row of a large input per save); the loaded operator knows
+    how much of the log is uncompacted, so it compacts when it would have without the save."""
+    new = op(True, False, None)
+    new.compact_min = 1000
+    new.process(delta([(i, float(i), 0, 1) for i in range(20)]))
+    compacted = new.rest.height
+    for g in range(3):  # ranked after the boundary: appended to the log, not compacted (below compact_min)
+        new.process(delta([(100 + g, 50.0, 0, 1), (3 + g, 50.0 + g, 0, 1)]))
+    assert new.rest.height == compacted + 6
+    meta, frames = new.state_frames()
+    assert frames["rest"].height == compacted + 6 and meta["rest_compacted"] == compacted
+    again = op(True, False, None)
+    again.load_state(new.state_to_bytes())
+    assert again.rest.height - again._rest_compacted == 6
+    assert again.canonical()["rows"].equals(new.canonical()["rows"])
+    del meta["rest_compacted"]  # a state saved compacted, before the length was recorded
+    older = op(True, False, None)
+    older.load_state(encode(new.kind, new.op_id, new.fingerprint, meta, frames))
+    assert older.rest.height == older._rest_compacted
+    assert bag(older.output_relation()) == bag(new.output_relation())

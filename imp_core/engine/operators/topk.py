@@ -105,15 +105,17 @@ class TopKOp(OutputStateOperator):
         return list(self.schema)
 
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
-        """Frames ``rows`` (indexed: the head), ``rest`` (indexed, when not empty; compacted first) and ``boundary``
-        (a cut buffer's, or the head's when the rest is not empty)."""
+        """Frames ``rows`` (indexed: the head), ``rest`` (indexed, when not empty) and ``boundary`` (a cut buffer's,
+        or the head's when the rest is not empty). The rest goes out as the log it is, with the length of its
+        compacted prefix: compacting it here would sort every row of a large input on every save, while the log's
+        own rule keeps it within a quarter of its compacted size."""
         frames = {"rows": self.rows}
         meta: dict[str, Any] = {"k": self.k, "buffer": self.buffer, "truncated": self.truncated}
         if self.indexed:
             meta["layout"] = LAYOUT
             if self.rest.height:
-                self._compact_rest()
                 frames["rest"] = self.rest
+                meta["rest_compacted"] = self._rest_compacted
         if self.boundary is not None:
             frames["boundary"] = self.boundary
         return meta, frames
@@ -144,7 +146,8 @@ class TopKOp(OutputStateOperator):
             self.rows = frames["rows"]
             self.boundary = frames.get("boundary")
             self.rest = rest if rest is not None else self.rows.clear()
-            self._rest_compacted = self.rest.height
+            compacted = meta.get("rest_compacted", self.rest.height)  # absent: saved compacted
+            self._rest_compacted = max(0, min(int(compacted), self.rest.height)) if isinstance(compacted, int) else 0
             if self.rest.height and self.boundary is None:
                 raise StateError(f"operator {self.op_id}: an indexed top-k state without its boundary; recapture")
             return

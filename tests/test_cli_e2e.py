@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -140,37 +139,39 @@ def test_running_example_end_to_end(imp_here: Imp, tmp_path: Path) -> None:
     assert_one_line_error(imp("sketch", "advise", "--sql", Q_TOP, "--table", "nosuch"), 2, "does not read it")
 
 
-def test_bad_input_leaves_catalog_unchanged(env: dict[str, str], tmp_path: Path) -> None:
-    cli = partial(imp, env)  # every command a process of its own
+def test_bad_input_leaves_catalog_unchanged(env: dict[str, str], imp_here: Imp, tmp_path: Path) -> None:
+    """In this process, but for two commands that run as processes of their own: a usage error (argparse's exit) and
+    a Spark error from a freshly started JVM (its start-up lines must not reach stderr)."""
+    cli = imp_here
     good = tmp_path / "good"
     write_deltalake(str(good), SALES, configuration={"delta.enableChangeDataFeed": "true"})
-    assert imp(env, "table", "register", "goods", str(good)).returncode == 0
+    assert cli("table", "register", "goods", str(good)).returncode == 0
     plain = tmp_path / "plain"
     write_deltalake(str(plain), pa.table({"id": [1]}))
     broken = tmp_path / "broken"  # a table whose data file was deleted behind Delta's back
     write_deltalake(str(broken), SALES, configuration={"delta.enableChangeDataFeed": "true"})
-    assert imp(env, "table", "register", "broken", str(broken)).returncode == 0
+    assert cli("table", "register", "broken", str(broken)).returncode == 0
     for data_file in broken.glob("*.parquet"):
         data_file.unlink()
     before = catalog_snapshot(cli)
 
-    assert_one_line_error(imp(env, "table", "register", "t1", str(tmp_path / "missing")), 4, "is not a Delta table")
-    assert_one_line_error(imp(env, "table", "register", "t2", str(plain)), 4, "Change Data Feed")
-    assert_one_line_error(imp(env, "sketch", "create", "s1", "--sql", "SELEC brand FROM goods", "--on",
+    assert_one_line_error(cli("table", "register", "t1", str(tmp_path / "missing")), 4, "is not a Delta table")
+    assert_one_line_error(cli("table", "register", "t2", str(plain)), 4, "Change Data Feed")
+    assert_one_line_error(cli("sketch", "create", "s1", "--sql", "SELEC brand FROM goods", "--on",
                               "goods.price", "--fragments", "4"), 3)
-    assert_one_line_error(imp(env, "sketch", "create", "s2", "--sql", "SELECT nope FROM goods", "--on",
+    assert_one_line_error(cli("sketch", "create", "s2", "--sql", "SELECT nope FROM goods", "--on",
                               "goods.price", "--fragments", "4"), 3, "nope")
-    assert_one_line_error(imp(env, "sketch", "create", "s3", "--sql", Q_TOP.replace("sales", "goods"), "--on",
+    assert_one_line_error(cli("sketch", "create", "s3", "--sql", Q_TOP.replace("sales", "goods"), "--on",
                               "goods.nope", "--fragments", "4"), 3, "column nope does not exist")
     assert_one_line_error(imp(env, "sketch", "create", "s4", "--sql", "SELECT * FROM goods", "--on",
                               "goods.price", "--fragments", "-3"), 2, "--fragments")
-    assert_one_line_error(imp(env, "sketch", "show", "ghost"), 7, "ghost")
-    assert_one_line_error(imp(env, "sketch", "maintain", "top", "--batch-size", "x"), 2, "--batch-size")
-    assert_one_line_error(imp(env, "sketch", "repartition"), 2, "--all")
-    assert_one_line_error(imp(env, "table", "layout", "--off"), 2, "switch one table")
-    assert_one_line_error(imp(env, "table", "layout", "ghost", "--off"), 7, "ghost")
-    assert_one_line_error(imp(env, "sketch", "repartition", "ghost", "--apply"), 7, "ghost")
-    assert_one_line_error(imp(env, "sketch", "repartition", "ghost", "--factor", "0.5"), 2, "above 1")
+    assert_one_line_error(cli("sketch", "show", "ghost"), 7, "ghost")
+    assert_one_line_error(cli("sketch", "maintain", "top", "--batch-size", "x"), 2, "--batch-size")
+    assert_one_line_error(cli("sketch", "repartition"), 2, "--all")
+    assert_one_line_error(cli("table", "layout", "--off"), 2, "switch one table")
+    assert_one_line_error(cli("table", "layout", "ghost", "--off"), 7, "ghost")
+    assert_one_line_error(cli("sketch", "repartition", "ghost", "--apply"), 7, "ghost")
+    assert_one_line_error(cli("sketch", "repartition", "ghost", "--factor", "0.5"), 2, "above 1")
     missing = imp(env, "query", "SELECT brand FROM broken", "--no-sketch")  # Spark started: its progress lines first
     last = missing.stderr.strip().splitlines()[-1]
     assert missing.returncode == 4 and last.startswith("imp: error: a data file of a table is missing"), missing.stderr

@@ -51,7 +51,8 @@ def check(service, name: str, table: str) -> None:  # noqa: ANN001
 def test_tables_written_by_delta_spark(service, spark, root: str) -> None:  # noqa: ANN001
     """Deletion vectors, column mapping by name (the partition column was renamed before registration), MERGE,
     UPDATE, DELETE, OPTIMIZE ZORDER, an added column and a checkpoint (more than 10 commits), one after another on
-    one table; then a rename after registration, which is refused in one line."""
+    one table; then a rename after registration, which is refused in one line. Locally each commit is checked on
+    its own; on S3 (the same reader code over another file system) all of them in one lazy step."""
     kind = "s3" if root.startswith("s3") else "local"
     table, uri = f"mx_spark_{kind}", f"{root}/spark_t"
     target = f"delta.`{uri_for_spark(uri)}`"
@@ -81,7 +82,8 @@ def test_tables_written_by_delta_spark(service, spark, root: str) -> None:  # no
     }
     for cell, statement in cells.items():
         spark.sql(statement)
-        check(service, name, table)
+        if kind == "local":  # every kind of commit on its own; on S3, the same commits read together below
+            check(service, name, table)
         assert service.source(table).current_version() >= 2, cell
 
     # a checkpoint: more than 10 commits (delta-spark checkpoints every 10), maintained in one lazy step; inserts

@@ -180,8 +180,10 @@ def test_round_trip_then_identical_behaviour(name: str, size: str) -> None:
     if isinstance(op, Merge) and not data.height:
         follow = follow.filter(pl.col(MULT) > 0)
     assert same_output(feed(op, follow), feed(other, follow))
-    assert_same(op, other)
-    if size != "huge":  # the state reached after loading round-trips again
+    # the states after the changes, and a second round trip (huge: the outputs above only; sorting both states
+    # for the comparison costs another ~7 s there)
+    if size != "huge":
+        assert_same(op, other)
         third = fresh_like(name, op)
         third.load_state(other.state_to_bytes())
         assert_same(op, third)

@@ -144,7 +144,9 @@ def consolidate(df: pl.DataFrame) -> pl.DataFrame:
     if df.height <= 1:
         return df.filter(pl.col(MULT) != 0) if df.height else df
     keys = [c for c in df.columns if c != MULT]
-    if df.height <= SMALL_BATCH and _distinct_rows(df, keys):  # nothing to net but zeros
+    # nothing to net but zeros when no two rows agree: small batches decide it in NumPy, large ones by distinct row
+    # hashes (polars' parallel hash count: ~5 ms on 100K rows against ~19 ms for the group-by)
+    if _distinct_rows(df, keys) if df.height <= SMALL_BATCH else df.select(keys).hash_rows().n_unique() == df.height:
         m = df.get_column(MULT).to_numpy()
         return df.filter(pl.Series(m != 0)) if (m == 0).any() else df
     return (df.lazy().group_by(keys, maintain_order=True).agg(pl.col(MULT).sum())

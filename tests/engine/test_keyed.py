@@ -17,7 +17,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from imp_core.engine.annotation import consolidate
+from imp_core.engine.annotation import SMALL_BATCH, consolidate
 from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, SortedMap, lists_by_slot
 from imp_core.engine.operators import small_batch
 from imp_core.engine.operators.aggregation import Aggregation
@@ -319,3 +319,19 @@ def test_lists_by_slot_gives_each_slot_its_sorted_values(rows: int) -> None:
     for s_, v_ in zip(slots.tolist(), values.tolist()):
         model.setdefault(s_, []).append(v_)
     assert got == [sorted(model.get(w, [])) for w in wanted.tolist()]
+
+
+def test_netting_a_batch_above_the_numpy_size() -> None:
+    """Above SMALL_BATCH rows the distinct-rows check is a count of row hashes: distinct rows come back as they are
+    (zeros dropped), duplicates, cancelling pairs and NaN copies still go through the group-by."""
+    n = SMALL_BATCH + 5
+    rows = pl.DataFrame({"k": np.arange(n), "x": np.full(n, 0.5), MULT: np.ones(n, dtype=np.int64)})
+    assert consolidate(rows) is rows
+    assert consolidate(rows.with_columns(pl.Series(MULT, [0] * 3 + [1] * (n - 3)))).height == n - 3
+    twice = pl.concat([rows, rows.head(4).with_columns(pl.lit(-1, dtype=pl.Int64).alias(MULT)),
+                       rows.tail(2).with_columns(pl.lit(1, dtype=pl.Int64).alias(MULT))])
+    got = consolidate(twice)
+    assert got.height == n - 4 and got.get_column(MULT).sum() == n - 4 + 2
+    assert got.filter(pl.col("k") >= n - 2).get_column(MULT).to_list() == [2, 2]
+    nan = consolidate(rows.with_columns(pl.lit(float("nan")).alias("x"), (pl.col("k") % 2).alias("k")))
+    assert nan.height == 2 and nan.get_column(MULT).sum() == n  # NaN copies are one row, as in a group-by

@@ -69,7 +69,7 @@ def _clone_at_start(service: SketchService, source: str, name: str, version: int
     _drop_sketch(service, name)
     record = service.catalog.get_sketch(source)
     first = service.catalog.get_version(record.id, version)
-    states = [StateBlob(b.operator_id, b.format, b.format_version, b.payload)
+    states = [StateBlob(b.operator_id, b.format, b.format_version, b.payload, chunks=b.chunks)
               for b in service.catalog.load_states(record.id, version).values()]
     service.catalog.create_sketch(name, record.sql, record.dialect, record.template_key, record.plan_json,
                                   record.partitions, record.safety, Strategy.EAGER,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import getpass
 import socket
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -121,6 +121,10 @@ class StateBlob:
     ``checksum``, when given, is the sha256 hex of ``payload`` and is checked before writing. The catalog stores a
     keyed checksum instead (:mod:`imp_core.security.integrity`); a blob read back has been verified against it and
     carries the sha256 of its payload.
+
+    ``chunks`` are the state chunks the payload names (format version 2), by digest, each with a function giving its
+    bytes: called only when the catalog does not hold that chunk for the sketch yet, so a chunk kept from version to
+    version is written once. A blob read back carries functions that read its chunks from the catalog.
     """
 
     operator_id: str
@@ -128,6 +132,7 @@ class StateBlob:
     format_version: int
     payload: bytes
     checksum: str | None = None
+    chunks: Mapping[str, Callable[[], bytes]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,7 @@ class SketchStore(CatalogConnection):
             if sketch_id is None:
                 raise self._sketch_not_found(conn, name)
             conn.execute(sa.text("DELETE FROM operator_state WHERE sketch_id = :s"), {"s": sketch_id})
+            conn.execute(sa.text("DELETE FROM state_chunk WHERE sketch_id = :s"), {"s": sketch_id})
 
     def mark_unusable(self, sketch_id: int, reason: str) -> bool:
         """Mark a sketch unusable: queries run without it, maintenance refuses it, until it is dropped.

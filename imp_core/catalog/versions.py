@@ -6,7 +6,8 @@ Part of :class:`imp_core.catalog.store.Catalog`; see docs/ARCHITECTURE.md, "Stat
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,7 +20,7 @@ from imp_core.security import integrity
 
 
 class VersionStore(CatalogConnection):
-    """The ``sketch_version`` and ``operator_state`` tables."""
+    """The ``sketch_version``, ``operator_state`` and ``state_chunk`` tables."""
 
     def latest_version(self, sketch_id: int) -> VersionRecord:
         """The latest committed version of a sketch.
@@ -90,8 +91,9 @@ class VersionStore(CatalogConnection):
     ) -> VersionRecord:
         """Commit version ``expected_previous + 1`` of a sketch with its operator state, then apply retention.
 
-        One transaction: the version row, its state, and deleting operator state of versions older than the latest
-        ``retention`` (their version rows stay). Serialized per sketch by a row lock on the sketch, so the check
+        One transaction: the version row, its state (chunks the catalog does not hold yet included), and deleting
+        operator state of versions older than the latest ``retention`` (their version rows stay) with the chunks no
+        state references any more. Serialized per sketch by a row lock on the sketch, so the check
         "nobody committed since ``expected_previous``" and the insert cannot interleave with another committer.
 
         Args:
@@ -148,6 +150,7 @@ class VersionStore(CatalogConnection):
             faults.point("in_commit")
             conn.execute(sa.text("DELETE FROM operator_state WHERE sketch_id = :s AND version <= :v"),
                          {"s": sketch_id, "v": version - retention})
+            release_chunks(conn, sketch_id)
             return record
 
     # -- operator state
@@ -156,14 +159,15 @@ class VersionStore(CatalogConnection):
         """Operator state of a sketch version, by operator id, each verified against its checksum.
 
         Returns:
-            Possibly empty (stateless plan, or state removed by retention; see :meth:`has_states`).
+            Possibly empty (stateless plan, or state removed by retention; see :meth:`has_states`). The chunks a blob
+            names are read when asked for (:meth:`load_chunk`).
 
         Raises:
             StateError: A payload does not match its checksum.
         """
         with self._transaction(f"load operator state of sketch {sketch_id} version {version}") as conn:
             rows = conn.execute(
-                sa.text("SELECT operator_id, format, format_version, payload, checksum FROM operator_state "
+                sa.text("SELECT operator_id, format, format_version, payload, checksum, chunks FROM operator_state "
                         "WHERE sketch_id = :s AND version = :v ORDER BY operator_id"),
                 {"s": sketch_id, "v": version},
             ).all()
@@ -178,8 +182,26 @@ class VersionStore(CatalogConnection):
                         f"key); run `imp sketch recapture {name}`"
                     )
                 out[row.operator_id] = StateBlob(row.operator_id, row.format, row.format_version, payload,
-                                                 checksum(payload))
+                                                 checksum(payload),
+                                                 {d: partial(self.load_chunk, sketch_id, d) for d in row.chunks})
             return out
+
+    def load_chunk(self, sketch_id: int, digest: str) -> bytes:
+        """The bytes of a state chunk of a sketch (the caller checks them against ``digest``, which it took from a
+        sealed blob).
+
+        Raises:
+            StateError: The catalog holds no such chunk for the sketch.
+        """
+        with self._transaction(f"load state chunk {digest[:12]} of sketch {sketch_id}") as conn:
+            payload = conn.execute(sa.text("SELECT payload FROM state_chunk WHERE sketch_id = :s AND digest = :d"),
+                                   {"s": sketch_id, "d": digest}).scalar()
+            if payload is None:
+                name = self._sketch_name(conn, sketch_id) or f"#{sketch_id}"
+                raise StateError(f"sketch {name}: its operator state names the state chunk {digest[:12]}, which the "
+                                 f"catalog no longer holds (the state was dropped, or the row deleted by hand); "
+                                 f"recapture the sketch (`imp sketch recapture {name}`)")
+            return bytes(payload)
 
     def has_states(self, sketch_id: int, version: int) -> bool:
         """Whether any operator state is stored for this sketch version."""
@@ -219,12 +241,39 @@ def insert_version(
                          if new.fragment_rows is not None else None)},
     ).mappings().one()
     if blobs:
+        store_chunks(conn, sketch_id, {d: f for b in blobs for d, f in b["data"].items()})
         conn.execute(
             sa.text("INSERT INTO operator_state (sketch_id, version, operator_id, format, format_version, "
-                    "payload, checksum, size_bytes) VALUES (:s, :v, :op, :fmt, :fv, :payload, :sum, :size)"),
-            [{"s": sketch_id, "v": version, **b} for b in blobs],
+                    "payload, checksum, size_bytes, chunks) VALUES (:s, :v, :op, :fmt, :fv, :payload, :sum, :size, "
+                    ":chunks)"),
+            [{"s": sketch_id, "v": version, **{k: v for k, v in b.items() if k != "data"}} for b in blobs],
         )
     return version_record(row)
+
+
+def store_chunks(conn: sa.Connection, sketch_id: int, chunks: Mapping[str, Callable[[], bytes]]) -> None:
+    """Insert the chunks the catalog does not hold for the sketch yet (their bytes are asked for only then).
+
+    Raises:
+        StateError: A chunk's bytes do not match its digest.
+    """
+    if not chunks:
+        return
+    held = set(conn.execute(sa.text("SELECT digest FROM state_chunk WHERE sketch_id = :s AND digest = ANY(:d)"),
+                            {"s": sketch_id, "d": sorted(chunks)}).scalars())
+    for digest in sorted(set(chunks) - held):
+        payload = bytes(chunks[digest]())
+        if checksum(payload) != digest:
+            raise StateError(f"state chunk {digest[:12]} of sketch {sketch_id} does not match its digest; it was "
+                             f"changed after it was produced")
+        conn.execute(sa.text("INSERT INTO state_chunk (sketch_id, digest, payload, size_bytes) "
+                             "VALUES (:s, :d, :p, :n)"), {"s": sketch_id, "d": digest, "p": payload, "n": len(payload)})
+
+
+def release_chunks(conn: sa.Connection, sketch_id: int) -> None:
+    """Delete the sketch's chunks no operator state references any more (after state was deleted)."""
+    conn.execute(sa.text("DELETE FROM state_chunk c WHERE c.sketch_id = :s AND NOT EXISTS (SELECT 1 FROM "
+                         "operator_state o WHERE o.sketch_id = :s AND c.digest = ANY(o.chunks))"), {"s": sketch_id})
 
 
 def checksum(payload: bytes) -> str:
@@ -265,8 +314,9 @@ def prepared_states(states: Sequence[StateBlob], sketch: str, version: int,
             raise StateError(f"operator state {blob.operator_id!r} of sketch {sketch!r} version {version} does not "
                              f"match the checksum it came with; it was changed after it was produced")
         out.append({"op": blob.operator_id, "fmt": blob.format, "fv": blob.format_version, "payload": payload,
-                    "sum": _seal(key, sketch, version, blob.operator_id, payload), "size": len(payload)})
+                    "sum": _seal(key, sketch, version, blob.operator_id, payload), "size": len(payload),
+                    "chunks": sorted(blob.chunks), "data": dict(blob.chunks)})
     return out
 
 
-__all__ = ["VersionStore", "checksum", "insert_version", "prepared_states"]
+__all__ = ["VersionStore", "checksum", "insert_version", "prepared_states", "release_chunks", "store_chunks"]

@@ -36,6 +36,7 @@ from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.operators.union import UnionOp
 from imp_core.engine.order_dependence import OrderDependence
 from imp_core.engine.schema import COUNT, MULT
+from imp_core.engine.state import Chunk, Fetch
 from imp_core.errors import StateError
 from imp_core.plan.nodes import Plan, Scan, explain
 from imp_core.sketch.partition import PartitionSet
@@ -134,13 +135,19 @@ class Pipeline:
     # -- state ---------------------------------------------------------------------------------------------------
 
     def state_blobs(self) -> dict[str, bytes]:
+        """Every operator's state as a self-contained blob, by operator id."""
         return {op.op_id: op.state_to_bytes() for op in self.stateful()}
 
-    def load_state_blobs(self, blobs: dict[str, bytes]) -> None:
+    def saved_states(self) -> dict[str, tuple[bytes, dict[str, Chunk]]]:
+        """Every operator's state as the catalog stores it (blob and the chunks it names), by operator id."""
+        return {op.op_id: op.saved_state() for op in self.stateful()}
+
+    def load_state_blobs(self, blobs: dict[str, bytes], fetch: Fetch | None = None) -> None:
+        """Load every operator's blob; ``fetch`` reads the chunks they name (the catalog's, when they came from it)."""
         for op in self.stateful():
             if op.op_id not in blobs:
                 raise StateError(f"operator state for {op.op_id} is missing; recapture the sketch")
-            op.load_state(blobs[op.op_id])
+            op.load_state(blobs[op.op_id], fetch)
 
     def repartitioned(self, partitions: PartitionSet, mapping: np.ndarray) -> Pipeline:
         """The same operators under ``partitions``, holding this pipeline's state with every fragment id ``i``

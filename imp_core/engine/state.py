@@ -3,7 +3,13 @@
 A blob is ``b"IMPS" | u16 format version | u32 header length | header (JSON) | frames``, each frame a polars
 DataFrame as an Arrow IPC stream with a u64 length prefix. The header names the operator kind and id, the frames,
 the plan fingerprint, operator metadata and the SHA-256 of the frames. Operator ids (``<kind>@<node path>``) and frame
-names are part of the format. See docs/ARCHITECTURE.md, "State and versions".
+names are part of the format.
+
+Format version 2 adds **external frames**: a large frame an operator keeps unchanged across versions (a
+:class:`Chunk`, the top-k's compacted rest) can be stored once, outside the blob, and named in the header by the
+SHA-256 of its Arrow IPC stream (``"external": {name: digest}``). The header is covered by the blob's sealed checksum,
+so a chunk fetched by its digest is as trustworthy as the blob. A blob without external frames is written as version
+1, which earlier imp versions read. See docs/ARCHITECTURE.md, "State and versions".
 """
 
 from __future__ import annotations
@@ -12,8 +18,9 @@ import hashlib
 import io
 import json
 import struct
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 import polars as pl
 import pyarrow as pa
@@ -23,7 +30,96 @@ from imp_core.errors import StateError
 _WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 MAGIC = b"IMPS"
 FORMAT = "imp-arrow-ipc"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # blobs whose frames are all inline
+EXTERNAL_VERSION = 2  # blobs naming external frames (chunks) by digest
+EXTERNAL_FROM = 8 << 20  # a chunk frame of at least this many bytes in memory is stored outside the blob
+
+Fetch = Callable[[str], bytes]  # a chunk's stored bytes by digest (the catalog's); raises StateError when gone
+
+
+class Chunk:
+    """A frame that may be stored outside its operator's blob, named by the SHA-256 of its Arrow IPC encoding, so
+    a version that keeps it unchanged references the stored copy instead of writing it again.
+
+    Built from a frame (:meth:`of`: encoded on first need, once) or from a stored digest (:meth:`stored`: fetched,
+    verified and decoded on first use of :meth:`frame`, so an operator that does not touch it never reads it). An
+    operator holds on to its chunk for as long as the frame is unchanged; that is what makes the encoding and the
+    write happen once.
+    """
+
+    def __init__(self, frame: pl.DataFrame | None, digest: str | None = None, fetch: Fetch | None = None,
+                 where: str = "operator state") -> None:
+        self._frame = frame
+        self._digest = digest
+        self._data: bytes | None = None
+        self._fetch = fetch
+        self._where = where
+        self._check: Callable[[pl.DataFrame], pl.DataFrame] | None = None
+
+    @classmethod
+    def of(cls, frame: pl.DataFrame) -> Chunk:
+        return cls(frame)
+
+    @classmethod
+    def stored(cls, digest: str, fetch: Fetch | None, where: str) -> Chunk:
+        return cls(None, digest, fetch, where)
+
+    @property
+    def loaded(self) -> bool:
+        return self._frame is not None
+
+    def checked(self, check: Callable[[pl.DataFrame], pl.DataFrame]) -> Chunk:
+        """This chunk with ``check`` (which raises ``StateError`` on a frame of the wrong shape) applied to its frame,
+        now if it is loaded, else when it is."""
+        if self._frame is not None:
+            self._frame = check(self._frame)
+        else:
+            self._check = check
+        return self
+
+    def frame(self) -> pl.DataFrame:
+        if self._frame is None:
+            if self._fetch is None or self._digest is None:
+                raise StateError(f"{self._where}: state refers to a stored frame, and it was loaded without the "
+                                 f"catalog; load it through the catalog or recapture the sketch")
+            data = self._fetch(self._digest)
+            if hashlib.sha256(data).hexdigest() != self._digest:
+                raise StateError(f"{self._where}: stored state frame {self._digest[:12]} is corrupt (checksum "
+                                 f"mismatch); recapture the sketch")
+            frame = _read_frame(memoryview(data), self._where)
+            self._frame = self._check(frame) if self._check is not None else frame
+            self._data = data
+        return self._frame
+
+    def data(self) -> bytes:
+        """The frame's Arrow IPC stream (what is stored and hashed)."""
+        if self._data is None:
+            if self._frame is None:
+                raise StateError(f"{self._where}: stored state frame {self._digest} was never loaded")
+            self._data = _frame_bytes(self._frame)
+        return self._data
+
+    @property
+    def digest(self) -> str:
+        if self._digest is None:
+            self._digest = hashlib.sha256(self.data()).hexdigest()
+        return self._digest
+
+    def size_bytes(self) -> int:
+        """Memory held: the frame's estimated size when loaded, else its stored bytes (0 when not fetched)."""
+        if self._frame is not None:
+            return int(self._frame.estimated_size())
+        return len(self._data) if self._data is not None else 0
+
+    def external(self, threshold: int | None) -> bool:
+        """Whether this chunk is stored outside the blob: one that was (not loaded), or a frame of at least
+        ``threshold`` bytes (None: never, every frame inline)."""
+        if threshold is None:
+            return False
+        return self._frame is None or self._frame.estimated_size() >= threshold
+
+
+Frame = Union[pl.DataFrame, Chunk]
 
 
 @dataclass(frozen=True)
@@ -35,31 +131,56 @@ class StatePayload:
     op_id: str
     fingerprint: str
     meta: dict[str, Any]
-    frames: dict[str, pl.DataFrame]
+    frames: dict[str, Frame]
 
 
-def encode(kind: str, op_id: str, fingerprint: str, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> bytes:
+def encode(kind: str, op_id: str, fingerprint: str, meta: dict[str, Any], frames: Mapping[str, Frame]) -> bytes:
+    """A self-contained blob: every frame inline, chunks too."""
+    return encode_parts(kind, op_id, fingerprint, meta, frames, external_from=None)[0]
+
+
+def encode_parts(kind: str, op_id: str, fingerprint: str, meta: dict[str, Any], frames: Mapping[str, Frame],
+                 *, external_from: int | None) -> tuple[bytes, dict[str, Chunk]]:
+    """The blob and the chunks it names by digest: chunks of at least ``external_from`` bytes, or never loaded."""
     body = io.BytesIO()
     names = []
+    external: dict[str, str] = {}
+    chunks: dict[str, Chunk] = {}
     for name, df in frames.items():
-        sink = io.BytesIO()
-        table = df.to_arrow()
-        # zstd inside the IPC stream (self-describing: readers need no option); counters and ids compress well
-        with pa.ipc.new_stream(sink, table.schema, options=_WRITE_OPTIONS) as writer:
-            writer.write_table(table)
-        data = sink.getvalue()
+        if isinstance(df, Chunk) and df.external(external_from):
+            external[name] = df.digest
+            chunks[df.digest] = df
+            continue
+        data = df.data() if isinstance(df, Chunk) else _frame_bytes(df)
         body.write(struct.pack("<Q", len(data)))
         body.write(data)
         names.append(name)
     raw = body.getvalue()
-    header = json.dumps({"format": FORMAT, "kind": kind, "op_id": op_id, "fingerprint": fingerprint,
-                         "frames": names, "meta": meta, "sha256": hashlib.sha256(raw).hexdigest()},
-                        sort_keys=True, default=str).encode()
-    return MAGIC + struct.pack("<HI", FORMAT_VERSION, len(header)) + header + raw
+    fields: dict[str, Any] = {"format": FORMAT, "kind": kind, "op_id": op_id, "fingerprint": fingerprint,
+                              "frames": names, "meta": meta, "sha256": hashlib.sha256(raw).hexdigest()}
+    if external:
+        fields["external"] = external
+    header = json.dumps(fields, sort_keys=True, default=str).encode()
+    version = EXTERNAL_VERSION if external else FORMAT_VERSION
+    return MAGIC + struct.pack("<HI", version, len(header)) + header + raw, chunks
+
+
+def _frame_bytes(df: pl.DataFrame) -> bytes:
+    sink = io.BytesIO()
+    table = df.to_arrow()
+    # zstd inside the IPC stream (self-describing: readers need no option); counters and ids compress well
+    with pa.ipc.new_stream(sink, table.schema, options=_WRITE_OPTIONS) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
 
 
 def decode(blob: bytes, *, kind: str | None = None, op_id: str | None = None,
-           fingerprint: str | None = None) -> StatePayload:
+           fingerprint: str | None = None, fetch: Fetch | None = None) -> StatePayload:
+    """The payload of a blob, checked against its checksum and, when given, the operator it must belong to.
+
+    External frames come back as :class:`Chunk` s fetched with ``fetch`` on first use (without it, using one is a
+    ``StateError``).
+    """
     where = f"operator {op_id}" if op_id else "operator state"
     header, raw = _read_header(blob, where)
     if kind is not None and header.get("kind") != kind:
@@ -69,7 +190,9 @@ def decode(blob: bytes, *, kind: str | None = None, op_id: str | None = None,
         raise StateError(f"{where}: state belongs to operator {header.get('op_id')}; recapture the sketch")
     if fingerprint is not None and header.get("fingerprint") != fingerprint:
         raise StateError(f"{where}: state was built for a different plan; recapture the sketch")
-    frames = _read_frames(header["frames"], raw, where)
+    frames: dict[str, Frame] = dict(_read_frames(header["frames"], raw, where))
+    for name, digest in header.get("external", {}).items():
+        frames[name] = Chunk.stored(digest, fetch, where)
     if not all(isinstance(header.get(k), str) for k in ("kind", "op_id", "fingerprint")):
         raise StateError(f"{where}: state header is malformed (kind, op_id or fingerprint missing); recapture the "
                          f"sketch")
@@ -84,21 +207,39 @@ def _read_header(blob: bytes, where: str) -> tuple[dict[str, Any], memoryview]:
     version, hlen = struct.unpack("<HI", blob[4:10])
     if 10 + hlen > len(blob):
         raise StateError(f"{where}: state header runs past the end of the blob; recapture the sketch")
-    if version != FORMAT_VERSION:
+    if version not in (FORMAT_VERSION, EXTERNAL_VERSION):
         raise StateError(f"{where}: state format version {version} is not supported by this imp version "
-                         f"(expects {FORMAT_VERSION}); recapture the sketch")
+                         f"(reads {FORMAT_VERSION} and {EXTERNAL_VERSION}); recapture the sketch")
     try:
         header = json.loads(blob[10:10 + hlen].decode())
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise StateError(f"{where}: state header is corrupt; recapture the sketch") from e
     # a header that parses can still be damaged (a flipped bit turns the key "frames" into "grames")
     if not (isinstance(header, dict) and header.get("format") == FORMAT and isinstance(header.get("frames"), list)
-            and all(isinstance(n, str) for n in header["frames"]) and isinstance(header.get("meta", {}), dict)):
+            and all(isinstance(n, str) for n in header["frames"]) and isinstance(header.get("meta", {}), dict)
+            and _valid_external(header.get("external", {}), version, header["frames"])):
         raise StateError(f"{where}: state header is malformed; recapture the sketch")
     raw = memoryview(blob)[10 + hlen:]  # no copy of a state of many MB
     if hashlib.sha256(raw).hexdigest() != header.get("sha256"):
         raise StateError(f"{where}: state payload is corrupt (checksum mismatch); recapture the sketch")
     return header, raw
+
+
+def _valid_external(external: Any, version: int, inline: list[str]) -> bool:
+    """Whether a header's external frames are well formed: a map of new frame names to SHA-256 digests, present
+    exactly in format version 2."""
+    if not isinstance(external, dict) or bool(external) != (version == EXTERNAL_VERSION):
+        return False
+    return all(isinstance(d, str) and len(d) == 64 and all(c in "0123456789abcdef" for c in d) and n not in inline
+               for n, d in external.items())
+
+
+def _read_frame(data: memoryview, where: str) -> pl.DataFrame:
+    try:
+        reader = pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(data)))
+        return pl.from_arrow(reader.read_all(), rechunk=False)  # type: ignore[return-value]
+    except (ValueError, TypeError, OverflowError, MemoryError, pa.ArrowException, pl.exceptions.PolarsError) as e:
+        raise StateError(f"{where}: a stored state frame does not decode; recapture the sketch") from e
 
 
 def _read_frames(names: list[str], raw: memoryview, where: str) -> dict[str, pl.DataFrame]:
@@ -122,11 +263,11 @@ def _read_frames(names: list[str], raw: memoryview, where: str) -> dict[str, pl.
     return frames
 
 
-def check_frames(frames: dict[str, pl.DataFrame], expected: dict[str, pl.DataFrame],
-                 where: str) -> dict[str, pl.DataFrame]:
+def check_frames(frames: Mapping[str, Frame], expected: Mapping[str, Frame], where: str) -> dict[str, Frame]:
     """``frames`` checked against the frames of an operator's empty state: same names, columns and (castable) types.
 
     Frames the operator keeps without a fixed schema (no columns when empty) are passed through; extra frames too.
+    A chunk not loaded yet is checked when it is.
 
     Raises:
         StateError: A frame is missing, has other columns, or values that do not fit the expected types.
@@ -135,16 +276,29 @@ def check_frames(frames: dict[str, pl.DataFrame], expected: dict[str, pl.DataFra
     for name, empty in expected.items():
         if name not in frames:
             raise StateError(f"{where}: saved state lacks the frame {name!r}; recapture the sketch")
-        if empty.width == 0:
+        shape = empty.frame() if isinstance(empty, Chunk) else empty
+        if shape.width == 0:
             continue
         got = frames[name]
-        if got.columns != empty.columns:
-            raise StateError(f"{where}: saved frame {name!r} has columns {got.columns}, expected {empty.columns}; "
-                             f"recapture the sketch")
-        if got.schema != empty.schema:
-            try:
-                out[name] = got.cast(dict(empty.schema), strict=True)
-            except (pl.exceptions.PolarsError, TypeError, ValueError) as e:
-                raise StateError(f"{where}: saved frame {name!r} has values of the wrong type; recapture the "
-                                 f"sketch") from e
+        if isinstance(got, Chunk):
+            out[name] = got.checked(lambda df, n=name, s=shape: conform(df, s, n, where))
+        else:
+            out[name] = conform(got, shape, name, where)
     return out
+
+
+def conform(got: pl.DataFrame, shape: pl.DataFrame, name: str, where: str) -> pl.DataFrame:
+    """Saved frame ``name`` with the columns and types of ``shape``.
+
+    Raises:
+        StateError: Other columns, or values that do not fit the types.
+    """
+    if got.columns != shape.columns:
+        raise StateError(f"{where}: saved frame {name!r} has columns {got.columns}, expected {shape.columns}; "
+                         f"recapture the sketch")
+    if got.schema == shape.schema:
+        return got
+    try:
+        return got.cast(dict(shape.schema), strict=True)
+    except (pl.exceptions.PolarsError, TypeError, ValueError) as e:
+        raise StateError(f"{where}: saved frame {name!r} has values of the wrong type; recapture the sketch") from e

@@ -138,7 +138,9 @@ def load_state(parts: Parts, loaded: LoadedSketch, latest: VersionRecord) -> Pip
         raise StateError(f"sketch {loaded.name} version {latest.version} has no operator state (removed by "
                          f"retention?)")
     blobs = catalog.load_states(loaded.record.id, latest.version)
-    built.load_state_blobs({k: b.payload for k, b in blobs.items()})
+    sketch_id = loaded.record.id
+    built.load_state_blobs({k: b.payload for k, b in blobs.items()},
+                           fetch=lambda digest: catalog.load_chunk(sketch_id, digest))
     if built.sketch() != Sketch({t: tuple(f) for t, f in latest.fragments.items()}).to_global(loaded.partitions):
         raise StateError(f"sketch {loaded.name} version {latest.version}: the saved merge state does not match the "
                          f"saved sketch")

@@ -15,7 +15,7 @@ from typing import Any
 from imp_core import faults
 from imp_core.catalog import Catalog, NewVersion, StateBlob, VersionRecord
 from imp_core.engine.pipeline import Pipeline
-from imp_core.engine.state import FORMAT, FORMAT_VERSION
+from imp_core.engine.state import EXTERNAL_VERSION, FORMAT, FORMAT_VERSION
 from imp_core.errors import first_line
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
@@ -105,7 +105,9 @@ def new_version(pipeline: Pipeline, partitions: PartitionSet, run: Run, *, metho
                      table_identities={t: dict(i) for t, i in identities.items()},
                      state_options=dict(options), partitions=partitions.to_json(),
                      fragment_rows=None if fragment_rows is None else {t: list(c) for t, c in fragment_rows.items()})
-    blobs = [StateBlob(op_id, FORMAT, FORMAT_VERSION, blob) for op_id, blob in pipeline.state_blobs().items()]
+    blobs = [StateBlob(op_id, FORMAT, EXTERNAL_VERSION if chunks else FORMAT_VERSION, blob,
+                       chunks={d: c.data for d, c in chunks.items()})
+             for op_id, (blob, chunks) in pipeline.saved_states().items()]
     return new, blobs
 
 

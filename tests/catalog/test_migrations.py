@@ -16,7 +16,7 @@ from imp_core.errors import CatalogError
 pytestmark = pytest.mark.postgres
 
 TABLES = {"source_table", "table_observation", "sketch", "sketch_version", "operator_state", "maintenance_run",
-          "table_identity"}
+          "table_identity", "state_chunk"}
 
 
 def _schema(url: str) -> tuple[set[str], set[str], set[str], str | None]:
@@ -39,7 +39,8 @@ def test_empty_database_is_migrated_to_head_on_connect(settings: Settings, empty
     tables, views, triggers, revision = _schema(empty_db_url)
     assert tables == TABLES | {VERSION_TABLE}
     assert views == {"sketch_catalog"}
-    assert {"sketch_version_immutable", "sketch_version_in_order", "operator_state_immutable"} <= triggers
+    assert {"sketch_version_immutable", "sketch_version_in_order", "operator_state_immutable",
+            "state_chunk_immutable"} <= triggers
     assert revision == head_revision()
 
 

@@ -1,7 +1,9 @@
-"""Sketch versions: gap-free numbering, immutability enforced by the database, races, retention, checksums."""
+"""Sketch versions: gap-free numbering, immutability enforced by the database, races, retention, checksums, state
+chunks stored once and released with the last state naming them."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable
 
@@ -221,3 +223,54 @@ def test_unknown_versions_and_sketch_ids(catalog: Catalog, make_sketch: MakeSket
         catalog.latest_version(999)
     with pytest.raises(NotFoundError, match="no sketch has id 999"):
         catalog.commit_version(999, 1, version({"orders": 2}), [], 5)
+
+
+def _chunked(operator_id: str, payload: bytes, *chunks: bytes, calls: list[bytes] | None = None) -> StateBlob:
+    """A blob naming ``chunks`` by digest; each chunk's bytes are appended to ``calls`` when the catalog asks."""
+    def data(c: bytes) -> Callable[[], bytes]:
+        return lambda: calls.append(c) or c if calls is not None else c  # type: ignore[func-returns-value]
+    return StateBlob(operator_id, "arrow-ipc", 2, payload,
+                     chunks={hashlib.sha256(c).hexdigest(): data(c) for c in chunks})
+
+
+def _chunk_rows(catalog: Catalog, sketch_id: int) -> list[str]:
+    with catalog.engine.connect() as conn:
+        return list(conn.execute(sa.text("SELECT digest FROM state_chunk WHERE sketch_id = :s ORDER BY digest"),
+                                 {"s": sketch_id}).scalars())
+
+
+def test_a_chunk_is_written_once_and_released_with_the_last_state_naming_it(catalog: Catalog,
+                                                                            make_sketch: MakeSketch) -> None:
+    big, other = b"base rows " * 1000, b"compacted again"
+    digest, other_digest = hashlib.sha256(big).hexdigest(), hashlib.sha256(other).hexdigest()
+    calls: list[bytes] = []
+    sketch = make_sketch(states=[_chunked("topk@0", b"v1", big, calls=calls)])
+    assert calls == [big] and _chunk_rows(catalog, sketch.id) == [digest]
+    for n in (2, 3):  # versions keeping the base: the catalog holds it, its bytes are not asked for
+        catalog.commit_version(sketch.id, n - 1, version({"orders": n}), [_chunked("topk@0", b"v", big, calls=calls)],
+                               2)
+    assert calls == [big]
+    state = catalog.load_states(sketch.id, 3)["topk@0"]
+    assert list(state.chunks) == [digest] and state.chunks[digest]() == big
+    catalog.commit_version(sketch.id, 3, version({"orders": 4}), [_chunked("topk@0", b"v4", other, calls=calls)], 2)
+    assert calls == [big, other] and sorted(_chunk_rows(catalog, sketch.id)) == sorted([digest, other_digest])
+    catalog.commit_version(sketch.id, 4, version({"orders": 5}), [_chunked("topk@0", b"v5", other)], 2)
+    assert _chunk_rows(catalog, sketch.id) == [other_digest]  # version 3 left retention: its base went with it
+    with pytest.raises(StateError, match="no longer holds.*recapture"):
+        catalog.load_chunk(sketch.id, digest)
+    catalog.drop_sketch("q")
+    assert _chunk_rows(catalog, sketch.id) == []
+
+
+def test_a_chunk_not_matching_its_digest_is_not_written(catalog: Catalog, make_sketch: MakeSketch) -> None:
+    sketch = make_sketch()
+    bad = StateBlob("topk@0", "arrow-ipc", 2, b"v2", chunks={"0" * 64: lambda: b"something else"})
+    with pytest.raises(StateError, match="does not match its digest"):
+        catalog.commit_version(sketch.id, 1, version({"orders": 2}), [bad], 5)
+    assert len(catalog.versions(sketch.id)) == 1 and _chunk_rows(catalog, sketch.id) == []
+
+
+def test_chunks_are_immutable(catalog: Catalog, make_sketch: MakeSketch) -> None:
+    sketch = make_sketch(states=[_chunked("topk@0", b"v1", b"rows")])
+    with pytest.raises(sa.exc.DBAPIError, match="immutable"), catalog.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE state_chunk SET payload = 'x' WHERE sketch_id = :s"), {"s": sketch.id})

@@ -244,7 +244,7 @@ def test_foreign_and_malformed_blobs(name: str) -> None:
         with pytest.raises(StateError, match=match):
             fresh_like(name, op).load_state(bad)
 
-    rejects(_with_header(blob, header, version=version + 1), "format version")
+    rejects(_with_header(blob, header, version=99), "format version")
     rejects(blob[:-1], "checksum")
     rejects(blob[:9])
     rejects(b"")

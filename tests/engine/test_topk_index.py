@@ -1,7 +1,9 @@
-"""The indexed top-k state (head + boundary + rest log) against the first engine's state (every row re-sorted).
+"""The indexed top-k state (head + boundary + rest base and log) against the first engine's state (every row
+re-sorted).
 
 Tiny head margins and compaction thresholds make every path run on small inputs: changes after the boundary, trims,
-refills after deletions, compaction of the rest log, and save/load between batches, with ties, NaN and NULL keys.
+refills after deletions, compaction of the rest log, and save/load between batches (with the base stored as a chunk
+and read on demand), with ties, NaN and NULL keys.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import pytest
 
 from imp_core.engine.operators.topk import LAYOUT, TopKOp
 from imp_core.engine.schema import MULT, SET, frag_col
-from imp_core.engine.state import decode, encode
+from imp_core.engine.state import EXTERNAL_VERSION, Chunk, decode, encode, encode_parts
 from imp_core.errors import StateError
 from imp_core.plan.expr import FLOAT, INT, Col
 from imp_core.plan.nodes import SortKey
@@ -48,7 +50,7 @@ def test_indexed_state_gives_the_same_deltas(seed: int, desc: bool, nulls_first:
     old, new = op(False, desc, nulls_first), op(True, desc, nulls_first, margin=rng.choice([0, 1, 3]))
     first = delta([(*r, 1) for r in live])
     assert bag(old.process(first)) == bag(new.process(first))
-    assert new.boundary is not None and new.rest.height > 0  # the head was trimmed at capture
+    assert new.boundary is not None and new.rest_rows > 0  # the head was trimmed at capture
     next_id = 100
     for step in range(30):
         batch = []
@@ -64,9 +66,10 @@ def test_indexed_state_gives_the_same_deltas(seed: int, desc: bool, nulls_first:
         assert bag(old.process(d)) == bag(new.process(d)), f"batch {step}"
         assert bag(old.output_relation()) == bag(new.output_relation())
         assert old.canonical()["rows"].equals(new.canonical()["rows"])
-        if step % 7 == 3:  # a saved state continues where it left off
+        if step % 7 == 3:  # a saved state continues where it left off, its base stored apart (read on demand)
             again = op(True, desc, nulls_first, margin=new.head_target - new.k)
-            again.load_state(new.state_to_bytes())
+            blob, chunks = new.saved_state() if step % 2 else (new.state_to_bytes(), {})
+            again.load_state(blob, lambda d, c=chunks: c[d].data())
             new = again
 
 
@@ -101,24 +104,74 @@ def test_deleting_rows_never_seen_after_the_boundary_is_a_state_error() -> None:
             new.process(delta([(g, 50.0, 0, -1)]))
 
 
-def test_a_saved_rest_log_stays_a_log_with_its_compacted_length() -> None:
-    """Saving does not compact the rest (a sort of every row of a large input per save); the loaded operator knows
-    how much of the log is uncompacted, so it compacts when it would have without the save."""
+def test_a_saved_base_is_stored_once_and_read_only_when_needed() -> None:
+    """The rest's base is a chunk: saving without a compaction names the same chunk again (nothing re-encoded), a
+    loaded base is fetched only when a compaction or refill needs it, and the log travels inline."""
     new = op(True, False, None)
     new.compact_min = 1000
     new.process(delta([(i, float(i), 0, 1) for i in range(20)]))
-    compacted = new.rest.height
+    base = new.base
+    assert base is not None and new.base_rows == 20 - new.rows.height and new.log.height == 0
+    blob, chunks = encode_parts(new.kind, new.op_id, new.fingerprint, *new.state_frames(), external_from=0)
+    assert list(chunks) == [base.digest] and int.from_bytes(blob[4:6], "little") == EXTERNAL_VERSION
     for g in range(3):  # ranked after the boundary: appended to the log, not compacted (below compact_min)
         new.process(delta([(100 + g, 50.0, 0, 1), (3 + g, 50.0 + g, 0, 1)]))
-    assert new.rest.height == compacted + 6
+    assert new.base is base and new.log.height == 6
     meta, frames = new.state_frames()
-    assert frames["rest"].height == compacted + 6 and meta["rest_compacted"] == compacted
+    assert frames["rest"] is base and meta["rest_rows"] == new.base_rows and frames["rest_log"].height == 6
+    blob, chunks = encode_parts(new.kind, new.op_id, new.fingerprint, meta, frames, external_from=0)
+    assert list(chunks) == [base.digest]
+
+    fetched: list[str] = []
+
+    def fetch(digest: str) -> bytes:
+        fetched.append(digest)
+        return chunks[digest].data()
+
     again = op(True, False, None)
-    again.load_state(new.state_to_bytes())
-    assert again.rest.height - again._rest_compacted == 6
+    again.compact_min = 1000
+    again.load_state(blob, fetch)
+    assert isinstance(again.base, Chunk) and not again.base.loaded and again.log.height == 6
+    again.process(delta([(200, 60.0, 0, 1)]))  # after the boundary: the base is not read
+    assert fetched == [] and again.base.digest == base.digest
+    assert bag(again.output_relation()) == bag(new.output_relation())
+    again.compact_min = 1
+    again.process(delta([(201, 61.0, 0, 1)]))  # the log outgrows the base: compacted into a new base
+    assert fetched == [base.digest] and again.log.height == 0 and again.base.digest != base.digest
+    new.process(delta([(200, 60.0, 0, 1)]))
+    new.process(delta([(201, 61.0, 0, 1)]))
     assert again.canonical()["rows"].equals(new.canonical()["rows"])
-    del meta["rest_compacted"]  # a state saved compacted, before the length was recorded
-    older = op(True, False, None)
-    older.load_state(encode(new.kind, new.op_id, new.fingerprint, meta, frames))
-    assert older.rest.height == older._rest_compacted
-    assert bag(older.output_relation()) == bag(new.output_relation())
+
+
+def test_a_damaged_or_missing_chunk_is_a_state_error() -> None:
+    new = op(True, False, None)
+    new.process(delta([(i, float(i), 0, 1) for i in range(20)]))
+    blob, chunks = encode_parts(new.kind, new.op_id, new.fingerprint, *new.state_frames(), external_from=0)
+    [digest] = chunks
+    cases = {"corrupt": lambda d: chunks[d].data()[:-1] + b"x", "without the catalog": None}
+    for message, fetch in cases.items():
+        again = op(True, False, None)
+        again.load_state(blob, fetch)
+        with pytest.raises(StateError, match=message):
+            again.all_rows()
+    with pytest.raises(StateError, match="malformed"):  # a digest that is not one
+        decode(blob.replace(digest.encode(), b"z" * 64))
+
+
+def test_states_with_the_rest_as_one_log_still_load() -> None:
+    """Layout 2 (before the base was split from the log): the saved rest, tombstones and all, becomes the base."""
+    new = op(True, False, None)
+    new.compact_min = 1000
+    new.process(delta([(i, float(i), 0, 1) for i in range(20)]))
+    new.process(delta([(15, 15.0, 0, -1), (100, 50.0, 0, 1)]))  # a tombstone and an insert after the boundary
+    meta, frames = new.state_frames()
+    rest = pl.concat([frames["rest"].frame(), frames["rest_log"]])
+    older = {"k": meta["k"], "buffer": 0, "truncated": False, "layout": 2, "rest_compacted": 12}
+    old_blob = encode(new.kind, new.op_id, new.fingerprint, older,
+                      {"rows": frames["rows"], "rest": rest, "boundary": frames["boundary"]})
+    again = op(True, False, None)
+    again.load_state(old_blob)
+    assert again.base_rows == rest.height and again.log.height == 0
+    assert again.canonical()["rows"].equals(new.canonical()["rows"])
+    for d in (delta([(1, 1.0, 0, -1), (2, 2.0, 0, -1)]), delta([(0, 0.0, 0, -1), (3, 3.0, 0, -1)])):  # refills
+        assert bag(again.process(d)) == bag(new.process(d))

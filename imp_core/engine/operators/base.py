@@ -16,6 +16,7 @@ import polars as pl
 from imp_core.engine import state as state_codec
 from imp_core.engine.annotation import relabel
 from imp_core.engine.operators.context import BuildContext
+from imp_core.engine.state import Chunk, Fetch, Frame
 from imp_core.errors import StateError, UnsupportedError
 from imp_core.plan.nodes import Plan
 
@@ -105,12 +106,13 @@ class StatefulOperator(Operator, ABC):
     fingerprint: str = ""
 
     @abstractmethod
-    def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
-        """(metadata, frames) of the current state."""
+    def state_frames(self) -> tuple[dict[str, Any], dict[str, Frame]]:
+        """(metadata, frames) of the current state; a frame the operator keeps unchanged for many versions may be a
+        :class:`~imp_core.engine.state.Chunk` (stored once when large)."""
 
     @abstractmethod
-    def set_state_frames(self, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
-        """Take over state saved by ``state_frames``."""
+    def set_state_frames(self, meta: dict[str, Any], frames: dict[str, Frame]) -> None:
+        """Take over state saved by ``state_frames`` (a saved chunk comes back as a chunk, fetched on first use)."""
 
     @abstractmethod
     def reset(self) -> None:
@@ -124,19 +126,30 @@ class StatefulOperator(Operator, ABC):
         """The state with every fragment id ``i`` renamed ``mapping[i]`` (``annotation.relabel``; ``total`` ids
         after), for the same operator of a pipeline under repartitioned bounds (its ``set_state_frames``)."""
         meta, frames = self.state_frames()
-        return meta, {name: relabel(df, mapping) for name, df in frames.items()}
+        return meta, {name: relabel(df.frame() if isinstance(df, Chunk) else df, mapping)
+                      for name, df in frames.items()}
 
     def state_to_bytes(self) -> bytes:
+        """The state as one self-contained blob (every frame inline)."""
         meta, frames = self.state_frames()
         return state_codec.encode(self.kind, self.op_id, self.fingerprint, meta, frames)
 
-    def load_state(self, blob: bytes) -> None:
-        """Load a blob of :meth:`state_to_bytes`; anything malformed is a ``StateError`` (which leads to a recapture).
+    def saved_state(self) -> tuple[bytes, dict[str, Chunk]]:
+        """The state as the catalog stores it: the blob, and the large chunks it names by digest (each written once
+        and shared by the versions that keep it)."""
+        meta, frames = self.state_frames()
+        return state_codec.encode_parts(self.kind, self.op_id, self.fingerprint, meta, frames,
+                                        external_from=state_codec.EXTERNAL_FROM)
+
+    def load_state(self, blob: bytes, fetch: Fetch | None = None) -> None:
+        """Load a blob of :meth:`state_to_bytes` or :meth:`saved_state` (its chunks read with ``fetch`` when the
+        operator first needs them); anything malformed is a ``StateError`` (which leads to a recapture).
 
         The frames must have the columns and types of this operator's own (empty) state: a blob that decodes but
         has another shape, even under a valid checksum, is refused here instead of failing later inside a pass.
         """
-        payload = state_codec.decode(blob, kind=self.kind, op_id=self.op_id, fingerprint=self.fingerprint)
+        payload = state_codec.decode(blob, kind=self.kind, op_id=self.op_id, fingerprint=self.fingerprint,
+                                     fetch=fetch)
         try:
             self.reset()
             _, expected = self.state_frames()
@@ -152,7 +165,7 @@ class StatefulOperator(Operator, ABC):
 
     def state_size_bytes(self) -> int:
         _, frames = self.state_frames()
-        return sum(int(df.estimated_size()) for df in frames.values())
+        return sum(df.size_bytes() if isinstance(df, Chunk) else int(df.estimated_size()) for df in frames.values())
 
 
 

@@ -9,12 +9,15 @@ ORDER BY key makes the ranking conservative (``imp_core.engine.order_dependence`
 
 Indexed state (the default for the exact, unbuffered ranking): the state is split at a *boundary* order key into a
 small **head**, the complete tie groups ranked first (at least ``k`` and about ``k + HEAD_MARGIN`` rows), and the
-**rest**, every later row, kept as an unsorted log of signed changes (tombstones are negative rows) that is compacted
-when the log outgrows a fraction of its compacted size. The top-k and its fragments depend on the head only (every
-row before a head row is in the head), so a batch costs its own size plus the head's: changes ranked after the
-boundary are appended to the log and produce no output. The head is refilled from the rest (one full sort) when
-deletions leave it fewer than ``k`` rows, and trimmed back when inserts double it. With ``index=False`` the operator
-keeps every row in one frame and re-sorts it per batch (the first engine's state, kept for side-by-side benchmarks).
+**rest**, every later row: a compacted **base** (one row per tuple, unsorted), kept as a
+:class:`~imp_core.engine.state.Chunk` so a saved version references it instead of writing it again, and a **log** of
+signed changes since (tombstones are negative rows), folded into a new base when it outgrows a fraction of the base.
+The top-k and its fragments depend on the head only (every row before a head row is in the head), so a batch costs
+its own size plus the head's: changes ranked after the boundary are appended to the log and produce no output, and a
+loaded base is not even read until a refill or a compaction needs it. The head is refilled from the rest (one full
+sort) when deletions leave it fewer than ``k`` rows, and trimmed back when inserts double it. With ``index=False`` the
+operator keeps every row in one frame and re-sorts it per batch (the first engine's state, kept for side-by-side
+benchmarks).
 """
 
 from __future__ import annotations
@@ -30,22 +33,25 @@ from imp_core.engine.operators.base import OutputStateOperator
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.order_dependence import IntervalCompiler
 from imp_core.engine.schema import CERTAIN, COUNT, MULT, SET, hi_name, lo_name
+from imp_core.engine.state import Chunk, Frame
 from imp_core.errors import BufferExhaustedError, StateError
 from imp_core.plan.nodes import Plan, SortKey, TopK
 
 N = COUNT
 SKEY = "__skey"
-# version of the state's frames: 2 = indexed (head ``rows`` + ``rest`` log + ``boundary``); 1 (no key) = all rows
-LAYOUT = 2
+# version of the state's frames: 3 = indexed (head ``rows`` + ``rest`` base + ``rest_log`` + ``boundary``);
+# 2 = indexed with the rest as one log (read); 1 (no key) = all rows
+LAYOUT = 3
 HEAD_MARGIN = 512  # rows the head keeps beyond k, so deletions rarely force a refill from the rest
-COMPACT_FRACTION = 0.25  # the rest log is compacted when its uncompacted rows exceed this share of its size
+COMPACT_FRACTION = 0.25  # the rest log is folded into the base when it has more rows than this share of the base
 COMPACT_MIN = 4096
 
 
 class TopKOp(OutputStateOperator):
     """The state frame ``rows`` holds input rows with their annotation ``__sk``, the annotation as text ``__skey``
     (a grouping key) and their multiplicity ``__n``: every row (``index=False``), the buffer's, or the head of the
-    indexed state, whose later rows are in ``rest`` (same columns, signed) and ``boundary`` the head's worst order key.
+    indexed state, whose later rows are in ``rest`` (the base, positive) and ``rest_log`` (signed), same columns, and
+    ``boundary`` the head's worst order key.
     With a cut buffer, ``boundary`` is the worst order key kept: changes ranked after it are dropped; deletions that
     leave fewer than ``k`` rows raise ``BufferExhaustedError`` (the service recaptures)."""
 
@@ -96,67 +102,91 @@ class TopKOp(OutputStateOperator):
         self.truncated = False  # True when the buffer dropped rows of the input
         # the worst kept order key (one row of __o{i}): of a cut buffer when truncated; of the head when indexed
         self.boundary: pl.DataFrame | None = None
-        self.rest = self.rows.clear()  # indexed: the rows after the boundary, as a log of signed changes
-        self._rest_compacted = 0  # rows of the rest log at its last compaction
+        # indexed: the rows after the boundary, as a compacted base (None: empty) and a log of signed changes since
+        self.base: Chunk | None = None
+        self.base_rows = 0  # rows of the base, known without loading it
+        self.log = self.rows.clear()
         self._top: pl.DataFrame | None = None  # indexed: the current top-k (the next batch's "before")
 
     @property
     def data_cols(self) -> list[str]:
         return list(self.schema)
 
-    def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
-        """Frames ``rows`` (indexed: the head), ``rest`` (indexed, when not empty) and ``boundary`` (a cut buffer's,
-        or the head's when the rest is not empty). The rest goes out as the log it is, with the length of its
-        compacted prefix: compacting it here would sort every row of a large input on every save, while the log's
-        own rule keeps it within a quarter of its compacted size."""
-        frames = {"rows": self.rows}
+    def state_frames(self) -> tuple[dict[str, Any], dict[str, Frame]]:
+        """Frames ``rows`` (indexed: the head), ``rest`` (indexed: the base, a chunk, when not empty), ``rest_log``
+        (indexed, when not empty) and ``boundary`` (a cut buffer's, or the head's when the rest is not empty). The
+        base goes out as the chunk it is: a version that did not compact references the stored copy, and nothing
+        sorts or encodes the rows of a large input per save."""
+        frames: dict[str, Frame] = {"rows": self.rows}
         meta: dict[str, Any] = {"k": self.k, "buffer": self.buffer, "truncated": self.truncated}
         if self.indexed:
             meta["layout"] = LAYOUT
-            if self.rest.height:
-                frames["rest"] = self.rest
-                meta["rest_compacted"] = self._rest_compacted
+            if self.base is not None:
+                frames["rest"] = self.base
+                meta["rest_rows"] = self.base_rows
+            if self.log.height:
+                frames["rest_log"] = self.log
         if self.boundary is not None:
             frames["boundary"] = self.boundary
         return meta, frames
 
-    def set_state_frames(self, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
-        """Take over saved state; a state of the other layout (the first engine's single frame, or an indexed state
-        loaded with the index switched off) is converted: its rows are merged and the head is rebuilt on the next
-        batch. A cut buffer's state loads only into a buffered operator."""
+    def set_state_frames(self, meta: dict[str, Any], frames: dict[str, Frame]) -> None:
+        """Take over saved state; a state of another layout (the first engine's single frame, an indexed state with
+        its rest as one log, or an indexed state loaded with the index switched off) is converted. A cut buffer's
+        state loads only into a buffered operator; a saved base is checked when it is first read."""
         if int(meta.get("k", -1)) != self.k or "rows" not in frames:
             raise StateError(f"operator {self.op_id}: saved top-k state is for a different query; recapture")
         layout = meta.get("layout", 1)
-        if layout not in (1, LAYOUT):
-            raise StateError(f"operator {self.op_id}: saved top-k state has layout {layout}, this imp reads 1 and "
+        if layout not in (1, 2, LAYOUT):
+            raise StateError(f"operator {self.op_id}: saved top-k state has layout {layout}, this imp reads 1 to "
                              f"{LAYOUT}; recapture the sketch")
         self.truncated = bool(meta.get("truncated", False))
         if self.truncated and (self.indexed or layout != 1):
             raise StateError(f"operator {self.op_id}: saved top-k state is a cut buffer, the operator keeps every "
                              f"row now; recapture the sketch")
-        rest = frames.get("rest")
-        if rest is not None:
-            try:
-                rest = rest.select(self.rows.columns).cast(self.rows.schema, strict=True)  # type: ignore[arg-type]
-            except (pl.exceptions.PolarsError, TypeError, ValueError) as e:
-                raise StateError(f"operator {self.op_id}: saved top-k frame 'rest' has the wrong shape; "
-                                 f"recapture the sketch") from e
+        base, log = self._rest_frames(frames)
         self._top = None
-        if self.indexed and layout == LAYOUT:
-            self.rows = frames["rows"]
-            self.boundary = frames.get("boundary")
-            self.rest = rest if rest is not None else self.rows.clear()
-            compacted = meta.get("rest_compacted", self.rest.height)  # absent: saved compacted
-            self._rest_compacted = max(0, min(int(compacted), self.rest.height)) if isinstance(compacted, int) else 0
-            if self.rest.height and self.boundary is None:
+        if self.indexed and layout != 1:
+            self.rows = frames["rows"]  # type: ignore[assignment]
+            self.boundary = frames.get("boundary")  # type: ignore[assignment]
+            self.base, self.log = base, log if log is not None else self.rows.clear()
+            self.base_rows = self._saved_base_rows(meta, base) if layout == LAYOUT or base is None else \
+                base.frame().height  # layout 2: the rest is one inline log, taken as the base
+            if (self.base is not None or self.log.height) and self.boundary is None:
                 raise StateError(f"operator {self.op_id}: an indexed top-k state without its boundary; recapture")
             return
-        self.rows = frames["rows"] if rest is None else self._compacted(pl.concat([frames["rows"], rest]))
-        self.boundary = frames.get("boundary") if self.truncated else None
+        parts = [frames["rows"], *([base.frame()] if base is not None else []), *([log] if log is not None else [])]
+        self.rows = parts[0] if len(parts) == 1 else self._compacted(pl.concat(parts))  # type: ignore[arg-type]
+        self.base, self.base_rows, self.log = None, 0, self.rows.clear()
+        self.boundary = frames.get("boundary") if self.truncated else None  # type: ignore[assignment]
         if self.truncated and self.boundary is None:
             raise StateError(f"operator {self.op_id}: a cut top-k buffer without its boundary; recapture")
         if self.indexed:
             self._rebuild()
+
+    def _rest_frames(self, frames: dict[str, Frame]) -> tuple[Chunk | None, pl.DataFrame | None]:
+        """The saved base (a chunk, its shape checked when read) and log, in this operator's columns and types."""
+        def shaped(df: pl.DataFrame, name: str) -> pl.DataFrame:
+            try:
+                return df.select(self.rows.columns).cast(self.rows.schema, strict=True)  # type: ignore[arg-type]
+            except (pl.exceptions.PolarsError, TypeError, ValueError) as e:
+                raise StateError(f"operator {self.op_id}: saved top-k frame {name!r} has the wrong shape; "
+                                 f"recapture the sketch") from e
+        rest, log = frames.get("rest"), frames.get("rest_log")
+        base = None if rest is None else (rest if isinstance(rest, Chunk) else Chunk.of(rest))
+        if base is not None:
+            base = base.checked(lambda df: shaped(df, "rest"))
+        if isinstance(log, Chunk):
+            log = log.frame()
+        return base, None if log is None else shaped(log, "rest_log")
+
+    def _saved_base_rows(self, meta: dict[str, Any], base: Chunk | None) -> int:
+        if base is None:
+            return 0
+        rows = meta.get("rest_rows")
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
+            raise StateError(f"operator {self.op_id}: saved top-k state lacks the size of its rest; recapture")
+        return rows
 
     def relabeled_state(self, mapping: np.ndarray, total: int) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
         """Renamed fragment ids change the set keys that order ties: the state goes out in the single-frame layout,
@@ -164,15 +194,26 @@ class TopKOp(OutputStateOperator):
         meta, frames = super().relabeled_state(mapping, total)
         skey = pl.col(SET).cast(pl.List(pl.String)).list.join(",").alias(SKEY)
         frames = {n: df.with_columns(skey) if SKEY in df.columns else df for n, df in frames.items()}
-        if meta.get("layout") == LAYOUT:
+        if meta.get("layout") in (2, LAYOUT):
             meta = {**meta, "layout": 1}
         return meta, frames
 
+    @property
+    def rest_rows(self) -> int:
+        """Rows after the boundary: the base's and the log's (not summed per tuple)."""
+        return self.base_rows + self.log.height
+
+    def rest(self) -> pl.DataFrame:
+        """The rest as one frame: the base (read from the catalog if not yet) and the log, not summed."""
+        if self.base is None:
+            return self.log
+        return pl.concat([self.base.frame(), self.log], rechunk=False) if self.log.height else self.base.frame()
+
     def all_rows(self) -> pl.DataFrame:
         """Every kept row (indexed: head and compacted rest together)."""
-        if not self.indexed or self.rest.height == 0:
+        if not self.indexed or self.rest_rows == 0:
             return self.rows
-        return self._compacted(pl.concat([self.rows, self.rest]))
+        return self._compacted(pl.concat([self.rows, self.rest()]))
 
     def canonical(self) -> dict[str, pl.DataFrame]:
         rows = self.all_rows()
@@ -298,9 +339,8 @@ class TopKOp(OutputStateOperator):
         if self.boundary is not None:
             head_part, rest_part = self._split_at_boundary(changes)
             if rest_part.height:
-                self.rest = pl.concat([self.rest, rest_part], rechunk=False)
-                pending = self.rest.height - self._rest_compacted
-                if pending > max(self.compact_min, COMPACT_FRACTION * self._rest_compacted):
+                self.log = pl.concat([self.log, rest_part], rechunk=False)
+                if self.log.height > max(self.compact_min, COMPACT_FRACTION * self.base_rows):
                     self._compact_rest()
             if head_part.height == 0:
                 return self.empty_delta()
@@ -311,7 +351,7 @@ class TopKOp(OutputStateOperator):
         self.rows = self._compacted(pl.concat([self.rows, head_part])) if self.rows.height else \
             self._compacted(head_part, grouped=True)
         total = int(self.rows.get_column(N).sum() or 0)
-        if total < self.k and self.rest.height:
+        if total < self.k and self.rest_rows:
             self._rebuild()  # deletions emptied the head: refill it from the rest
         elif self.rows.height > 2 * self.head_target:
             self._trim_head()
@@ -337,15 +377,19 @@ class TopKOp(OutputStateOperator):
         return merged.filter(pl.col(N) > 0).select(self.rows.columns)
 
     def _compact_rest(self) -> None:
-        if self.rest.height != self._rest_compacted:
-            self.rest = self._compacted(self.rest).rechunk()
-            self._rest_compacted = self.rest.height
+        """The log folded into a new base (a new chunk: the next save writes it once)."""
+        self._set_base(self._compacted(self.rest()).rechunk())
+
+    def _set_base(self, rows: pl.DataFrame) -> None:
+        self.base = Chunk.of(rows) if rows.height else None
+        self.base_rows = rows.height
+        self.log = self.rows.clear()
 
     def _rebuild(self) -> None:
-        """All rows into the head, then the head trimmed to its target (one full sort; capture and refills)."""
+        """All rows into the head, then the head trimmed to its target, the rows after it the new base (one full
+        sort; capture and refills)."""
         self.rows = self.all_rows()
-        self.rest = self.rows.clear()
-        self._rest_compacted = 0
+        self._set_base(self.rows.clear())
         self.boundary = None
         self._trim_head()
 
@@ -363,8 +407,10 @@ class TopKOp(OutputStateOperator):
             return
         moved = s.slice(cut).select(self.rows.columns)  # tuples never in the rest (each tuple lives on one side)
         self.rows = s.head(cut).select(self.rows.columns)
-        self.rest = pl.concat([self.rest, moved], rechunk=False)
-        self._rest_compacted += moved.height
+        if self.base is None and self.log.height == 0:
+            self._set_base(moved.rechunk())  # a capture or refill: the moved rows are the whole rest
+        else:
+            self.log = pl.concat([self.log, moved], rechunk=False)
         self.boundary = s.slice(cut - 1, 1).select(by)
 
     # -- a cut buffer (paper 7.2) ----------------------------------------------------------------------------------

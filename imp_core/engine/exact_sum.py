@@ -39,14 +39,16 @@ def extract(v: np.ndarray, sigma: np.ndarray, ok: np.ndarray) -> tuple[np.ndarra
     return q, np.where(ok, v - q, 0.0)
 
 
-def split_contributions(values: list[np.ndarray], mult: np.ndarray, group_hash: np.ndarray) -> list[list[np.ndarray]]:
+def split_contributions(values: list[np.ndarray], mult: np.ndarray, group_hash: np.ndarray,
+                        dense: bool = False) -> list[list[np.ndarray]]:
     """For each array of ``values`` (0 for NULL, NaN, ±inf), the contributions ``value * mult`` of the batch's rows
     split into three parts: the per-group sums of the first two are exact, the third is below 2^-67 of the
     group's largest contribution for batches up to 10^5 rows (summing it plainly errs by less than 2^-84 of that).
 
     A plain sum of a batch holding 1e16, 1.0 and -1e16 is 0.0; summed by parts it is 1.0. Groups are told apart by
     ``group_hash`` (64-bit hashes of the group keys; two groups sharing a hash share the larger σ, still a valid
-    bound). Elementwise NumPy: the same steps as polars expressions cost several times more on a small batch.
+    bound), or, when ``dense``, by group ids ``0 .. n-1`` as they are (no sort to number them). Elementwise NumPy:
+    the same steps as polars expressions cost several times more on a small batch.
     """
     # Bounds instead of exact counts and maxima: 2 values (product, error) per row, a factor 2 for a rounded log2,
     # one σ per group for all values, and level 2's σ from level 1's (everything it splits is ≤ 2^-53 σ1).
@@ -65,7 +67,7 @@ def split_contributions(values: list[np.ndarray], mult: np.ndarray, group_hash: 
                 p, e = two_product(v, mult)
                 prods.append(p)
                 errs.append(e)
-        gid = np.unique(group_hash, return_inverse=True)[1].reshape(-1)
+        gid = group_hash if dense else np.unique(group_hash, return_inverse=True)[1].reshape(-1)
         largest = np.zeros(int(gid.max()) + 1 if n else 0)
         for p in prods:
             np.maximum.at(largest, gid, np.abs(p))

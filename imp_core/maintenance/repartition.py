@@ -172,18 +172,21 @@ def count_rows(parts: Parts, plan: Plan, partitions: PartitionSet, sources: Mapp
                version: int) -> list[int]:
     """Rows of ``table`` at ``version`` in each fragment of its partition, counting the rows the sketch's pipeline
     sees (those passing the query's selections right above the table's scans): the partition column (and the
-    selections' columns) read from the Parquet files when the table allows it, else through Spark."""
+    selections' columns) read from the Parquet files batch by batch when the table allows it (the driver holds one
+    batch, not the table), else through Spark."""
     part = partitions.get(table)
     assert part is not None
     pred = change_filter(plan, table)
     columns = used_columns(plan, table) if pred is not None else [part.column]
     source = sources[table]
-    if source.reads_parquet_directly(version):
-        rows = pl.from_arrow(source.table_at(version).to_pyarrow_table(columns=columns))
+    if not source.reads_parquet_directly(version):
+        return _counts(plan, part, _read(parts, source, part, version, columns, None), pred)
+    counts = np.zeros(part.fragments, dtype=np.int64)
+    for batch in source.table_at(version).to_pyarrow_dataset().to_batches(columns=columns):
+        rows = pl.from_arrow(batch)
         assert isinstance(rows, pl.DataFrame)
-    else:
-        rows = _read(parts, source, part, version, columns, None)
-    return _counts(plan, part, rows, pred)
+        counts += np.asarray(_counts(plan, part, rows, pred), dtype=np.int64)
+    return [int(n) for n in counts]
 
 
 def tracked_rows(parts: Parts, plan: Plan, partitions: PartitionSet, sources: Mapping[str, DeltaSource],

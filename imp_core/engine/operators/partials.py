@@ -322,7 +322,7 @@ class PartialLayout:
                 with np.errstate(invalid="ignore"):
                     values.append(np.where(np.isfinite(x), np.abs(x) if term == Term.FINITE_ABS else x, 0.0))
             levels = [[np.bincount(inv, weights=x, minlength=n) for x in parts]
-                      for parts in split_contributions(values, m, inv)]
+                      for parts in split_contributions(values, m, inv, dense=True)]
             for c in self.compensated:
                 head, mid, low = levels[source_of[c.name]]
                 total, err = fold_levels(head, mid + low)

@@ -51,9 +51,10 @@ def argsort(a: np.ndarray) -> np.ndarray:
 
 
 def _search(keys: np.ndarray, q: np.ndarray, side: str = "left") -> np.ndarray:
-    """``np.searchsorted``; many queries are sorted first (random probes into a large run miss the cache on
-    every step, sorted ones walk it in order)."""
-    if q.size < 65_536 or bool((q[1:] >= q[:-1]).all()):
+    """``np.searchsorted``; queries into a large run are sorted first (random probes miss the cache on every step,
+    sorted ones walk it in order: 1,000 probes into 500K keys 257 -> 171 us, into 5M keys 584 -> 366 us, sort
+    included; into 5K keys it makes no difference)."""
+    if q.size < 256 or keys.size < 65_536 or bool((q[1:] >= q[:-1]).all()):
         return np.searchsorted(keys, q, side)  # type: ignore[call-overload]
     order = argsort(q)
     out = np.empty(q.size, dtype=np.int64)

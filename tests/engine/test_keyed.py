@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from imp_core.engine.annotation import SMALL_BATCH, consolidate
-from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, SortedMap, lists_by_slot
+from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, SortedMap, _search, lists_by_slot
 from imp_core.engine.operators import small_batch
 from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.operators.partials import PartialLayout, group_ids
@@ -335,3 +335,11 @@ def test_netting_a_batch_above_the_numpy_size() -> None:
     assert got.filter(pl.col("k") >= n - 2).get_column(MULT).to_list() == [2, 2]
     nan = consolidate(rows.with_columns(pl.lit(float("nan")).alias("x"), (pl.col("k") % 2).alias("k")))
     assert nan.height == 2 and nan.get_column(MULT).sum() == n  # NaN copies are one row, as in a group-by
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_searching_many_keys_sorts_the_probes_and_finds_the_same_positions(side: str) -> None:
+    rng = np.random.default_rng(11)
+    keys = np.sort(rng.integers(0, 1 << 20, 200_000)).astype(np.int64)  # large enough to sort the probes
+    for q in (rng.integers(-5, (1 << 20) + 5, 3000), keys[::50].copy(), rng.integers(0, 10, 300), np.array([7])):
+        assert np.array_equal(_search(keys, q, side), np.searchsorted(keys, q, side))

@@ -92,11 +92,14 @@ class Chunk:
         return self._frame
 
     def data(self) -> bytes:
-        """The frame's Arrow IPC stream (what is stored and hashed)."""
+        """The frame's Arrow IPC stream (what is stored and hashed): a stored chunk's own bytes (fetched if not yet),
+        else the frame encoded once."""
         if self._data is None:
             if self._frame is None:
-                raise StateError(f"{self._where}: stored state frame {self._digest} was never loaded")
-            self._data = _frame_bytes(self._frame)
+                self.frame()  # fetches and keeps the stored bytes
+            else:
+                self._data = _frame_bytes(self._frame)
+        assert self._data is not None
         return self._data
 
     @property

@@ -135,6 +135,15 @@ def test_a_saved_base_is_stored_once_and_read_only_when_needed() -> None:
     again.process(delta([(200, 60.0, 0, 1)]))  # after the boundary: the base is not read
     assert fetched == [] and again.base.digest == base.digest
     assert bag(again.output_relation()) == bag(new.output_relation())
+    inline = op(True, False, None)  # a self-contained blob of a loaded state reads its base to write it inline
+    blob_again, chunks_again = encode_parts(again.kind, again.op_id, again.fingerprint, *again.state_frames(),
+                                            external_from=0)
+    fresh = op(True, False, None)
+    fresh.load_state(blob_again, fetch)
+    inline.load_state(fresh.state_to_bytes())
+    assert list(chunks_again) == [base.digest] and fetched == [base.digest] and inline.base.loaded
+    assert inline.canonical()["rows"].equals(fresh.canonical()["rows"])
+    fetched.clear()
     again.compact_min = 1
     again.process(delta([(201, 61.0, 0, 1)]))  # the log outgrows the base: compacted into a new base
     assert fetched == [base.digest] and again.log.height == 0 and again.base.digest != base.digest

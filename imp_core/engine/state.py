@@ -237,10 +237,15 @@ def _valid_external(external: Any, version: int, inline: list[str]) -> bool:
                for n, d in external.items())
 
 
+def _ipc_frame(data: memoryview) -> pl.DataFrame:
+    """One Arrow IPC stream as a frame, without copying its buffers."""
+    reader = pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(data)))
+    return pl.from_arrow(reader.read_all(), rechunk=False)  # type: ignore[return-value]
+
+
 def _read_frame(data: memoryview, where: str) -> pl.DataFrame:
     try:
-        reader = pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(data)))
-        return pl.from_arrow(reader.read_all(), rechunk=False)  # type: ignore[return-value]
+        return _ipc_frame(data)
     except (ValueError, TypeError, OverflowError, MemoryError, pa.ArrowException, pl.exceptions.PolarsError) as e:
         raise StateError(f"{where}: a stored state frame does not decode; recapture the sketch") from e
 
@@ -255,8 +260,7 @@ def _read_frames(names: list[str], raw: memoryview, where: str) -> dict[str, pl.
             pos += 8
             if pos + n > len(raw):
                 raise ValueError(f"frame {name} runs past the end of the blob")
-            reader = pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(raw[pos:pos + n])))
-            frames[name] = pl.from_arrow(reader.read_all(), rechunk=False)  # type: ignore[assignment]
+            frames[name] = _ipc_frame(raw[pos:pos + n])
             pos += n
     except (struct.error, ValueError, TypeError, OverflowError, MemoryError, pa.ArrowException,
             pl.exceptions.PolarsError) as e:

@@ -160,6 +160,11 @@ def _distinct_rows(df: pl.DataFrame, keys: list[str]) -> bool:
     columns = [df.get_column(k) for k in keys]
     if all(c.dtype.is_numeric() and not c.dtype.is_decimal() and not c.null_count() for c in columns):
         arrays = [c.to_numpy() for c in columns]
+        first = next((a for a in arrays if a.dtype.kind in "iu"), None)
+        if first is not None and first.size > 1:  # a column of distinct integers (a key) decides it in one sort
+            ordered = np.sort(first)
+            if not (ordered[1:] == ordered[:-1]).any():
+                return True
         order = np.lexsort(arrays)
         same = np.ones(order.size - 1, dtype=bool)
         for a in arrays:

@@ -18,7 +18,15 @@ import pyarrow as pa
 import pytest
 
 from imp_core.engine.annotation import SMALL_BATCH, consolidate
-from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, SortedMap, _search, lists_by_slot
+from imp_core.engine.keyed import (
+    KeyIndex,
+    PairCounts,
+    SlotColumns,
+    SortedMap,
+    _search,
+    integer_hashes,
+    lists_by_slot,
+)
 from imp_core.engine.operators import small_batch
 from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.operators.partials import PartialLayout, group_ids
@@ -343,3 +351,31 @@ def test_searching_many_keys_sorts_the_probes_and_finds_the_same_positions(side:
     keys = np.sort(rng.integers(0, 1 << 20, 200_000)).astype(np.int64)  # large enough to sort the probes
     for q in (rng.integers(-5, (1 << 20) + 5, 3000), keys[::50].copy(), rng.integers(0, 10, 300), np.array([7])):
         assert np.array_equal(_search(keys, q, side), np.searchsorted(keys, q, side))
+
+
+@pytest.mark.parametrize("values,absent", [
+    ([3, None, 7, 3, -1, None], 0),
+    ([dt.date(2020, 1, 1), None, dt.date(1969, 12, 31), dt.date(2020, 1, 1)], dt.date(2001, 1, 1)),
+    ([True, None, True], False),
+    ([2 ** 64 - 1, 0, 2 ** 63, 0], 5),
+])
+def test_integer_keys_hash_in_numpy_and_find_their_slots(values: list[object], absent: object) -> None:
+    """A single integer-like key is hashed in NumPy: equal values (NULL included) hash alike, and an index built from
+    distinct keys finds every one of them again (and nothing for a key it does not hold)."""
+    dtype = pl.UInt64 if isinstance(values[0], int) and max(v for v in values if v is not None) >= 2 ** 63 else None
+    s = pl.Series("k", values, dtype=dtype)
+    h = integer_hashes(s)
+    same = [[h[i] == h[j] for j in range(len(values))] for i in range(len(values))]
+    assert same == [[values[i] == values[j] for j in range(len(values))] for i in range(len(values))]
+    distinct = s.unique(maintain_order=True).to_frame()
+    stored = SlotColumns({"k": s.dtype})
+    stored.append(distinct)
+    index = KeyIndex(["k"])
+    index.build(distinct, stored)
+    assert index.lookup(s.to_frame(), stored).tolist() == [distinct.get_column("k").to_list().index(v) for v in values]
+    assert index.lookup(pl.Series("k", [absent], dtype=s.dtype).to_frame(), stored).tolist() == [-1]
+
+
+def test_integer_hashes_agree_across_integer_widths() -> None:
+    wide, narrow = pl.Series([1, -5, None], dtype=pl.Int64), pl.Series([1, -5, None], dtype=pl.Int16)
+    assert integer_hashes(wide).tolist() == integer_hashes(narrow).tolist()

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from imp_core.engine import kernels
+from imp_core.engine import frames, kernels
 from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE, SMALL_BATCH
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.exact_sum import neumaier
@@ -154,7 +154,7 @@ class Aggregation(OutputStateOperator):
     def _slots_in(self, frame: pl.DataFrame, groups: pl.DataFrame) -> np.ndarray:
         """The slot of each row's group in ``frame``, for state loaded from ``groups`` (its row numbers)."""
         keys = self.key_names
-        slots = _cast(frame, self.key_types, keys).select(keys).join(
+        slots = frames.cast(frame, self.key_types, keys).select(keys).join(
             groups.select(keys).with_row_index(ROW), on=keys, how="left", nulls_equal=True,
             maintain_order="left").get_column(ROW)
         if slots.null_count():
@@ -321,10 +321,10 @@ class Aggregation(OutputStateOperator):
         partial = partial.collect(engine="in-memory") if isinstance(partial, pl.LazyFrame) else partial
         if self.global_agg and NO_GROUP not in partial.columns:
             partial = partial.with_columns(pl.lit(0, dtype=pl.Int8).alias(NO_GROUP))
-        partial = _cast(partial, self.key_types, keys)
+        partial = frames.cast(partial, self.key_types, keys)
         fp = partials.fragments
         fp = fp.collect(engine="in-memory") if isinstance(fp, pl.LazyFrame) else fp
-        fp = _cast(fp, {**self.key_types, FRAG: FRAG_DTYPE}, [*keys, FRAG])
+        fp = frames.cast(fp, {**self.key_types, FRAG: FRAG_DTYPE}, [*keys, FRAG])
         return self._apply_keyed(partials, partial, fp) if self.keyed else self._apply_frames(partials, partial, fp)
 
     def _apply_keyed(self, partials: Partials, partial: pl.DataFrame, fp: pl.DataFrame) -> pl.DataFrame:
@@ -375,20 +375,22 @@ class Aggregation(OutputStateOperator):
             keep = ~np.isin(changed, upd[fslots >= 0]) if changed.size else np.ones(0, dtype=bool)
             live = (fslots >= 0) & (after > 0)
             new_s, new_f = np.concatenate([old_s[keep], fslots[live]]), np.concatenate([old_f[keep], frags[live]])
-        new = new.with_columns(lists_by_slot(old_slots, old_s, old_f, f"{SET}{OLD}"),
-                               lists_by_slot(slots, new_s, new_f, SET))
+        old_sets = lists_by_slot(old_slots, old_s, old_f, f"{SET}{OLD}")
+        same_rows = not sets_change and np.array_equal(old_slots, slots)  # then the sketches are the old ones
+        new = frames.with_series(new, old_sets, old_sets.alias(SET) if same_rows else
+                                 lists_by_slot(slots, new_s, new_f, SET))
         out = small_batch.emit(self, new, alive, sets_change, old_slots)
         if out is None:
             out = self._emit(with_old(new) if lean else new, alive, sets_change)
 
         # commit: touched slots in place, new groups appended and indexed, F_g's counts
-        state = list(store.schema)
+        state = frames.columns(new, list(store.schema))
         existing = found >= 0
-        store.scatter(found[existing], new.filter(pl.Series(existing)).select(state))
+        store.scatter(found[existing], frames.rows(state, existing))
         if fresh.any():
-            added = new.filter(pl.Series(fresh))
-            store.append(added.select(state))
-            self._index.insert(added.select(keys), slots[fresh], store, hashes[fresh], taken[fresh])
+            added = frames.rows(state, fresh)
+            store.append(added)
+            self._index.insert(frames.columns(added, keys), slots[fresh], store, hashes[fresh], taken[fresh])
         self._pairs.commit(pos, after, fslots, frags)
         for commit in commits:
             commit()
@@ -403,7 +405,7 @@ class Aggregation(OutputStateOperator):
             if isinstance(multiset, KeyedValueMultiset):
                 changes = partials.values.get(j)
                 if changes is not None and changes.height:  # the rows of a new group left empty net to nothing
-                    changes = _cast(changes, self.key_types, keys).join(
+                    changes = frames.cast(changes, self.key_types, keys).join(
                         partial.select(keys).with_columns(pl.Series(SLOT, slots)), on=keys, how="left",
                         nulls_equal=True, maintain_order="left").filter(pl.col(SLOT) >= 0)
                 cols = agg_columns(j)
@@ -580,19 +582,18 @@ class Aggregation(OutputStateOperator):
         return names
 
     def empty_delta(self) -> pl.DataFrame:
-        schema: dict[str, pl.DataType] = {n: self.key_types[n] for n, _ in self.keys}
-        for name, a in self.aggs:
-            schema[name] = polars_type(a.dtype)
-        for j in self.bounded:
-            schema[lo_name(self.aggs[j][0])] = pl.Float64
-            schema[hi_name(self.aggs[j][0])] = pl.Float64
-        return pl.DataFrame(schema={**schema, MULT: pl.Int64, SET: SET_DTYPE})
+        return pl.DataFrame(schema=self.delta_schema())
 
-
-def _cast(df: pl.DataFrame, types: dict[str, pl.DataType], names: list[str]) -> pl.DataFrame:
-    """``df`` with the ``names`` columns cast to ``types`` (no polars step when they already match)."""
-    casts = {n: types[n] for n in names if df.schema[n] != types[n]}
-    return df.cast(casts) if casts else df  # type: ignore[arg-type]
+    def delta_schema(self) -> dict[str, pl.DataType]:
+        """The output delta's columns and types (built once: a polars schema costs Python work per type)."""
+        if ("schema",) not in self._expr_cache:
+            schema: dict[str, pl.DataType] = {n: self.key_types[n] for n, _ in self.keys}
+            for name, a in self.aggs:
+                schema[name] = polars_type(a.dtype)
+            for j in self.bounded:
+                schema[lo_name(self.aggs[j][0])] = schema[hi_name(self.aggs[j][0])] = pl.Float64
+            self._expr_cache[("schema",)] = {**schema, MULT: pl.Int64, SET: SET_DTYPE}
+        return self._expr_cache[("schema",)]
 
 
 __all__ = ["Aggregation", "LAYOUT"]

@@ -19,6 +19,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from imp_core.engine import frames
 from imp_core.engine.annotation import FRAG_DTYPE, pairs_lazy
 from imp_core.engine.evaluate import compile_expr, polars_type
 from imp_core.engine.exact_sum import fold_levels, split_contributions
@@ -225,6 +226,10 @@ class PartialLayout:
         return keys + args
 
     @cached_property
+    def _input_exprs(self) -> frames.Exprs:
+        return frames.Exprs(self._inputs)
+
+    @cached_property
     def _sources(self) -> tuple[list[tuple[int, Term]], dict[str, int]]:
         """The distinct exactly summed float sources (the aggregate whose argument is read, and the term), and the
         source each compensated accumulator adds up: SUM(x) and AVG(x) share the split of x."""
@@ -275,7 +280,7 @@ class PartialLayout:
     def of_delta(self, delta: pl.DataFrame, small: bool = False) -> Partials:
         """Fold an annotated delta per group; ``small``: with NumPy where the layout allows (``_folded``)."""
         keys = self.key_names
-        d = delta.with_columns(self._inputs)
+        d = self._input_exprs.with_columns(delta)
         values = {j: self.encode_values(j, d.select([*keys, pl.col(f"__arg{j}").alias(VALUE), MULT])
                                         .filter(pl.col(VALUE).is_not_null())
                                         .group_by([*keys, VALUE]).agg(pl.col(MULT).sum().alias(COUNT)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from imp_core.engine import frames
 from imp_core.engine.annotation import ann_cols
 from imp_core.engine.evaluate import compile_expr
 from imp_core.engine.operators.base import UnaryOperator
@@ -37,6 +38,7 @@ class Projection(UnaryOperator):
                 self._exprs += [iv.lo.alias(lo_name(name)), iv.hi.alias(hi_name(name))]
         if flagged:
             self._exprs.append(pl.col(CERTAIN))
+        self._items = frames.Exprs(self._exprs)
 
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> Projection:
@@ -45,6 +47,9 @@ class Projection(UnaryOperator):
         return cls(ctx.op_id(cls.kind), node.items, ctx.bounded_input(node), role.carry, role.flagged_input)
 
     def process(self, delta: pl.DataFrame) -> pl.DataFrame:
+        items = None if self._ic.stages else self._items.series(delta)
+        if items is not None:  # plain columns: no polars run
+            return pl.DataFrame([*items, delta.get_column(MULT), *[delta.get_column(c) for c in ann_cols(delta)]])
         return self._ic.apply(delta).select([*self._exprs, pl.col(MULT), *[pl.col(c) for c in ann_cols(delta)]])
 
 

@@ -24,8 +24,8 @@ class TableAccess(UnaryOperator):
         super().__init__(op_id)
         self.scan = scan
         self.annotation = annotation
-        self._columns = [pl.col(c.name).cast(polars_type(c.dtype), strict=False).alias(scan.qualified(c.name))
-                         for c in scan.columns] + [pl.col(MULT).cast(pl.Int64)]
+        self._columns = [(c.name, scan.qualified(c.name), polars_type(c.dtype)) for c in scan.columns]
+        self._columns.append((MULT, MULT, pl.Int64))
 
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> TableAccess:
@@ -36,13 +36,20 @@ class TableAccess(UnaryOperator):
         """Annotate change rows: ``delta`` has the table's columns and ``__mult``, and may carry each row's global
         fragment id in ``__refrag`` (a repartition deletes rows under their old id and inserts them under the new)."""
         ann = self.annotation
-        if ann is None:
-            return delta.select(self._columns)
-        if REFRAG in delta.columns:
-            frag = delta.get_column(REFRAG).to_numpy()
-        else:
-            frag = ann.fragments(delta.get_column(ann.partition.column))
-        return delta.select([*self._columns, pl.lit(pl.Series(ann.column, frag, dtype=FRAG_DTYPE))])
+        out = [_cast(delta.get_column(name), dtype).alias(qualified) for name, qualified, dtype in self._columns]
+        if ann is not None:
+            if REFRAG in delta.columns:
+                frag = delta.get_column(REFRAG).to_numpy()
+            else:
+                frag = ann.fragments(delta.get_column(ann.partition.column))
+            out.append(pl.Series(ann.column, frag, dtype=FRAG_DTYPE))
+        return pl.DataFrame(out)
+
+
+def _cast(s: pl.Series, dtype: pl.DataType) -> pl.Series:
+    """``s`` as ``dtype`` (a value that does not fit becomes NULL, as Spark's reader does); a Series operation, not a
+    polars query run (the change rows are a frame of Series put together as they are)."""
+    return s if s.dtype == dtype else s.cast(dtype, strict=False)
 
 
 __all__ = ["TableAccess"]

@@ -1,0 +1,75 @@
+"""Frame steps on small deltas without a polars query run.
+
+A polars ``DataFrame.select``/``with_columns``/``filter`` is a lazy query collected on the spot: it costs a fixed
+0.1-0.6 ms on a frame of a few rows (planning, the thread pool), while putting Series that already exist into a frame
+costs microseconds. These helpers do the column bookkeeping of the operators' small-batch paths that way; expressions
+still go through polars. See docs/ARCHITECTURE.md, "Cost of a batch".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+
+def with_series(frame: pl.DataFrame, *series: pl.Series) -> pl.DataFrame:
+    """``frame.with_columns(series)`` for Series of the frame's height: a Series replaces the column of its name in
+    place, the others are appended in order."""
+    new = {s.name: s for s in series}
+    kept = [new.pop(c.name, c) for c in frame.get_columns()]
+    return pl.DataFrame([*kept, *new.values()])
+
+
+def columns(frame: pl.DataFrame, names: list[str]) -> pl.DataFrame:
+    """``frame.select(names)`` for plain column names."""
+    return pl.DataFrame([frame.get_column(n) for n in names])
+
+
+def cast(frame: pl.DataFrame, types: dict[str, pl.DataType], names: list[str]) -> pl.DataFrame:
+    """``frame`` with the ``names`` columns cast to ``types`` (no polars step when they already match)."""
+    casts = {n: types[n] for n in names if frame.get_column(n).dtype != types[n]}
+    return frame.cast(casts) if casts else frame  # type: ignore[arg-type]
+
+
+def rows(frame: pl.DataFrame, mask: np.ndarray) -> pl.DataFrame:
+    """``frame.filter(mask)`` for a NumPy boolean mask (the frame itself when every row is kept)."""
+    if mask.all():
+        return frame
+    return frame[np.flatnonzero(mask)]
+
+
+class Exprs:
+    """Expressions to evaluate on a frame. When every one is a plain column reference (renamed or not), they are
+    taken as the frame's Series without a polars run; otherwise polars evaluates them."""
+
+    def __init__(self, exprs: list[pl.Expr]) -> None:
+        self.exprs = list(exprs)
+        self.renames = _renames(self.exprs)
+
+    def series(self, frame: pl.DataFrame) -> list[pl.Series] | None:
+        """The expressions' values as the frame's Series (renamed); None unless every one is a plain column."""
+        if self.renames is None:
+            return None
+        return [frame.get_column(src).alias(out) for src, out in self.renames]
+
+    def select(self, frame: pl.DataFrame) -> pl.DataFrame:
+        got = self.series(frame)
+        return frame.select(self.exprs) if got is None else pl.DataFrame(got)
+
+    def with_columns(self, frame: pl.DataFrame) -> pl.DataFrame:
+        got = self.series(frame)
+        return frame.with_columns(self.exprs) if got is None else with_series(frame, *got)
+
+
+def _renames(exprs: list[pl.Expr]) -> list[tuple[str, str]] | None:
+    """(source, output) name per expression when each is a plain column reference, else None."""
+    out = []
+    for e in exprs:
+        base = e.meta.undo_aliases()
+        if not base.meta.is_column():
+            return None
+        out.append((base.meta.output_name(), e.meta.output_name()))
+    return out
+
+
+__all__ = ["Exprs", "cast", "columns", "rows", "with_series"]

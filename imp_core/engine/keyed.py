@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from imp_core.engine import frames
 from imp_core.errors import StateError
 
 SEED = 0x1DB  # row hashes live in memory only (rebuilt when state loads): any fixed seed
@@ -448,7 +449,7 @@ class KeyIndex:
             clash |= np.isin(h, repeated)
         if self.collided:
             clash |= np.isin(h, np.fromiter(self.collided, dtype=_U64))
-        keys = pl.DataFrame([frame.get_column(n) for n in self.names])
+        keys = frames.columns(frame, self.names)
         for i in np.flatnonzero(clash):
             hv = int(h[i])
             bucket = self.collided.setdefault(hv, {})

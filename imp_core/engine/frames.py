@@ -25,6 +25,11 @@ def columns(frame: pl.DataFrame, names: list[str]) -> pl.DataFrame:
     return pl.DataFrame([frame.get_column(n) for n in names])
 
 
+def drop(frame: pl.DataFrame, *names: str) -> pl.DataFrame:
+    """``frame.drop(names)`` for plain column names."""
+    return pl.DataFrame([c for c in frame.get_columns() if c.name not in names])
+
+
 def cast(frame: pl.DataFrame, types: dict[str, pl.DataType], names: list[str]) -> pl.DataFrame:
     """``frame`` with the ``names`` columns cast to ``types`` (no polars step when they already match)."""
     casts = {n: types[n] for n in names if frame.get_column(n).dtype != types[n]}
@@ -72,4 +77,4 @@ def _renames(exprs: list[pl.Expr]) -> list[tuple[str, str]] | None:
     return out
 
 
-__all__ = ["Exprs", "cast", "columns", "rows", "with_series"]
+__all__ = ["Exprs", "cast", "columns", "drop", "rows", "with_series"]

@@ -15,6 +15,7 @@ from typing import Any
 
 from imp_core import faults, inputs
 from imp_core.catalog import VersionRecord
+from imp_core.engine import frames
 from imp_core.engine.pipeline import Pipeline
 from imp_core.errors import ChangeFeedUnavailableError, StateError, UsageError, first_line
 from imp_core.maintenance import guards
@@ -131,7 +132,7 @@ def incremental(parts: Parts, loaded: LoadedSketch, operators: Pipeline, latest:
         faults.point("after_cdf_read")
         guards.check_changes(parts.catalog, loaded, table, changes)
         reached[table] = end
-        operators.maintain_pass(table, changes.drop(VERSION), backend, dict(reached),
+        operators.maintain_pass(table, frames.drop(changes, VERSION), backend, dict(reached),
                                 netting=parts.settings.optimizations.netting)
         faults.point("after_pass")
         fragment_rows = advance_rows(fragment_rows, loaded, table, changes)

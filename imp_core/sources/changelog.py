@@ -1,12 +1,14 @@
 """A fast path for a small range of a local Delta table's Change Data Feed, read straight from the commit JSON and
 its ``cdc``/``add``/``remove`` files with pyarrow; anything unusual returns None and the caller falls back to
-delta-rs. See docs/ARCHITECTURE.md, "Optimizations".
+delta-rs. It also owns the meaning of Delta's ``_change_type`` values as signed multiplicities. See
+docs/ARCHITECTURE.md, "Optimizations".
 """
 
 from __future__ import annotations
 
 import json
 import os
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -16,9 +18,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from imp_core.engine.schema import MULT
 from imp_core.errors import SourceError
 
 MAX_COMMITS = 64  # beyond this, delta-rs' planning cost is amortized anyway
+VERSION = "__version"
+INSERT_TYPES = ("insert", "update_postimage")
+DELETE_TYPES = ("delete", "update_preimage")
+_SIGN = {"insert": 1, "delete": -1}
 
 
 def local_root(path: str) -> Path | None:
@@ -30,9 +37,12 @@ def local_root(path: str) -> Path | None:
 
 def read_range(root: Path, after: int, upto: int, columns: list[str], schema: pa.Schema,
                partition_columns: list[str]) -> pa.Table | None:
-    """Change rows of commits ``(after, upto]`` with ``_change_type`` and ``_commit_version``, or None."""
+    """Signed change rows of commits ``(after, upto]``: ``columns``, ``__mult`` (+1/-1) and ``__version``; None
+    when only delta-rs can read the range exactly."""
     if upto - after > MAX_COMMITS:
         return None
+    fields = [schema.field(c) for c in columns]
+    out_schema = pa.schema(fields + [pa.field(MULT, pa.int64(), False), pa.field(VERSION, pa.int64())])
     parts: list[pa.Table] = []
     for version in range(after + 1, upto + 1):
         actions = _commit(root, version)
@@ -40,16 +50,23 @@ def read_range(root: Path, after: int, upto: int, columns: list[str], schema: pa
         if files is None:
             return None
         for f, change_type in files:
-            table = _read(root, f, columns, schema, partition_columns, change_type)
+            table = _read(root, f, columns, schema, partition_columns, change_type, version, out_schema)
             if table is None:
                 return None
-            parts.append(table.append_column("_commit_version",
-                                             pa.array(np.full(table.num_rows, version, dtype=np.int64))))
+            parts.append(table)
     if not parts:
-        fields = [schema.field(c) for c in columns]
-        return pa.schema(fields + [pa.field("_change_type", pa.string()),
-                                   pa.field("_commit_version", pa.int64())]).empty_table()
-    return pa.concat_tables(parts)
+        return out_schema.empty_table()
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+
+def multiplicity(kind: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, int]:
+    """Delta's ``_change_type`` values as signed multiplicities (+1 insert / update post-image, -1 delete / update
+    pre-image), and how many rows have a type that is neither."""
+    kind = kind.cast(pa.string())
+    is_insert = pc.is_in(kind, pa.array(INSERT_TYPES))
+    is_delete = pc.is_in(kind, pa.array(DELETE_TYPES))
+    unknown = pc.sum(pc.invert(pc.or_(is_insert, is_delete))).as_py() or 0
+    return pc.if_else(is_insert, pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64())), unknown
 
 
 def _change_files(actions: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]] | None:
@@ -85,6 +102,21 @@ def confined(root: Path, raw: Any) -> Path:
     """
     if not isinstance(raw, str) or not raw:
         raise SourceError(f"Delta table {root}: a commit names a data file without a path; the log is corrupt")
+    base = _resolved(str(root))
+    path = Path(os.path.realpath(base / _local_text(root, raw)))
+    if path != base and base not in path.parents:
+        raise SourceError(f"Delta table {root}: a commit names the data file {raw!r}, which lies outside the table's "
+                          f"directory; imp refuses to read it (files of a table must be under its root)")
+    return path
+
+
+@lru_cache(maxsize=256)
+def _resolved(root: str) -> Path:
+    return Path(root).resolve()
+
+
+def _local_text(root: Path, raw: str) -> str:
+    """A log action's path as a local path (absolute, or relative to the table root)."""
     text = raw
     if "://" in text:
         parts = urlsplit(text)
@@ -94,12 +126,7 @@ def confined(root: Path, raw: Any) -> Path:
         text = unquote(parts.path)
     else:
         text = unquote(text)
-    base = root.resolve()
-    path = (Path(text) if os.path.isabs(text) else base / text).resolve()
-    if path != base and base not in path.parents:
-        raise SourceError(f"Delta table {root}: a commit names the data file {raw!r}, which lies outside the table's "
-                          f"directory; imp refuses to read it (files of a table must be under its root)")
-    return path
+    return text
 
 
 def _commit(root: Path, version: int) -> list[dict[str, Any]] | None:
@@ -112,18 +139,18 @@ def _commit(root: Path, version: int) -> list[dict[str, Any]] | None:
 
 
 def _read(root: Path, action: dict[str, Any], columns: list[str], schema: pa.Schema, partition_columns: list[str],
-          change_type: str | None) -> pa.Table | None:
+          change_type: str | None, version: int, out_schema: pa.Schema) -> pa.Table | None:
     path = confined(root, action.get("path"))
-    if not path.exists():
-        return None
     stored = [c for c in columns if c not in partition_columns]
     read_cols = stored + ([] if change_type else ["_change_type"])
     try:
-        # ParquetFile, not read_table: no dataset discovery for one known file (a few ms per small file)
-        with pq.ParquetFile(path) as f:
+        # ParquetFile, not read_table: no dataset discovery for one known file; no pre-buffering: its I/O threads
+        # cost more than reading a small file
+        with pq.ParquetFile(path, pre_buffer=False) as f:
             table = f.read(columns=read_cols, use_threads=False)
     except (OSError, pa.ArrowInvalid, KeyError):
-        return None
+        return None  # a missing or unreadable file: delta-rs reports it
+    n = table.num_rows
     out = []
     values = action.get("partitionValues") or {}
     for c in columns:
@@ -131,12 +158,16 @@ def _read(root: Path, action: dict[str, Any], columns: list[str], schema: pa.Sch
         if c in partition_columns:
             raw = values.get(c)
             scalar = pa.scalar(raw, pa.string()).cast(field.type) if raw is not None else pa.scalar(None, field.type)
-            out.append(pa.array([scalar.as_py()] * table.num_rows, field.type))
+            out.append(pa.array([scalar.as_py()] * n, field.type))
         else:
             out.append(table.column(c).cast(field.type))
-    kind = table.column("_change_type").cast(pa.string()) if change_type is None else \
-        pa.array([change_type] * table.num_rows, pa.string())
-    return pa.table(out + [kind], names=[*columns, "_change_type"])
+    if change_type is None:
+        mult, unknown = multiplicity(table.column("_change_type"))
+        if unknown:
+            return None  # delta-rs' path reports the unknown change type
+    else:
+        mult = pa.array(np.full(n, _SIGN[change_type], dtype=np.int64))
+    return pa.table(out + [mult, pa.array(np.full(n, version, dtype=np.int64))], schema=out_schema)
 
 
-__all__ = ["confined", "local_root", "read_range", "pc"]
+__all__ = ["DELETE_TYPES", "INSERT_TYPES", "VERSION", "confined", "local_root", "multiplicity", "read_range"]

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import deltalake
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from imp_core.engine.schema import MULT
 from imp_core.errors import (
@@ -36,7 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-VERSION = "__version"
+VERSION = changelog.VERSION
 CDF_PROPERTY = "delta.enableChangeDataFeed"
 
 # Delta reader features whose tables the platform reads correctly: Spark reads through the connector; delta-rs
@@ -48,8 +47,6 @@ _DIRECT_READER_FEATURES = frozenset({"timestampNtz", "v2Checkpoint", "vacuumProt
 SUPPORTED_READER_FEATURES = frozenset({"deletionVectors", "columnMapping", "timestampNtz", "v2Checkpoint",
                                        "vacuumProtocolCheck", "typeWidening", "typeWidening-preview"})
 
-_INSERT_TYPES = ("insert", "update_postimage")
-_DELETE_TYPES = ("delete", "update_preimage")
 # Operations that may change table properties; the CDF flag is re-checked at each of these versions.
 _METADATA_OPERATIONS = {"SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "CREATE TABLE", "CREATE OR REPLACE TABLE",
                         "REPLACE TABLE", "REPLACE TABLE AS SELECT", "CREATE TABLE AS SELECT", "CHANGE COLUMN",
@@ -388,11 +385,11 @@ class DeltaSource:
             return None  # column mapping: files hold physical names; the slow paths map them
         if after == upto:
             return _empty_changes(schema, wanted)
-        raw = changelog.read_range(root, after, upto, wanted, schema, partition_columns)
-        if raw is None:
+        signed = changelog.read_range(root, after, upto, wanted, schema, partition_columns)
+        if signed is None:
             return None
         self._metadata_at[upto] = (schema, partition_columns, mapped, cdf)
-        return self._signed(raw, wanted, schema)
+        return signed
 
     def _changes_from_delta_rs(self, after: int, upto: int, wanted: list[str], predicate: str | None) -> pa.Table:
         try:
@@ -410,13 +407,9 @@ class DeltaSource:
 
     def _signed(self, raw: pa.Table, wanted: list[str], schema: pa.Schema) -> pa.Table:
         """Map ``_change_type`` to the signed multiplicity ``__mult``; keep ``_commit_version`` as ``__version``."""
-        kind = raw.column("_change_type").cast(pa.string())
-        is_insert = pc.is_in(kind, pa.array(_INSERT_TYPES))
-        is_delete = pc.is_in(kind, pa.array(_DELETE_TYPES))
-        unknown = pc.sum(pc.invert(pc.or_(is_insert, is_delete))).as_py() or 0
+        mult, unknown = changelog.multiplicity(raw.column("_change_type"))
         if unknown:
             raise SourceError(f"table {self.name}: change feed has {unknown} rows of an unknown change type")
-        mult = pc.if_else(is_insert, pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64()))
         cols = [raw.column(c).cast(schema.field(c).type) for c in wanted]
         fields = [schema.field(c) for c in wanted]
         return pa.table(cols + [mult, raw.column("_commit_version").cast(pa.int64())],

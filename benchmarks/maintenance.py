@@ -20,6 +20,7 @@ from pathlib import Path
 from benchmarks import data
 from benchmarks.harness import Experiment, scaled
 from imp_core.config import Optimizations, Settings
+from imp_core.engine import frames
 from imp_core.engine.pipeline import Pipeline
 from imp_core.maintenance.changes import read_changes
 from imp_core.plan.expr import kind_of_type
@@ -108,7 +109,7 @@ class Setup:
                 continue
             changes = read_changes(self.sources[table], self.query.plan, reached[table], target[table], self.opts)
             reached[table] = target[table]
-            pipe.maintain_pass(table, changes.drop(VERSION), self.backend, dict(reached),
+            pipe.maintain_pass(table, frames.drop(changes, VERSION), self.backend, dict(reached),
                                netting=self.opts.netting)
             rows += changes.height
         return time.perf_counter() - t0, pipe, rows

@@ -93,6 +93,10 @@ class Partition:
     def _inner_bounds(self) -> dict[pl.DataType, pl.Series]:
         return {}
 
+    @functools.cached_property
+    def _lookup(self) -> dict[pl.DataType, np.ndarray | None]:
+        return {}
+
     def fragment_of(self, values: pl.Series) -> np.ndarray:
         """Fragment id (0-based, local) of every value; vectorized binary search over the inner bounds.
 
@@ -115,6 +119,13 @@ class Partition:
             lo, v = inner.to_numpy(), values.to_numpy()
             if v.dtype.kind in "mM":
                 lo, v = lo.view(np.int64), v.view(np.int64)
+            if dtype not in self._lookup:  # built once per value type, like the bounds
+                self._lookup[dtype] = _dense_fragments(lo) if v.dtype.kind == "i" or v.dtype.kind == "u" and \
+                    v.dtype.itemsize < 8 else None
+            table = self._lookup[dtype]
+            if table is not None and v.size > 64:  # a lookup per value, not a binary search (~60 ns, mispredicted)
+                first = int(lo[0]) - 1
+                return table[np.clip(v, first, int(lo[-1])).astype(np.int64) - first]
             return np.searchsorted(lo, v, side="right").astype(np.int32)
         idx = inner.search_sorted(values, side="right")
         frag = idx.to_numpy().astype(np.int32, copy=False)
@@ -249,3 +260,18 @@ class PartitionSet:
     @classmethod
     def from_json(cls, obj: list[dict[str, Any]]) -> PartitionSet:
         return cls(tuple(Partition.from_json(p) for p in obj))
+
+
+DENSE_SPAN = 1 << 20  # the widest integer range between a partition's inner bounds given a lookup table (4 MB)
+
+
+def _dense_fragments(inner: np.ndarray) -> np.ndarray | None:
+    """The fragment of every integer from ``inner[0] - 1`` to ``inner[-1]`` (values beyond are clipped to those
+    ends, whose fragments are the first and the last), or None when that range is too wide or ``inner[0]`` is the
+    type's smallest value."""
+    lo, hi = int(inner[0]), int(inner[-1])
+    if hi - lo >= DENSE_SPAN or lo <= np.iinfo(inner.dtype).min:
+        return None
+    return np.searchsorted(inner.astype(np.int64), np.arange(lo - 1, hi + 1, dtype=np.int64),
+                           side="right").astype(np.int32)
+

@@ -50,3 +50,31 @@ def test_exprs_read_every_source_before_renaming() -> None:
     swap = [pl.col("a").alias("b"), pl.col("b").alias("a")]
     frame = FRAME.select(["a", "b"]).with_columns(pl.col("b").cast(pl.Int64, strict=False))
     assert_frame_equal(frames.Exprs(swap).with_columns(frame), frame.with_columns(swap))
+
+
+@pytest.mark.parametrize("np_type", [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+                                     np.uint64, np.float32, np.float64, np.bool_])
+@pytest.mark.parametrize("dtype", [None, pl.Int64, pl.UInt32, pl.Float64])
+def test_series_equals_pl_series(np_type: type, dtype: pl.DataType | None) -> None:
+    """Plain arrays take polars' constructor for their type directly; everything else (a cast, a strided view,
+    a NaN) gives what ``pl.Series`` gives."""
+    values = (np.arange(-3, 9) % 5).astype(np_type)
+    if np.dtype(np_type).kind == "f" and dtype in (None, pl.Float64):
+        values[2], values[3] = np.nan, -0.0
+    for array in (values, values[::2]):
+        got, want = frames.series("v", array, dtype), pl.Series("v", array, dtype=dtype)
+        assert got.name == "v" and got.dtype == want.dtype
+        assert got.equals(want, check_names=True), (np_type, dtype)
+        assert got.null_count() == 0  # NaN stays NaN, as in pl.Series
+    assert frames.series("e", np.empty(0, dtype=np_type)).len() == 0
+
+
+def test_frame_equals_pl_dataframe_and_refuses_what_it_refuses() -> None:
+    assert frames.PyDataFrame is not None and frames.numpy_type_to_constructor is not None  # the pinned polars'
+    cols = FRAME.get_columns()
+    assert_frame_equal(frames.frame(cols), pl.DataFrame(cols))
+    assert frames.frame([]).shape == (0, 0)
+    with pytest.raises(pl.exceptions.ShapeError):
+        frames.frame([cols[0], cols[1].head(2)])
+    with pytest.raises(pl.exceptions.DuplicateError):
+        frames.frame([cols[0], cols[1].alias("a")])

@@ -67,12 +67,13 @@ def test_sorted_map_matches_a_dict_across_merges(directory_min: int) -> None:
 
 
 def test_slot_buckets_list_each_slots_entries() -> None:
-    """``slot << 32 | fragment`` keys: a slot's entries are its bucket, with and without the directory."""
+    """``slot << 32 | fragment`` keys: a slot's entries are its bucket, found from the directory a fixed-shift map
+    keeps at any size, or by range search while every key is still in the pending run."""
     rng = np.random.default_rng(2)
     model: dict[int, int] = {}
-    for directory_min in (1 << 16, 16):
+    for pending_min in (1 << 16, 64):
         m = SortedMap(shift=32)
-        m.directory_min, m.pending_min = directory_min, 64
+        m.pending_min = pending_min
         for _ in range(30):
             slots = rng.integers(0, 300, 40).astype(np.uint64)
             keys = np.setdiff1d((slots << np.uint64(32)) | rng.integers(0, 9, 40).astype(np.uint64),
@@ -82,7 +83,9 @@ def test_slot_buckets_list_each_slots_entries() -> None:
             probe = np.unique(rng.integers(0, 320, 25))
             got, _ = m.in_buckets(probe)
             assert sorted(got.tolist()) == sorted(k for k in model if (k >> 32) in set(probe.tolist()))
-        assert bool(m.starts.size) == (directory_min == 16)
+            assert m.get(probe.astype(np.uint64) << np.uint64(32)).tolist() == \
+                [model.get(int(k) << 32, -1) for k in probe]
+        assert bool(m.starts.size) == (pending_min == 64) == bool(m.keys.size)
 
 
 @pytest.fixture(params=["no directory", "directory"])
@@ -314,14 +317,17 @@ def test_output_values_in_numpy_match_the_expressions(keys: dict[str, pl.DataTyp
     assert emitted and all(e is not None for e in emitted)
 
 
-@pytest.mark.parametrize("rows", [1_000, 70_000])  # searched per row, or counted (a whole state's save)
-def test_lists_by_slot_gives_each_slot_its_sorted_values(rows: int) -> None:
+@pytest.mark.parametrize(("rows", "spread"), [(1_000, 1), (1_000, 10_000), (70_000, 1)])
+def test_lists_by_slot_gives_each_slot_its_sorted_values(rows: int, spread: int) -> None:
+    """Slots few enough are counted (a batch over a small state, a whole state's save); slots spread far apart are
+    searched per row. Rows of -1 (no slot) get an empty list either way."""
     rng = np.random.default_rng(rows)
-    slots = rng.integers(0, rows, 3 * rows)
+    slots = rng.integers(0, rows, 3 * rows) * spread
     values = rng.integers(0, 50, slots.size).astype(np.uint32)
     keep = np.unique((slots << 32) | values.astype(np.int64), return_index=True)[1]  # (slot, value) pairs distinct
     slots, values = slots[keep], values[keep]
-    wanted = np.sort(rng.choice(rows + 10, rows, replace=False))  # some slots without values, some beyond
+    wanted = rng.choice(rows + 10, rows, replace=False) * spread  # some slots without values, some beyond
+    wanted[::7] = -1
     got = lists_by_slot(wanted, slots, values, "v").to_list()
     model: dict[int, list[int]] = {}
     for s_, v_ in zip(slots.tolist(), values.tolist()):

@@ -162,3 +162,24 @@ def test_numpy_search_places_dates_and_times_as_polars_does() -> None:
     assert times.fragment_of(stamps).tolist() == [0, 1]
     ints = Partition("t", "i", (0, 10, 20, 30), "int")
     assert ints.fragment_of(pl.Series([-5, 0, 9, 10, 29, 99])).tolist() == [0, 0, 0, 1, 2, 2]
+
+
+@pytest.mark.parametrize("dtype", [pl.Int64, pl.Int32, pl.Int16, pl.UInt32, pl.UInt64, pl.Date])
+def test_integer_lookup_table_places_values_as_the_search_does(dtype: pl.DataType) -> None:
+    """Integer columns of a batch above 64 rows take their fragment from a lookup table over the bounds' range:
+    every value, below, between, on and above the bounds, lands where the binary search puts it."""
+    p = Partition("t", "i", (-1_000, 1, 7, 8, 500, 10_000), "int") if dtype != pl.Date else \
+        Partition("t", "d", (dt.date(1969, 12, 1), dt.date(1970, 1, 8), dt.date(2000, 1, 1)), "date")
+    rng = np.random.default_rng(5)
+    lo = 0 if dtype in (pl.UInt32, pl.UInt64) else -20_000
+    raw = np.concatenate([rng.integers(lo, 20_000, 3_000), [lo, 0, 1, 6, 7, 8, 499, 500, 9_999, 10_000, 10_001]])
+    values = pl.Series(raw).cast(pl.Int32).cast(pl.Date) if dtype == pl.Date else pl.Series(raw).cast(dtype)
+    inner = np.array(p.inner_bounds if dtype != pl.Date else
+                     [(b - dt.date(1970, 1, 1)).days for b in p.inner_bounds], dtype=np.int64)
+    want = np.searchsorted(inner, values.to_physical().to_numpy().astype(np.int64), side="right")
+    got = p.fragment_of(values)
+    assert got.dtype == np.int32 and got.tolist() == want.tolist()
+    assert (p._lookup[dtype] is None) == (dtype == pl.UInt64)  # 64-bit unsigned values keep the search
+    extreme = Partition("t", "i", (-2**63, 0, 2**63 - 1), "int")  # no room below the first inner bound's range
+    big = pl.Series([-2**63, -1, 0, 1, 2**63 - 1] * 20)
+    assert extreme.fragment_of(big).tolist() == [0, 0, 1, 1, 1] * 20

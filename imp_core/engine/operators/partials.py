@@ -318,7 +318,7 @@ class PartialLayout:
             if c.compensation is None:
                 total = np.zeros(n, dtype=np.int64)
                 np.add.at(total, inv, args.term(c, m))
-                out.append(pl.Series(c.name, total, dtype=c.dtype))
+                out.append(frames.series(c.name, total, c.dtype))
         if self.compensated:
             sources, source_of = self._sources
             values = []
@@ -331,8 +331,8 @@ class PartialLayout:
             for c in self.compensated:
                 head, mid, low = levels[source_of[c.name]]
                 total, err = fold_levels(head, mid + low)
-                out += [pl.Series(c.name, total, dtype=pl.Float64), pl.Series(c.compensation, err, dtype=pl.Float64)]
-        groups = pl.DataFrame(out)
+                out += [frames.series(c.name, total, pl.Float64), frames.series(c.compensation, err, pl.Float64)]
+        groups = frames.frame(out)
 
         fragments, rows = _fragment_pairs(d, frag_cols, inv, m, [groups.get_column(k) for k in keys])
         return groups, fragments, rows
@@ -406,9 +406,9 @@ def _fragment_pairs(d: pl.DataFrame, frag_cols: list[str], inv: np.ndarray, m: n
     counts = np.zeros(unique.size, dtype=np.int64)
     np.add.at(counts, at.reshape(-1), np.tile(m, len(frag_cols)))
     rows = (unique >> np.uint64(32)).astype(np.int64)
-    fragments = pl.DataFrame([*[take(s, rows) for s in keys],
-                              pl.Series(FRAG, (unique & np.uint64(0xFFFFFFFF)).astype(np.uint32), dtype=FRAG_DTYPE),
-                              pl.Series(COUNT, counts, dtype=pl.Int64)])
+    fragments = frames.frame([*[take(s, rows) for s in keys],
+                              frames.series(FRAG, (unique & np.uint64(0xFFFFFFFF)).astype(np.uint32), FRAG_DTYPE),
+                              frames.series(COUNT, counts, pl.Int64)])
     return fragments, rows
 
 

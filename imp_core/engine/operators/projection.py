@@ -49,7 +49,7 @@ class Projection(UnaryOperator):
     def process(self, delta: pl.DataFrame) -> pl.DataFrame:
         items = None if self._ic.stages else self._items.series(delta)
         if items is not None:  # plain columns: no polars run
-            return pl.DataFrame([*items, delta.get_column(MULT), *[delta.get_column(c) for c in ann_cols(delta)]])
+            return frames.frame([*items, delta.get_column(MULT), *[delta.get_column(c) for c in ann_cols(delta)]])
         return self._ic.apply(delta).select([*self._exprs, pl.col(MULT), *[pl.col(c) for c in ann_cols(delta)]])
 
 

@@ -13,7 +13,9 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from imp_core.engine import frames
 from imp_core.engine.evaluate import polars_type
+from imp_core.engine.keyed import Gather
 from imp_core.engine.operators.minmax import ValueMultiset
 from imp_core.engine.operators.partials import agg_columns
 from imp_core.engine.order_dependence import UNIT
@@ -35,15 +37,16 @@ def updated(op: Aggregation, partial: pl.DataFrame, joined: pl.DataFrame,
     if not op.layout._numpy_terms or any(isinstance(m, ValueMultiset) for m in op.multisets.values()):
         return None
     updated: dict[str, pl.Series] = {}
+    at = Gather(old_slots)
     for c in op.layout.accumulators:
         part = partial.get_column(c.name)
-        old = op._store.zero_filled(c.name, old_slots)
+        old = op._store.zero_filled(c.name, at)
         if part.null_count() or old is None:
             return None
         if c.compensation is None:
-            updated[c.name] = pl.Series(c.name, old + part.to_numpy(), dtype=c.dtype)
+            updated[c.name] = frames.series(c.name, old + part.to_numpy(), c.dtype)
             continue
-        err_old = op._store.zero_filled(c.compensation, old_slots)
+        err_old = op._store.zero_filled(c.compensation, at)
         if err_old is None:
             return None
         d0 = part.to_numpy()
@@ -52,8 +55,8 @@ def updated(op: Aggregation, partial: pl.DataFrame, joined: pl.DataFrame,
             t = old + d0
             err = np.where(np.abs(old) >= np.abs(d0), (old - t) + d0, (d0 - t) + old)
             err = np.where(np.isfinite(t), err, 0.0)
-            updated[c.name] = pl.Series(c.name, t, dtype=pl.Float64)
-            updated[c.compensation] = pl.Series(c.compensation, err_old + err + carried, dtype=pl.Float64)
+            updated[c.name] = frames.series(c.name, t, pl.Float64)
+            updated[c.compensation] = frames.series(c.compensation, err_old + err + carried, pl.Float64)
     rows = updated[GROUP_ROWS].to_numpy()
     if rows.size and rows.min() < 0:
         raise StateError(f"operator {op.op_id}: a group's row count became negative — the change feed deleted "
@@ -62,7 +65,7 @@ def updated(op: Aggregation, partial: pl.DataFrame, joined: pl.DataFrame,
     columns += [*updated.values(),
                 *[joined.get_column(agg_columns(j).extreme + OLD).alias(agg_columns(j).extreme)
                   for j in op.multisets]]
-    return pl.DataFrame(columns)
+    return frames.frame(columns)
 
 def computes_outputs(op: Aggregation) -> bool:
     """Whether ``emit`` computes this aggregation's output values: no float key, and only COUNT, and SUM
@@ -105,11 +108,14 @@ def output_values(op: Aggregation, get: Callable[[str], np.ndarray]) -> Values:
             values.append((get(cols.sum), valid))
             continue
         nan, pinf, ninf = get(cols.nan) > 0, get(cols.pos_inf) > 0, get(cols.neg_inf) > 0
+        exact = nan | pinf | ninf  # a NaN or infinite value: its interval is the value itself
+        some_exact = bool(exact.any())
         with np.errstate(all="ignore"):
             finite = get(cols.sum) + get(cols.compensation)
             if a.func == "avg":
                 finite = finite / n.astype(np.float64)
-            value = np.where(nan | (pinf & ninf), NAN, np.where(pinf, np.inf, np.where(ninf, -np.inf, finite)))
+            value = np.where(nan | (pinf & ninf), NAN, np.where(pinf, np.inf, np.where(ninf, -np.inf, finite))) \
+                if some_exact else finite
             values.append((value, valid))
             if j in op.bounded:
                 total = get(cols.abs_sum) + get(cols.abs_compensation)
@@ -119,9 +125,11 @@ def output_values(op: Aggregation, get: Callable[[str], np.ndarray]) -> Values:
                 if a.func == "avg":
                     err = err / n.astype(np.float64)
                 unknown = ~np.isfinite(total * (1.0 + g))
-                exact = nan | pinf | ninf
-                lo = np.where(exact, value, np.where(unknown, -np.inf, value - err))
-                hi = np.where(exact, value, np.where(unknown, NAN, value + err))
+                if some_exact or unknown.any():
+                    lo = np.where(exact, value, np.where(unknown, -np.inf, value - err))
+                    hi = np.where(exact, value, np.where(unknown, NAN, value + err))
+                else:
+                    lo, hi = value - err, value + err
                 intervals[j] = [(lo, valid), (hi, valid)]
     for j in op.bounded:
         values += intervals[j]
@@ -133,12 +141,12 @@ def emit(op: Aggregation, new: pl.DataFrame, alive: np.ndarray, sets_change: boo
     state is committed after this); None where ``computes_outputs`` says no or a column holds NULL."""
     if not op.numpy_outputs or any(new.get_column(c.name).null_count() for c in op.layout.accumulators):
         return None
-    store = op._store
+    store, at = op._store, Gather(old_slots)
     old_columns: dict[str, np.ndarray | None] = {}
 
     def old(name: str) -> np.ndarray:
         if name not in old_columns:
-            old_columns[name] = store.zero_filled(name, old_slots)
+            old_columns[name] = store.zero_filled(name, at)
         got = old_columns[name]
         if got is None:
             raise LookupError(name)
@@ -158,7 +166,7 @@ def emit(op: Aggregation, new: pl.DataFrame, alive: np.ndarray, sets_change: boo
     if not parts:
         return op.empty_delta()
     # the Δ+ rows after the Δ− rows, column by column (a frame concat costs a polars step; a Series append does not)
-    return pl.DataFrame(parts[0] if len(parts) == 1 else [a.append(b) for a, b in zip(*parts)])
+    return frames.frame(parts[0] if len(parts) == 1 else [a.append(b) for a, b in zip(*parts)])
 
 
 def _equal(before: Values, after: Values, groups: int) -> np.ndarray:
@@ -176,13 +184,13 @@ def _rows(op: Aggregation, new: pl.DataFrame, mask: np.ndarray, sign: int, value
     """The output columns of the groups in ``mask`` (fresh Series): keys, ``values``, multiplicity ``sign`` and
     sketch column."""
     schema = op.delta_schema()
-    keep = pl.Series(mask)
+    keep = frames.series("", mask)
     cols = [new.get_column(k).filter(keep) for k, _ in op.keys]
     for name, (v, valid) in zip(op._value_names(), values):
         picked = v[mask] if valid is None or valid[mask].all() else pa.array(v[mask], mask=~valid[mask])
-        s = pl.Series(name, picked)
+        s = frames.series(name, picked) if isinstance(picked, np.ndarray) else pl.Series(name, picked)
         cols.append(s if s.dtype == schema[name] else s.cast(schema[name]))
-    cols += [pl.Series(MULT, np.full(int(mask.sum()), sign, dtype=np.int64)),
+    cols += [frames.series(MULT, np.full(int(mask.sum()), sign, dtype=np.int64)),
              new.get_column(sketch).filter(keep).alias(SET)]
     return cols
 

@@ -7,8 +7,10 @@ Turns change rows of one table (plain column names, ``__mult``) into an annotate
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
+from imp_core.engine import frames
 from imp_core.engine.annotation import FRAG_DTYPE, ScanAnnotation
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.operators.base import UnaryOperator
@@ -42,8 +44,8 @@ class TableAccess(UnaryOperator):
                 frag = delta.get_column(REFRAG).to_numpy()
             else:
                 frag = ann.fragments(delta.get_column(ann.partition.column))
-            out.append(pl.Series(ann.column, frag, dtype=FRAG_DTYPE))
-        return pl.DataFrame(out)
+            out.append(frames.series(ann.column, frag.astype(np.uint32, copy=False), FRAG_DTYPE))  # ids >= 0
+        return frames.frame(out)
 
 
 def _cast(s: pl.Series, dtype: pl.DataType) -> pl.Series:

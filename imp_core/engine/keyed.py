@@ -21,6 +21,7 @@ import polars as pl
 import pyarrow as pa
 
 from imp_core.engine import frames
+from imp_core.engine.dense_keys import DenseKeys, key_values
 from imp_core.errors import StateError
 
 SEED = 0x1DB  # row hashes live in memory only (rebuilt when state loads): any fixed seed
@@ -229,7 +230,7 @@ def integer_hashes(s: pl.Series) -> np.ndarray:
     """64-bit hashes of an ``integer_like`` Series in NumPy (SplitMix64's finalizer over the value's bits; NULL has
     a hash of its own): ~5 us for 1,000 values, where a polars row hash is a query run of ~100 us."""
     nulls = s.null_count()
-    values = s.to_physical()
+    values = s if s.dtype.is_integer() else s.to_physical()  # to_physical is a query run (~50 us)
     if nulls:
         values = values.fill_null(False if values.dtype == pl.Boolean else 0)
     z = values.to_numpy().astype(np.int64).view(_U64) + _U64(SEED)
@@ -402,6 +403,7 @@ class KeyIndex:
         self.names = names
         self.map = SortedMap()
         self.collided: dict[int, dict[tuple[Any, ...], int]] = {}  # hash -> key values -> slot
+        self.dense = DenseKeys() if len(names) == 1 else None  # a shortcut for one integer key in a compact range
 
     def hashes(self, frame: pl.DataFrame) -> np.ndarray:
         if len(self.names) == 1 and integer_like((key := frame.get_column(self.names[0])).dtype):
@@ -412,9 +414,13 @@ class KeyIndex:
         """The slot of each key row of ``frame``, -1 where the key is not indexed."""
         return self.probe(frame, stored)[0]
 
-    def probe(self, frame: pl.DataFrame, stored: SlotColumns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def probe(self, frame: pl.DataFrame, stored: SlotColumns) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """Per key row of ``frame``: its slot (-1 where not indexed), its hash, and whether that hash is indexed
-        already (for a key not indexed: a collision, which ``insert`` then resolves)."""
+        already (for a key not indexed: a collision, which ``insert`` then resolves). With the dense table and keys
+        that fit it, the hashes are not computed (None): ``insert`` computes those of the new keys."""
+        if self.dense is not None and (values := key_values(frame.get_column(self.names[0]))) is not None:
+            slots = self.dense.get(values)
+            return slots, None, slots >= 0
         h = self.hashes(frame)
         slots = self.map.get(h)
         taken = slots >= 0
@@ -459,7 +465,11 @@ class KeyIndex:
         ``taken`` from ``probe`` save hashing and searching again."""
         if not frame.height:
             return
-        h = self.hashes(frame) if hashes is None else hashes
+        if self.dense is not None:
+            values = key_values(frame.get_column(self.names[0]))
+            if values is None or not self.dense.put(values, slots):
+                self.dense = None  # a key the table cannot hold: the hash index alone from now on
+        h, taken = (self.hashes(frame), None) if hashes is None else (hashes, taken)
         ordered = np.sort(h)
         repeated = ordered[1:][ordered[1:] == ordered[:-1]]
         clash = self.map.get(h) >= 0 if taken is None else taken.copy()
@@ -479,20 +489,23 @@ class KeyIndex:
         self.map.put(h[~clash], slots[~clash])
 
     def nbytes(self) -> int:
-        return self.map.nbytes()
+        return self.map.nbytes() + (self.dense.nbytes() if self.dense is not None else 0)
 
     def build(self, frame: pl.DataFrame, stored: SlotColumns) -> None:
-        """Index every key row of ``frame`` at slots ``0 .. height-1`` (distinct keys): one sort."""
+        """Index every key row of ``frame`` at slots ``0 .. height-1`` (distinct keys): one sort, and a dense table."""
         h = self.hashes(frame)
         order = argsort(h)
         hs = h[order]
         repeated = hs[1:][hs[1:] == hs[:-1]]
-        self.map, self.collided = SortedMap(), {}
+        self.map, self.collided, self.dense = SortedMap(), {}, None  # (``insert`` below leaves the table alone)
         if not repeated.size:
             self.map = SortedMap(hs, order.astype(np.int64))
-            return
-        self.insert(frame, np.arange(frame.height, dtype=np.int64), stored, h)
-        self.map = SortedMap.build(*self.map.items())
+        else:
+            self.insert(frame, np.arange(frame.height, dtype=np.int64), stored, h)
+            self.map = SortedMap.build(*self.map.items())
+        if len(self.names) == 1 and (values := key_values(frame.get_column(self.names[0]))) is not None:
+            self.dense = DenseKeys()
+            self.dense = self.dense if self.dense.put(values, np.arange(values.size, dtype=np.int64)) else None
 
 
 class SlotEntries:

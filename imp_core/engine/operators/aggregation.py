@@ -390,7 +390,8 @@ class Aggregation(OutputStateOperator):
         if fresh.any():
             added = frames.rows(state, fresh)
             store.append(added)
-            self._index.insert(frames.columns(added, keys), slots[fresh], store, hashes[fresh], taken[fresh])
+            self._index.insert(frames.columns(added, keys), slots[fresh], store,
+                               None if hashes is None else hashes[fresh], taken[fresh])
         self._pairs.commit(pos, after, fslots, frags)
         for commit in commits:
             commit()

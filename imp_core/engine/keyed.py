@@ -547,7 +547,7 @@ class PairCounts:
 
     def of_slots(self, slots: np.ndarray) -> SlotEntries:
         """Every entry of the given distinct slots, zero counts included."""
-        keys, pos = self.map.in_buckets(slots)
+        keys, pos = self.map.in_buckets(np.sort(slots))  # slots in order: entries in order, unless pending ones
         order = argsort(keys)
         return SlotEntries(keys[order], pos[order], self.counts[pos[order]])
 

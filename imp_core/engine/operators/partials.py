@@ -317,7 +317,8 @@ class PartialLayout:
         for c in self.accumulators:
             if c.compensation is None:
                 total = np.zeros(n, dtype=np.int64)
-                np.add.at(total, inv, args.term(c, m))
+                if c.term not in _SPECIAL or not args.all_finite(c.agg):
+                    np.add.at(total, inv, args.term(c, m))
                 out.append(frames.series(c.name, total, c.dtype))
         if self.compensated:
             sources, source_of = self._sources
@@ -360,12 +361,17 @@ class PartialLayout:
         return out.select([*keys, *sums]).hstack(folded)
 
 
+_SPECIAL = (Term.NAN, Term.POS_INF, Term.NEG_INF)  # counters of values that are not finite
+
+
 class _Arguments:
     """A batch's aggregate arguments (``__arg{j}``) as NumPy arrays, each with its validity, read once."""
 
     def __init__(self, d: pl.DataFrame) -> None:
         self.d = d
         self.read: dict[int, tuple[pl.Series, np.ndarray]] = {}
+        self.as_floats: dict[int, np.ndarray] = {}
+        self.finite: dict[int, bool] = {}
 
     def arg(self, j: int | None) -> tuple[pl.Series, np.ndarray]:
         assert j is not None
@@ -376,9 +382,19 @@ class _Arguments:
 
     def floats(self, j: int | None) -> np.ndarray:
         """Argument ``j`` as doubles, 0 where NULL."""
-        a, valid = self.arg(j)
-        with np.errstate(invalid="ignore"):
-            return np.where(valid, a.cast(pl.Float64).to_numpy(), 0.0)
+        assert j is not None
+        if j not in self.as_floats:
+            a, valid = self.arg(j)
+            with np.errstate(invalid="ignore"):
+                self.as_floats[j] = np.where(valid, a.cast(pl.Float64).to_numpy(), 0.0)
+        return self.as_floats[j]
+
+    def all_finite(self, j: int | None) -> bool:
+        """Whether no value of argument ``j`` is NaN or infinite (then its NaN/infinity counters add nothing)."""
+        assert j is not None
+        if j not in self.finite:
+            self.finite[j] = bool(np.isfinite(self.floats(j)).all())
+        return self.finite[j]
 
     def term(self, c: Accumulator, m: np.ndarray) -> np.ndarray:
         """What each row adds to accumulator ``c`` (not a compensated one): its ``Term`` times the multiplicity."""

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from imp_core.engine import frames
 from imp_core.engine.evaluate import compile_expr
+from imp_core.engine.interval_select import compile_may
 from imp_core.engine.operators.base import UnaryOperator
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.order_dependence import IntervalCompiler
@@ -29,6 +31,8 @@ class Selection(UnaryOperator):
         self.predicate = predicate
         self.conservative = conservative
         self._expr = compile_expr(predicate).fill_null(False)
+        self._flags = (flagged_input, flagged_output)
+        self._numpy = None
         if conservative:
             self._ic = IntervalCompiler(bounded)
             may_true, may_false = self._ic.may(predicate)
@@ -36,6 +40,8 @@ class Selection(UnaryOperator):
             if flagged_input:
                 surely = pl.col(CERTAIN) & surely
             self._cols = [may_true.alias("__may")] + ([surely.alias(CERTAIN)] if flagged_output else [])
+            if not self._ic.stages:  # the same decision in NumPy where the predicate's shape allows
+                self._numpy = compile_may(predicate, self._ic.bounded)
 
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> Selection:
@@ -47,6 +53,15 @@ class Selection(UnaryOperator):
     def process(self, delta: pl.DataFrame) -> pl.DataFrame:
         if not self.conservative:
             return delta if delta.height == 0 else delta.filter(self._expr)
+        flagged_input, flagged_output = self._flags
+        if self._numpy is not None and delta.height and not (flagged_input and delta.get_column(CERTAIN).null_count()):
+            may_true, may_false = self._numpy(delta)
+            if flagged_output:
+                surely = ~may_false
+                if flagged_input:
+                    surely &= delta.get_column(CERTAIN).to_numpy()
+                delta = frames.with_series(delta, frames.series(CERTAIN, surely))
+            return frames.rows(delta, may_true)
         lazy = delta.lazy()
         for stage in self._ic.stages:
             lazy = lazy.with_columns(stage)

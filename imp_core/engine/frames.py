@@ -81,7 +81,8 @@ def rows(frame: pl.DataFrame, mask: np.ndarray) -> pl.DataFrame:
     """``frame.filter(mask)`` for a NumPy boolean mask (the frame itself when every row is kept)."""
     if mask.all():
         return frame
-    return frame[np.flatnonzero(mask)]
+    keep = series("", mask)  # a Series filter per column: ~7 us each, where a frame gather by index is ~100 us
+    return _frame([c.filter(keep) for c in frame.get_columns()])
 
 
 class Exprs:

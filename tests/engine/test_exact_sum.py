@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
+import pytest
 
 from imp_core.engine.exact_sum import fold_levels, split_contributions
+from imp_core.engine.operators import partials
+from imp_core.engine.schema import MULT
+from tests.engine.test_keyed import _aggregation
 
 
 def _group_sums(values: np.ndarray, mult: np.ndarray, groups: np.ndarray, dense: bool) -> np.ndarray:
@@ -32,3 +37,22 @@ def test_dense_group_ids_split_like_hashes_of_the_same_groups() -> None:
     by_hash = split_contributions([values], mult, hashes)
     by_id = split_contributions([values], mult, ids, dense=True)
     assert all(np.array_equal(a, b) for a, b in zip(by_hash[0], by_id[0]))
+
+
+def test_a_large_batch_numbers_its_groups_by_key_or_by_hash_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above the NumPy batch size the partials are summed by polars; a compact integer key numbers the groups by
+    its value instead of sorting their hashes, and every accumulator comes out the same."""
+    rng = np.random.default_rng(11)
+    n = 40_000
+    x = rng.choice([1e16, -1e16, 1.0, 0.5, -3.25, 1e-8], n) * rng.integers(1, 9, n)
+    batch = pl.DataFrame({"g": rng.integers(0, 700, n), "s": ["a"] * n, "i": rng.integers(-5, 5, n), "x": x,
+                          "__f0": np.zeros(n, dtype=np.uint32), "__f1": np.zeros(n, dtype=np.uint32),
+                          "d": [None] * n, MULT: rng.choice([-1, 1], n)},
+                         schema_overrides={"d": pl.Date, "__f0": pl.UInt32, "__f1": pl.UInt32})
+    layout = _aggregation(True, keys={"g": pl.Int64}).layout
+    d = layout._input_exprs.with_columns(batch)
+    by_key = layout._groups_of(d).sort("g")
+    assert partials._compact_ids(d, ["g"]) is not None
+    monkeypatch.setattr(partials, "_compact_ids", lambda d, keys: None)
+    by_hash = layout._groups_of(d).sort("g")
+    assert by_key.equals(by_hash) and by_key.height == 700

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from imp_core.engine import frames
 from imp_core.engine.annotation import FRAG_DTYPE, pairs_lazy
+from imp_core.engine.dense_keys import MIN_SPAN, key_values
 from imp_core.engine.evaluate import compile_expr, polars_type
 from imp_core.engine.exact_sum import fold_levels, split_contributions
 from imp_core.engine.float_keys import float_order_key, nan_free, normalize_float
@@ -345,8 +346,10 @@ class PartialLayout:
         if not self.compensated:
             return base.group_by(keys).agg([pl.col(c).sum() for c in sums])
         sources, source_of = self._sources
+        ids = _compact_ids(base, keys)  # the groups themselves as ids 0.., where a key allows: no sort to number them
         split = split_contributions([base.get_column(f"__v{i}").to_numpy() for i in range(len(sources))],
-                                    base.get_column(GROUP_ROWS).to_numpy(), base.get_column("__h").to_numpy())
+                                    base.get_column(GROUP_ROWS).to_numpy(),
+                                    base.get_column("__h").to_numpy() if ids is None else ids, dense=ids is not None)
         levels = [pl.Series(f"__x{i}_{level}", x, dtype=pl.Float64)
                   for i, parts in enumerate(split) for level, x in enumerate(parts)]
         out = base.hstack(levels).group_by(keys).agg([pl.col(c).sum() for c in [*sums, *(s.name for s in levels)]])
@@ -426,6 +429,19 @@ def _fragment_pairs(d: pl.DataFrame, frag_cols: list[str], inv: np.ndarray, m: n
                               frames.series(FRAG, (unique & np.uint64(0xFFFFFFFF)).astype(np.uint32), FRAG_DTYPE),
                               frames.series(COUNT, counts, pl.Int64)])
     return fragments, rows
+
+
+def _compact_ids(d: pl.DataFrame, keys: list[str]) -> np.ndarray | None:
+    """Each row's group as ``key - smallest key`` for one integer-like key without NULL over a range at most twice
+    the rows (or 65,536 wide), else None. Equal keys get equal ids and distinct keys distinct ones, as numbering the
+    groups by a sort would give, without the sort."""
+    if len(keys) != 1:
+        return None
+    values = key_values(d.get_column(keys[0]))
+    if values is None or not values.size:
+        return None
+    lo, hi = int(values.min()), int(values.max())
+    return values - lo if hi - lo < max(MIN_SPAN, 2 * values.size) else None
 
 
 def _integer_like(dtype: pl.DataType) -> bool:

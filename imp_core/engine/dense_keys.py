@@ -17,6 +17,11 @@ _INT64_MAX = np.iinfo(np.int64).max
 _SLOT_LIMIT = np.iinfo(np.int32).max
 
 
+def compact(lo: int, hi: int, count: int) -> bool:
+    """Whether ``count`` distinct keys from ``lo`` to ``hi`` are compact enough for a table indexed by value."""
+    return hi - lo + 1 <= max(MIN_SPAN, 2 * count)
+
+
 def key_values(s: pl.Series) -> np.ndarray | None:
     """A key column's values as int64, or None when they cannot index a table: NULL, a type whose values are not
     integers (floats, strings), or unsigned values beyond int64."""
@@ -61,7 +66,7 @@ class DenseKeys:
         if self.table.size:
             lo, hi = min(lo, self.base), max(hi, self.base + self.table.size - 1)
         count = self.count + keys.size
-        if hi - lo + 1 > max(MIN_SPAN, 2 * count):
+        if not compact(lo, hi, count):
             return False
         if not self.table.size or lo < self.base or hi >= self.base + self.table.size:
             self._grow(lo, hi)
@@ -84,4 +89,4 @@ class DenseKeys:
         self.base, self.table = new_lo, table
 
 
-__all__ = ["MIN_SPAN", "DenseKeys", "key_values"]
+__all__ = ["MIN_SPAN", "DenseKeys", "compact", "key_values"]

@@ -98,7 +98,8 @@ class Partition:
         return {}
 
     def fragment_of(self, values: pl.Series) -> np.ndarray:
-        """Fragment id (0-based, local) of every value; vectorized binary search over the inner bounds.
+        """Fragment id (0-based, local) of every value: a lookup table for integer-like values between close
+        bounds, else a vectorized binary search over the inner bounds.
 
         Spark's order: NULL goes to fragment 0, NaN above every number (the last fragment), -0.0 equals 0.0.
         """
@@ -274,4 +275,3 @@ def _dense_fragments(inner: np.ndarray) -> np.ndarray | None:
         return None
     return np.searchsorted(inner.astype(np.int64), np.arange(lo - 1, hi + 1, dtype=np.int64),
                            side="right").astype(np.int32)
-

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from imp_core.engine import frames
 from imp_core.engine.annotation import FRAG_DTYPE, pairs_lazy
-from imp_core.engine.dense_keys import MIN_SPAN, key_values
+from imp_core.engine.dense_keys import compact, key_values
 from imp_core.engine.evaluate import compile_expr, polars_type
 from imp_core.engine.exact_sum import fold_levels, split_contributions
 from imp_core.engine.float_keys import float_order_key, nan_free, normalize_float
@@ -432,8 +432,8 @@ def _fragment_pairs(d: pl.DataFrame, frag_cols: list[str], inv: np.ndarray, m: n
 
 
 def _compact_ids(d: pl.DataFrame, keys: list[str]) -> np.ndarray | None:
-    """Each row's group as ``key - smallest key`` for one integer-like key without NULL over a range at most twice
-    the rows (or 65,536 wide), else None. Equal keys get equal ids and distinct keys distinct ones, as numbering the
+    """Each row's group as ``key - smallest key`` for one integer-like key without NULL over a compact range (as the
+    dense key table takes), else None. Equal keys get equal ids and distinct keys distinct ones, as numbering the
     groups by a sort would give, without the sort."""
     if len(keys) != 1:
         return None
@@ -441,7 +441,7 @@ def _compact_ids(d: pl.DataFrame, keys: list[str]) -> np.ndarray | None:
     if values is None or not values.size:
         return None
     lo, hi = int(values.min()), int(values.max())
-    return values - lo if hi - lo < max(MIN_SPAN, 2 * values.size) else None
+    return values - lo if compact(lo, hi, values.size) else None
 
 
 def _integer_like(dtype: pl.DataType) -> bool:

@@ -171,7 +171,7 @@ def q_groups(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
     exp = Experiment("q_groups", f"Q_groups: IMP vs FM, {rows:,} rows, 1,000 fragments, change of n rows "
                      f"(half deletes, half inserts)", ratios=[("FM", "IMP")], log_x=False, x_label="case",
                      y_label="seconds")
-    batches = [10, 1000] if quick else BATCHES
+    batches = [1000] if quick else BATCHES
     for groups, threshold in variants:
         name = f"t1gb{groups}g_{rows}"
         path = data.base_table(name, rows, groups)
@@ -205,7 +205,7 @@ def joinsel(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
     big_path = data.base_table(big, rows, groups)
     exp = Experiment("q_joinsel", f"Q_joinsel: IMP vs FM, {rows:,} x {rows:,} rows, change on the grouped table",
                      ratios=[("FM", "IMP")], log_y=True, y_label="seconds")
-    batches = [10, 1000] if quick else BATCHES
+    batches = [1000] if quick else BATCHES
     for pct in ([5] if quick else [1, 5, 10]):
         helper = f"tjoinhelppercent{pct}_{rows}"
         helper_path = data.join_helper(helper, rows, groups, pct / 100)
@@ -231,7 +231,7 @@ def q_join(spark, quick: bool, runs: int) -> Experiment:  # noqa: ANN001
         variants = [(5000, "1-2K", 1000, 1000)]
     exp = Experiment("q_join", f"Q_join 1-n: IMP vs FM, {rows:,} x {rows:,} rows, change on the grouped table",
                      ratios=[("FM", "IMP")], y_label="seconds")
-    batches = [10, 1000] if quick else BATCHES
+    batches = [1000] if quick else BATCHES
     for groups, label, b_max, c_max in variants:
         name = f"t1gb{groups}g_{rows}" if groups != 5000 else f"t1gbjoin_{rows}"
         path = data.base_table(name, rows, groups)

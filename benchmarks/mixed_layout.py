@@ -30,8 +30,8 @@ GROUPS = 5000
 
 def mixed_with_layout(service: SketchService, quick: bool, runs: int) -> Experiment:
     rows = scaled(200_000 if quick else 10_000_000)
-    n_ops = 8 if quick else 240
-    every = 4 if quick else EVERY
+    n_ops = 4 if quick else 240
+    every = 2 if quick else EVERY
     name = f"mixed_{rows}"
     path = data.base_table(name, rows, GROUPS, files=100)
     sql = f"SELECT a, AVG(c) AS ac FROM {name} GROUP BY a HAVING AVG(c) < 300"

@@ -28,14 +28,18 @@ def two_product(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return p, np.where(np.isfinite(p), e, 0.0)
 
 
-def extract(v: np.ndarray, sigma: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def extract(v: np.ndarray, sigma: np.ndarray, ok: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """ExtractVector (Rump, Ogita, Oishi, "Accurate floating-point summation", Lemma 3.3): ``v = q + r`` exactly.
 
     With σ a power of two ≥ 2^⌈log2(n+2)⌉ · max|v| over n values, every ``q = (σ + v) − σ`` is a multiple of
     2^-53 σ and any partial sum of the q's stays within σ, so the q's add up *exactly in any order*, and
-    ``|r| ≤ 2^-53 σ``. Where ``ok`` is False (nothing finite to extract) ``q = v``, ``r = 0``.
+    ``|r| ≤ 2^-53 σ``. Where ``ok`` is False (nothing finite to extract) ``q = v``, ``r = 0``; None: ok everywhere.
     """
-    q = np.where(ok, (sigma + v) - sigma, v)
+    q = sigma + v
+    q -= sigma
+    if ok is None:
+        return q, v - q
+    q = np.where(ok, q, v)
     return q, np.where(ok, v - q, 0.0)
 
 
@@ -72,8 +76,12 @@ def split_contributions(values: list[np.ndarray], mult: np.ndarray, group_hash: 
         for p in prods:
             np.maximum.at(largest, gid, np.abs(p))
         sigma = (np.exp2(np.ceil(np.log2(largest))) * grow)[gid]
-        ok = np.isfinite(sigma) & (sigma > 0)
-        s1 = np.where(ok, sigma, 0.0)
+        ok: np.ndarray | None = np.isfinite(sigma) & (sigma > 0)
+        s1 = sigma
+        if ok.all():  # type: ignore[union-attr]
+            ok = None
+        else:
+            s1 = np.where(ok, sigma, 0.0)
         s2 = s1 * (_ULP * grow)
         out = []
         for i, p in enumerate(prods):

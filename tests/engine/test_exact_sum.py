@@ -56,3 +56,24 @@ def test_a_large_batch_numbers_its_groups_by_key_or_by_hash_alike(monkeypatch: p
     monkeypatch.setattr(partials, "_compact_ids", lambda d, keys: None)
     by_hash = layout._groups_of(d).sort("g")
     assert by_key.equals(by_hash) and by_key.height == 700
+
+
+@pytest.mark.parametrize("spread", [1, 1 << 40])
+def test_a_large_batch_folds_in_numpy_only_when_its_key_is_compact(spread: int) -> None:
+    """Above the NumPy batch size a compact integer key is folded in NumPy (groups numbered by counting their
+    values, pairs by one sort): the same groups, sums and ``F_g`` changes as polars' group-by; a key over a wide
+    range keeps the group-by (numbering it would take a sort)."""
+    rng = np.random.default_rng(12)
+    n = 40_000
+    x = rng.choice([1e16, -1e16, 1.0, 0.5, -3.25, 1e-8, np.nan], n) * rng.integers(1, 9, n)
+    batch = pl.DataFrame({"g": rng.integers(0, 700, n) * spread, "s": ["a"] * n, "i": rng.integers(-5, 5, n),
+                          "x": x, "__f0": rng.integers(0, 1000, n).astype(np.uint32),
+                          "__f1": rng.integers(0, 3, n).astype(np.uint32), "d": [None] * n,
+                          MULT: rng.choice([-1, 1, 2], n)}, schema_overrides={"d": pl.Date})
+    layout = _aggregation(True, keys={"g": pl.Int64}).layout
+    numpy, polars = layout.of_delta(batch, numpy=True), layout.of_delta(batch, numpy=False)
+    assert (numpy.fragment_rows is not None) == (spread == 1)  # only the NumPy fold knows each change's group row
+    groups = [p.groups.lazy().collect().sort("g") for p in (numpy, polars)]
+    pairs = [p.fragments.lazy().collect().sort("g", "__frag") for p in (numpy, polars)]
+    assert groups[0].equals(groups[1]) and groups[0].height == 700
+    assert pairs[0].equals(pairs[1]) and pairs[0].height > 700

@@ -218,7 +218,8 @@ def test_keyed_aggregation_matches_frames_batch_by_batch(seed: int, weak: bool, 
     monkeypatch.setattr(SortedMap, "pending_min", 32)
     folded = []
     real = PartialLayout._folded
-    monkeypatch.setattr(PartialLayout, "_folded", lambda self, d: folded.append(real(self, d)) or folded[-1])
+    monkeypatch.setattr(PartialLayout, "_folded",
+                        lambda self, d, sort=True: folded.append(real(self, d, sort)) or folded[-1])
     frames, keyed = _aggregation(False, keys=keys), _aggregation(True, weak, keys=keys)
     order = [*keys, MULT]
     for i, batch in enumerate(_batches(seed, 120)):
@@ -274,13 +275,19 @@ def test_group_ids_match_a_polars_group_by() -> None:
     frame = pl.DataFrame({"a": rng.integers(0, 4, 300), "b": rng.integers(0, 3, 300).astype(bool),
                           "d": rng.integers(-2, 2, 300)}).with_columns(
         pl.when(pl.col("a") == 3).then(None).otherwise(pl.col("a")).alias("a"), pl.col("d").cast(pl.Date))
-    for keys in (["a"], ["a", "b", "d"], ["d"]):
-        inv, first = group_ids([frame.get_column(k) for k in keys])
+    frame = frame.with_columns(wide=pl.Series(rng.integers(0, 4, 300) * (1 << 40) - (1 << 41)))
+    for keys in (["a"], ["a", "b", "d"], ["d"], ["b"], ["wide"]):  # sorts; counts ("d", "b"); a wide range sorts
+        inv, first = group_ids([frame.get_column(k) for k in keys])  # type: ignore[misc]
         want = frame.with_row_index("r").group_by(keys).agg(pl.col("r"))
         assert len(first) == want.height
         got = {tuple(sorted(np.flatnonzero(inv == g).tolist())) for g in range(len(first))}
         assert got == {tuple(sorted(r)) for r in want.get_column("r").to_list()}
         assert all(inv[f] == g for g, f in enumerate(first))
+        if keys != ["a", "b", "d"]:  # groups are numbered in key order, NULL last
+            assert frame.get_column(keys[0]).gather(first).to_list() == sorted(
+                set(frame.get_column(keys[0]).to_list()), key=lambda v: (v is None, v or 0))
+    assert group_ids([frame.get_column("wide")], sort=False) is None  # a wide range needs the sort
+    assert group_ids([frame.get_column("d")], sort=False) is not None
 
 
 def test_netting_without_duplicates_keeps_the_rows_and_drops_zeros() -> None:
@@ -336,11 +343,14 @@ def test_lists_by_slot_gives_each_slot_its_sorted_values(rows: int, spread: int)
 
 
 def test_netting_a_batch_above_the_numpy_size() -> None:
-    """Above SMALL_BATCH rows the distinct-rows check is a count of row hashes: distinct rows come back as they are
-    (zeros dropped), duplicates, cancelling pairs and NaN copies still go through the group-by."""
+    """Above SMALL_BATCH rows the distinct-rows check is a sort of an integer column (distinct values: distinct
+    rows), else a count of row hashes: distinct rows come back as they are (zeros dropped), duplicates, cancelling
+    pairs and NaN copies still go through the group-by."""
     n = SMALL_BATCH + 5
     rows = pl.DataFrame({"k": np.arange(n), "x": np.full(n, 0.5), MULT: np.ones(n, dtype=np.int64)})
     assert consolidate(rows) is rows
+    mixed = rows.with_columns(pl.col("k") % 2, pl.col("k").cast(pl.Float64).alias("x"))
+    assert consolidate(mixed) is mixed  # the integer column repeats, the rows do not: their hashes tell
     assert consolidate(rows.with_columns(pl.Series(MULT, [0] * 3 + [1] * (n - 3)))).height == n - 3
     twice = pl.concat([rows, rows.head(4).with_columns(pl.lit(-1, dtype=pl.Int64).alias(MULT)),
                        rows.tail(2).with_columns(pl.lit(1, dtype=pl.Int64).alias(MULT))])

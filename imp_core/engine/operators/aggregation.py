@@ -15,7 +15,7 @@ import polars as pl
 import pyarrow as pa
 
 from imp_core.engine import frames, kernels
-from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE, SMALL_BATCH
+from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.exact_sum import neumaier
 from imp_core.engine.float_keys import from_nan_free
@@ -301,7 +301,7 @@ class Aggregation(OutputStateOperator):
         """Fold a delta into the state and return the output delta (one Δ−/Δ+ pair per changed group)."""
         if delta.height == 0:
             return self.empty_delta()
-        return self.apply_partials(self.layout.of_delta(delta, small=self.keyed and delta.height <= SMALL_BATCH))
+        return self.apply_partials(self.layout.of_delta(delta, numpy=self.keyed))
 
     def bootstrap(self, partials: Partials) -> pl.DataFrame:
         """Initial state from the whole input's partials (a capture); returns the output relation.

@@ -460,9 +460,13 @@ def _compact_ids(d: pl.DataFrame, keys: list[str]) -> np.ndarray | None:
     """Each row's group as ``key - smallest key`` for one integer-like key without NULL over a compact range (as the
     dense key table takes), else None. Equal keys get equal ids and distinct keys distinct ones, as numbering the
     groups by a sort would give, without the sort."""
-    if len(keys) != 1:
-        return None
-    values = key_values(d.get_column(keys[0]))
+    return _key_offsets(d.get_column(keys[0])) if len(keys) == 1 else None
+
+
+def _key_offsets(s: pl.Series) -> np.ndarray | None:
+    """A key column's values minus the smallest, where it has no NULL, is integer-like and spans a compact range
+    (``dense_keys.compact``); else None."""
+    values = key_values(s)
     if values is None or not values.size:
         return None
     lo, hi = int(values.min()), int(values.max())
@@ -478,17 +482,13 @@ def group_ids(columns: list[pl.Series], sort: bool = True) -> tuple[np.ndarray, 
     """Each row's group (0 .. g-1, in key order) over integer-like key columns, and a row of each group. One key
     without NULL over a compact range is numbered by counting its values; other keys by NumPy's sort (which beats a
     polars group-by on a few thousand rows), or None when ``sort`` is False. NULL is a key value of its own."""
-    if len(columns) == 1:
-        values = key_values(columns[0])
-        if values is not None and values.size:
-            lo, hi = int(values.min()), int(values.max())
-            if compact(lo, hi, values.size):
-                offsets = values - lo
-                present = np.bincount(offsets, minlength=hi - lo + 1) > 0
-                inv = (np.cumsum(present) - 1)[offsets]
-                any_row = np.empty(int(np.count_nonzero(present)), dtype=np.int64)
-                any_row[inv] = np.arange(inv.size)  # every row of a group holds its key: any one will do
-                return inv, any_row
+    offsets = _key_offsets(columns[0]) if len(columns) == 1 else None
+    if offsets is not None:
+        present = np.bincount(offsets) > 0
+        inv = (np.cumsum(present) - 1)[offsets]
+        any_row = np.empty(int(np.count_nonzero(present)), dtype=np.int64)
+        any_row[inv] = np.arange(inv.size)  # every row of a group holds its key: any one will do
+        return inv, any_row
     if not sort:
         return None
     arrays = []

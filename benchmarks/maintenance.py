@@ -34,7 +34,7 @@ BATCHES = [10, 50, 100, 500, 1000]
 
 
 # the first engine's state (aggregation frames rewritten per batch, top-k re-sorted), kept for side-by-side runs
-FIRST_ENGINE = Optimizations(agg_index=False, topk_index=False)
+FIRST_ENGINE = Optimizations(agg_index=False, topk_index=False, join_index=False)
 
 
 def spark_session():  # noqa: ANN201

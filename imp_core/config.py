@@ -44,6 +44,8 @@ class Optimizations:
     # aggregation state keyed by group and updated in place (off: whole frames rewritten per batch, for comparison);
     # not a state option either: the saved frames are the same.
     agg_index: bool = True
+    # join partner indexes keyed by join key (off: the first engine's frames, rewritten per batch); same saved frames
+    join_index: bool = True
     # bounded buffers (paper 7.2); with them, changes beyond a buffer's bound are dropped before any state update
     # (aggregate selection, Liu et al.). 0 keeps every input row / value (the paper's 5.2.6-5.2.7 state).
     topk_buffer: int = 0
@@ -65,6 +67,7 @@ class Optimizations:
             "partners": "partner_index",
             "topkindex": "topk_index",
             "aggindex": "agg_index",
+            "joinindex": "join_index",
         }
         if text.strip() == "none":
             return replace(opts, **{v: False for v in names.values()})

@@ -103,7 +103,8 @@ class Pipeline:
         """A pipeline with the optimizations switched on in ``opts`` (``imp_core.config.Optimizations``)."""
         caching = JoinCaching(bloom=opts.bloom_filters,
                               small_rows=opts.small_side_rows if opts.small_side_in_memory else 0,
-                              partner_rows=opts.partner_rows if opts.partner_index else 0)
+                              partner_rows=opts.partner_rows if opts.partner_index else 0,
+                              keyed=opts.join_index)
         return cls(plan, partitions, topk_buffer=opts.topk_buffer, join_caching=caching,
                    minmax_buffer=opts.minmax_buffer, topk_index=opts.topk_index,
                    agg_index=opts.agg_index)

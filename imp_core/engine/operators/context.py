@@ -20,6 +20,7 @@ class JoinCaching:
     bloom: bool = True
     small_rows: int = 0  # 0: never keep a side whole
     partner_rows: int = 0  # 0: no partner index
+    keyed: bool = True  # a partner index keyed by join key (False: the first engine's frames, rewritten per batch)
 
 
 @dataclass(frozen=True)

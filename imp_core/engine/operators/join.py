@@ -8,7 +8,6 @@ Bloom filter) follow each side's own deltas. See docs/ARCHITECTURE.md, "Operator
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,32 +19,17 @@ from imp_core.engine.evaluate import compile_expr, polars_type
 from imp_core.engine.float_keys import nan_free, normalize_float
 from imp_core.engine.operators.base import BinaryOperator, InputSide, StatefulOperator
 from imp_core.engine.operators.context import BuildContext, JoinCaching
+from imp_core.engine.operators.partners import N_KEY, Partners, partner_index
 from imp_core.engine.schema import COUNT, MULT, RIGHT_MULT, join_columns, nan_flag
 from imp_core.errors import StateError
 from imp_core.plan.expr import Binary, Col, Expr, conjoin
 from imp_core.plan.nodes import Join, Plan
 
-N_KEY = COUNT  # rows of the other side per join key, in a partner index
 PARTNER_KEYS_PER_ROW = 4
-
-
-@dataclass
-class PartnerIndex:
-    """One side's rows whose join key occurs in the other side, and the other side's join-key counts.
-
-    Invariant: for every key in ``keys``, ``rows`` holds *all* of the side's current rows with that key. Keys the
-    other side gains are added with their partners (fetched); keys it loses are dropped with theirs.
-    """
-
-    rows: pl.DataFrame
-    keys: pl.DataFrame  # k0..kn (canonical key types) and __n: the other side's rows per key
-    bloom: CountingBloom | None
-    fresh: bool = False  # built during this pass: ``keys`` already counts the pass's delta
-
 
 class JoinOp(BinaryOperator, StatefulOperator):
     """A join of two annotated inputs. Its state is the side caches (``caches``, per side: ``("rows", frame)``,
-    ``("partners", PartnerIndex)``, ``("bloom", filter)`` or None until built); without caching it is stateless."""
+    ``("partners", Partners)``, ``("bloom", filter)`` or None until built); without caching it is stateless."""
 
     kind = "join"
 
@@ -93,7 +77,7 @@ class JoinOp(BinaryOperator, StatefulOperator):
                                          or self.caching.partner_rows > 0)
 
     def reset(self) -> None:
-        # per side: ("rows", frame) | ("partners", PartnerIndex) | ("bloom", filter) | None (not built yet)
+        # per side: ("rows", frame) | ("partners", Partners) | ("bloom", filter) | None (not built yet)
         self.caches: dict[str, tuple[str, Any] | None] = {"left": None, "right": None}
         self.appended = {"left": 0, "right": 0}  # rows added to a "rows" cache since it was last consolidated
 
@@ -151,20 +135,10 @@ class JoinOp(BinaryOperator, StatefulOperator):
         elif kind == "bloom":
             value.add(self._keys(side, delta), delta.get_column(MULT).to_numpy())
         else:
-            index: PartnerIndex = value
+            index: Partners = value
             if index.bloom is not None:
                 index.bloom.add(self._keys(side, delta), delta.get_column(MULT).to_numpy())
-            # rows of listed keys change with the side; the index's other rows are not affected
-            kcols = [f"k{i}" for i in range(len(self.key_types))]
-            listed = self._keys(side, delta).join(index.keys.select(kcols), on=kcols, how="semi").unique()
-            if listed.height:
-                names = self._names(side)
-                listed = self._named(listed, names)
-                changed = delta.join(listed, on=names, how="semi")
-                touched = index.rows.join(listed, on=names, how="semi")
-                rest = index.rows.join(listed, on=names, how="anti")
-                merged = consolidate(pl.concat([touched, changed.select(index.rows.columns)], how="vertical_relaxed"))
-                index.rows = pl.concat([rest, merged.select(rest.columns)], how="vertical_relaxed")
+            index.apply(delta)  # rows of listed keys change with the side; the index's other rows are not affected
 
     def _named(self, keys: pl.DataFrame, names: list[str]) -> pl.DataFrame:
         """Canonical key columns ``k0..`` renamed to a side's key column names."""
@@ -192,7 +166,7 @@ class JoinOp(BinaryOperator, StatefulOperator):
             self.caches[side] = ("bloom", bloom)
 
     def _partner_index(self, side: str, access: InputSide, other: InputSide,
-                       bloom: CountingBloom | None) -> PartnerIndex | None:
+                       bloom: CountingBloom | None) -> Partners | None:
         """``side``'s rows with a key the other side has, if there are at most ``partner_rows`` of them."""
         other_side = "right" if side == "left" else "left"
         limit = self.caching.partner_rows
@@ -206,7 +180,11 @@ class JoinOp(BinaryOperator, StatefulOperator):
         rows = access.rows_with_keys(names, self._named(keys, names), limit)
         if rows is None:
             return None
-        return PartnerIndex(rows, keys, bloom)
+        return self._index(side, rows, keys, bloom)
+
+    def _index(self, side: str, rows: pl.DataFrame, keys: pl.DataFrame, bloom: CountingBloom | None) -> Partners:
+        names = self._names(side)
+        return partner_index(rows, keys, bloom, lambda f: self._canonical(f, names), names, self.caching.keyed)
 
     def _canonical(self, frame: pl.DataFrame, names: list[str]) -> pl.DataFrame:
         """Key columns ``k0..`` in one type per key pair, floats normalized as Spark matches them (so equal keys
@@ -246,22 +224,21 @@ class JoinOp(BinaryOperator, StatefulOperator):
                 return self.empty_delta()  # no delta row can have a partner: no join at all
         return access.join_delta(delta, delta_is_left)
 
-    def _join_partners(self, side: str, access: InputSide, index: PartnerIndex, delta: pl.DataFrame,
+    def _join_partners(self, side: str, access: InputSide, index: Partners, delta: pl.DataFrame,
                        delta_is_left: bool) -> pl.DataFrame:
         """``delta`` (of the other side) joined through ``side``'s partner index; then the index follows the other
         side's keys: new keys come with their fetched partners, keys whose count reaches 0 leave."""
         own = "left" if delta_is_left else "right"
         kcols = [f"k{i}" for i in range(len(self.key_types))]
         dkeys = self._keys(own, delta)
-        known = np.zeros(delta.height, dtype=bool)
-        hit = dkeys.with_row_index("__i").join(index.keys.select(kcols), on=kcols, how="semi").get_column("__i")
-        known[hit.to_numpy()] = True
+        known = index.listed(dkeys)
         has_key = ~np.any(np.stack([dkeys.get_column(c).is_null().to_numpy() for c in kcols]), axis=0)
         fresh_mask = ~known & has_key  # keys the other side did not have: their partners are not in the index
         parts = []
         if known.any():
-            part = delta.filter(pl.Series(known))
-            parts.append(self.join_frames(part, index.rows) if delta_is_left else self.join_frames(index.rows, part))
+            keep = pl.Series(known)
+            part, rows = delta.filter(keep), index.partners(dkeys.filter(keep))
+            parts.append(self.join_frames(part, rows) if delta_is_left else self.join_frames(rows, part))
         fetched = None
         if fresh_mask.any():
             new = delta.filter(pl.Series(fresh_mask))
@@ -281,26 +258,16 @@ class JoinOp(BinaryOperator, StatefulOperator):
             return self.empty_delta()
         return pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0]
 
-    def _follow_keys(self, side: str, index: PartnerIndex, dkeys: pl.DataFrame, mult: pl.Series,
+    def _follow_keys(self, side: str, index: Partners, dkeys: pl.DataFrame, mult: pl.Series,
                      fetched: pl.DataFrame | None) -> None:
         """Count the other side's delta into the index's keys; keep the fetched partners of keys now listed and
         drop the rows of keys no longer listed."""
-        kcols = [f"k{i}" for i in range(len(self.key_types))]
-        names = self._names(side)
         if index.fresh:
             index.fresh = False  # the counts were read at the versions this pass reaches
         else:
-            change = dkeys.with_columns(mult.alias(N_KEY)).drop_nulls(kcols).group_by(kcols).agg(pl.col(N_KEY).sum())
-            merged = pl.concat([index.keys, change.select(index.keys.columns)], how="vertical_relaxed")
-            merged = merged.group_by(kcols).agg(pl.col(N_KEY).sum())
-            gone = merged.filter(pl.col(N_KEY) <= 0).select(kcols)
-            index.keys = merged.filter(pl.col(N_KEY) > 0)
-            if gone.height:
-                index.rows = index.rows.join(self._named(gone, names), on=names, how="anti")
+            index.count(dkeys, mult.to_numpy())
         if fetched is not None and fetched.height:
-            kept = fetched.join(self._named(index.keys.select(kcols), names), on=names, how="semi")
-            # fetched keys were not listed before, so none of their rows is in the index yet
-            index.rows = pl.concat([index.rows, kept.select(index.rows.columns)], how="vertical_relaxed")
+            index.add_fetched(fetched)  # fetched keys were not listed before, so none of their rows is in the index
 
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
         meta: dict[str, Any] = {"polars": pl.__version__}
@@ -315,8 +282,7 @@ class JoinOp(BinaryOperator, StatefulOperator):
             elif kind == "bloom":
                 frames[side] = value.to_frame()
             else:
-                frames[side] = value.rows
-                frames[f"{side}_keys"] = value.keys
+                frames[side], frames[f"{side}_keys"] = value.saved()
                 if value.bloom is not None:
                     frames[f"{side}_bloom"] = value.bloom.to_frame()
         return meta, frames
@@ -337,7 +303,7 @@ class JoinOp(BinaryOperator, StatefulOperator):
                 # counts do not depend on hashing
                 bloom = CountingBloom.from_frame(frames[f"{side}_bloom"]) \
                     if same_hash and f"{side}_bloom" in frames else None
-                self.caches[side] = ("partners", PartnerIndex(frames[side], frames[f"{side}_keys"], bloom))
+                self.caches[side] = ("partners", self._index(side, frames[side], frames[f"{side}_keys"], bloom))
             elif same_hash:
                 self.caches[side] = ("bloom", CountingBloom.from_frame(frames[side]))
             # a filter hashed by another polars version is rebuilt on first use (it only ever saves work)

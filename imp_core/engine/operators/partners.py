@@ -242,10 +242,26 @@ class KeyedPartners:
         self._set_rows(consolidate(live) if live.height else live)
 
     def saved(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The live rows consolidated (the index in memory stays as it is), and the listed keys in the order of
+        their hashes, so that loading them finds the hashes sorted and skips the sort (``keyed.argsort``)."""
+        rows = self.rows
         if self.churn:
-            self._consolidate()
-        listed = np.flatnonzero(self.counts[:self.store.size] > 0)
-        return self.rows, self.store.rows(listed)
+            live = rows if self.alive.all() else rows.filter(pl.Series(self.alive))
+            rows = consolidate(live) if live.height else live
+        slots = self._slots_by_hash()
+        return rows, self.store.rows(slots[self.counts[slots] > 0])
+
+    def _slots_by_hash(self) -> np.ndarray:
+        """Every indexed slot, in the order of its key's hash (keys whose hashes collide last)."""
+        m = self.index.map
+        vals = m.vals
+        if m.pkeys.size:  # the pending run merged in (both runs are sorted): no sort
+            vals = np.insert(m.vals, np.searchsorted(m.keys, m.pkeys), m.pvals)
+        if self.index.collided:  # a bucket also holds the slot its hash maps to
+            slots = [s for b in self.index.collided.values() for s in b.values()]
+            collided = np.unique(np.array(slots, dtype=np.int64))
+            vals = np.concatenate([vals, collided[~np.isin(collided, vals)]])
+        return vals.astype(np.int64, copy=False)
 
 
 def partner_index(rows: pl.DataFrame, keys: pl.DataFrame, bloom: CountingBloom | None, canon: Canon,

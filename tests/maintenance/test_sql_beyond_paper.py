@@ -5,6 +5,7 @@ deletes into both tables, then equal to a recapture, and the query over the sket
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +13,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from imp_core.engine.operators.join import JoinOp
+from imp_core.maintenance.loading import load_state
+from imp_core.maintenance.service import SketchService
 from tests.oracles import answers_with_and_without_sketch, canonical, duck, snapshot
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
@@ -115,3 +119,37 @@ def test_subquery_is_maintained_like_a_recapture_and_answers_like_spark(service,
     service.recapture(name)
     assert _fragments(service, name) == maintained
     service.drop_sketch(name)
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+def test_a_join_maintained_through_partner_indexes_equals_a_recapture(service, tmp_path: Path,  # noqa: ANN001
+                                                                      keyed: bool) -> None:
+    """Neither side kept whole (``small_side_rows=0``), so the join keeps partner indexes: keyed by join key, or the
+    first engine's frames (``-joinindex``); one change per pass, the state carried from pass to pass."""
+    opts = dataclasses.replace(service.settings.optimizations, small_side_in_memory=False, join_index=keyed)
+    svc = SketchService(dataclasses.replace(service.settings, optimizations=opts), catalog=service.catalog,
+                        spark=service.spark)
+    name = f"join_partners_{'keyed' if keyed else 'frames'}"
+    orders, items = f"{name}_o", f"{name}_i"
+    _tables(tmp_path, svc, orders, items)
+    # per order, so that a partner row lost or counted twice moves an order across the HAVING bound
+    sql = "SELECT o_id, prio, SUM(qty) AS q FROM {o} JOIN {i} ON l_order = o_id GROUP BY o_id, prio HAVING SUM(qty) > 6"
+    query = sql.format(o=orders, i=items)
+    fine = "0,1,2,3,4,11,12,13,21,22,33,34,40"  # an order per fragment: a group that flips changes the sketch
+    svc.create_sketch(name, query, [f"{orders}.o_id", f"{items}.l_order"], bounds=[fine] * 2)
+    for change in _changes(tmp_path, orders, items):
+        change()
+    assert svc.maintain(name, strategy="eager", batch_size=1).recaptured is None
+    loaded = svc.load(name)
+    pipeline = load_state(svc.parts, loaded, svc.catalog.latest_version(loaded.record.id))
+    [join] = [op for op in pipeline.stateful() if isinstance(op, JoinOp)]
+    assert {kind for kind, _ in filter(None, join.caches.values())} == {"partners"}  # both sides indexed
+    maintained = _fragments(svc, name)
+
+    expected = duck(sql.format(o="o", i="i"), o=snapshot(str(tmp_path / orders)), i=snapshot(str(tmp_path / items)))
+    with_sketch, without = answers_with_and_without_sketch(svc, query)
+    assert with_sketch.sketch is not None and expected
+    assert canonical(with_sketch.rows) == canonical(without.rows) == canonical(expected)
+    svc.recapture(name)
+    assert _fragments(svc, name) == maintained
+    svc.drop_sketch(name)

@@ -252,13 +252,13 @@ class JoinOp(BinaryOperator, StatefulOperator):
                 else:
                     parts.append(self.join_frames(new, fetched) if delta_is_left
                                  else self.join_frames(fetched, new))
-        self._follow_keys(side, index, dkeys, delta.get_column(MULT), fetched)
+        self._follow_keys(index, dkeys, delta.get_column(MULT), fetched)
         parts = [p for p in parts if p.height]
         if not parts:
             return self.empty_delta()
         return pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0]
 
-    def _follow_keys(self, side: str, index: Partners, dkeys: pl.DataFrame, mult: pl.Series,
+    def _follow_keys(self, index: Partners, dkeys: pl.DataFrame, mult: pl.Series,
                      fetched: pl.DataFrame | None) -> None:
         """Count the other side's delta into the index's keys; keep the fetched partners of keys now listed and
         drop the rows of keys no longer listed."""

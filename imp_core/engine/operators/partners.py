@@ -28,6 +28,7 @@ from imp_core.engine.annotation import consolidate
 from imp_core.engine.bloom import CountingBloom
 from imp_core.engine.keyed import KeyIndex, SlotColumns, SortedMap, take
 from imp_core.engine.schema import COUNT
+from imp_core.errors import StateError
 
 N_KEY = COUNT  # rows of the other side per join key
 _U64 = np.uint64
@@ -215,7 +216,8 @@ class KeyedPartners:
         start = self.rows.height
         pos = np.arange(start, start + rows.height, dtype=np.int64)
         if start + rows.height >= 1 << _ROW_BITS:
-            raise OverflowError("a partner index holds at most 2^32 rows")
+            raise StateError("a join's partner index reached 2^32 rows; lower it with IMP_OPTIMIZATIONS="
+                             "partner_rows=N and recapture the sketch")
         self.rows = pl.concat([self.rows, rows.select(self.rows.columns)], how="vertical_relaxed", rechunk=False)
         if self.rows.n_chunks() > 32:
             self.rows = self.rows.rechunk()
@@ -237,19 +239,19 @@ class KeyedPartners:
         if self.churn > self.churn_min and self.churn * 8 > self.live:
             self._consolidate()
 
-    def _consolidate(self) -> None:
+    def _live(self) -> pl.DataFrame:
+        """The live rows, consolidated."""
         live = self.rows if self.alive.all() else self.rows.filter(pl.Series(self.alive))
-        self._set_rows(consolidate(live) if live.height else live)
+        return consolidate(live) if live.height else live
+
+    def _consolidate(self) -> None:
+        self._set_rows(self._live())
 
     def saved(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The live rows consolidated (the index in memory stays as it is), and the listed keys in the order of
         their hashes, so that loading them finds the hashes sorted and skips the sort (``keyed.argsort``)."""
-        rows = self.rows
-        if self.churn:
-            live = rows if self.alive.all() else rows.filter(pl.Series(self.alive))
-            rows = consolidate(live) if live.height else live
         slots = self._slots_by_hash()
-        return rows, self.store.rows(slots[self.counts[slots] > 0])
+        return self._live() if self.churn else self.rows, self.store.rows(slots[self.counts[slots] > 0])
 
     def _slots_by_hash(self) -> np.ndarray:
         """Every indexed slot, in the order of its key's hash (keys whose hashes collide last)."""

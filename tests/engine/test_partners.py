@@ -114,3 +114,50 @@ def test_a_key_that_leaves_takes_its_rows_and_comes_back_only_with_fetched_ones(
     rows, keys = index.saved()
     assert net(rows) == [(1, 10, 1), (1, 11, 1), (1, 12, 1), (2, 20, 1)]
     assert sorted(keys.rows()) == [(1, 1), (2, 1)]
+
+
+
+def test_two_column_text_keys_agree_with_the_frames() -> None:
+    """Keys of a string and an integer column (``KeyIndex``'s hash path and key check; NULL keys never listed)."""
+    rng = random.Random(5)
+    universe = [(s, n) for s in ("a", "b", None) for n in range(4)]
+
+    def canon2(frame: pl.DataFrame) -> pl.DataFrame:
+        return frame.select(pl.col("s").alias("k0"), pl.col("n").alias("k1"))
+
+    def rows2(rows: list[tuple]) -> pl.DataFrame:
+        return pl.DataFrame(rows, schema={"s": pl.String, "n": pl.Int64, "v": pl.Int64, MULT: pl.Int64},
+                            orient="row")
+
+    def keys2(keys: list[tuple]) -> pl.DataFrame:
+        return pl.DataFrame(keys, schema={"k0": pl.String, "k1": pl.Int64}, orient="row")
+
+    def net2(frame: pl.DataFrame) -> list[tuple]:
+        return sorted(consolidate(frame.select("s", "n", "v", MULT)).rows())
+
+    side = [(*rng.choice(universe), rng.randint(0, 3), 1) for _ in range(40)]
+    counts = {k: 1 for k in universe[::2] if k[0] is not None}
+    keys = pl.DataFrame([(*k, c) for k, c in counts.items()],
+                        schema={"k0": pl.String, "k1": pl.Int64, N_KEY: pl.Int64}, orient="row")
+    start = rows2([r for r in side if r[:2] in counts])
+    indexes: dict[str, Partners] = {"frames": FramePartners(start, keys, None, canon2, ["s", "n"]),
+                                    "keyed": KeyedPartners(start, keys, None, canon2)}
+    for _ in range(30):
+        batch = [rng.choice(universe) for _ in range(rng.randint(1, 5))]
+        before, mult = dict(counts), []
+        for k in batch:  # consistent: a key's rows are deleted only while it has some
+            mult.append(-1 if k[0] is not None and counts.get(k, 0) else 1)
+            if k[0] is not None:
+                counts[k] = counts.get(k, 0) + mult[-1]
+        fresh = {k for k, c in counts.items() if c > 0 and not before.get(k, 0)}
+        for index in indexes.values():
+            index.count(keys2(batch), np.array(mult, dtype=np.int64))
+            index.add_fetched(rows2([r for r in side if r[:2] in fresh]))
+        listed = [k for k, c in counts.items() if c > 0]
+        want = net2(rows2([r for r in side if r[:2] in listed]))
+        for name, index in indexes.items():
+            assert index.listed(keys2(universe)).tolist() == [k in listed for k in universe], name
+            assert [r for r in net2(index.partners(keys2(listed))) if r[:2] in listed] == want, name
+    saved = {name: index.saved() for name, index in indexes.items()}
+    assert net2(saved["keyed"][0]) == net2(saved["frames"][0])
+    assert sorted(saved["keyed"][1].rows(), key=str) == sorted(saved["frames"][1].rows(), key=str)

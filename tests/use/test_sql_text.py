@@ -2,66 +2,20 @@
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import numpy as np
 import pyarrow as pa
 import pytest
-from py4j import protocol as proto
-from py4j.clientserver import ClientServerConnection
-from py4j.java_gateway import GatewayConnection
 
 from imp_core.sketch.partition import Partition, PartitionSet
 from imp_core.sketch.sketch import Sketch
 from imp_core.use.sql_text import sketched_dataframe, sketched_sql_text
 from tests.conftest import write_in_files
+from tests.jvm_calls import counting_round_trips
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
 SQL = ("SELECT f.a, SUM(f.b) AS sb, COUNT(d.name) AS n FROM floor_f f JOIN floor_d d ON f.a = d.a "
        "GROUP BY f.a HAVING SUM(f.b) > 2000")
-
-
-class _Counter:
-    def __init__(self) -> None:
-        self.commands: list[str] = []
-
-    @property
-    def calls(self) -> int:
-        return len(self.commands)
-
-
-# Py4J tells the JVM that a Python-side JavaObject was garbage collected with a "memory delete" command; when Python's
-# collector runs is its own business (it once released ~200 objects of earlier tests inside the counted build).
-_RELEASE = proto.MEMORY_COMMAND_NAME + proto.MEMORY_DEL_SUBCOMMAND_NAME
-
-
-@contextmanager
-def counting_round_trips() -> Iterator[_Counter]:
-    """Counts the commands Python sends to the JVM (every Py4J call is one ``send_command``), releases of collected
-    objects aside; the collector is run before and held off during the count."""
-    counter = _Counter()
-    patched = []
-    gc.collect()
-    gc.disable()
-    for cls in (ClientServerConnection, GatewayConnection):
-        original = cls.send_command
-
-        def send(self, command, *args, _original=original, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-            if not command.startswith(_RELEASE):
-                counter.commands.append(command.split("\n", 2)[0])
-            return _original(self, command, *args, **kwargs)
-
-        cls.send_command = send
-        patched.append((cls, original))
-    try:
-        yield counter
-    finally:
-        gc.enable()
-        for cls, original in patched:
-            cls.send_command = original
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import shutil
+import weakref
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,6 +14,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from imp_core.config import Settings
+from imp_core.engine.pipeline import Pipeline
 from imp_core.errors import GroupFailedError, UsageError
 from imp_core.maintenance.groups import plan_groups
 from imp_core.maintenance.service import SketchService
@@ -154,3 +158,43 @@ def test_a_failure_the_catalog_cannot_record_does_not_stop_the_group(grouped, tm
     finally:
         monkeypatch.undo()
         service.drop_sketch("grp_gone2")
+
+
+@pytest.mark.spark
+def test_a_group_job_frees_each_sketchs_pipeline(grouped, tmp_path: Path,  # noqa: ANN001
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job maintaining many sketches holds one sketch's state at a time: every pipeline it built, operators
+    included, is gone at the end without the cycle collector (a reference cycle once kept each join operator's state
+    until a full collection, so a long job's memory grew with every sketch)."""
+    service, sketches = grouped
+    join = "SELECT t.g, COUNT(*) AS n FROM gt t JOIN gu u ON t.w = u.w GROUP BY t.g HAVING COUNT(*) > 50"
+    built: list[weakref.ref] = []
+    original = Pipeline.__init__
+
+    def recording(self, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+        original(self, *args, **kwargs)
+        built.extend([weakref.ref(self), *(weakref.ref(op) for op in self.operators.values())])
+
+    # the join's sides as partner indexes (the tables are small enough to be kept whole otherwise)
+    settings = replace(service.settings, optimizations=replace(service.settings.optimizations,
+                                                               small_side_in_memory=False))
+    creator = SketchService(settings)
+    creator.create_sketch("grp_join", join, ["gt.g"], bounds=["0,3,6,9"])
+    creator.close()
+    try:
+        _change(tmp_path / "gt", 17)
+        monkeypatch.setattr(Pipeline, "__init__", recording)
+        job = SketchService(settings)
+        gc.collect()
+        gc.disable()
+        try:
+            result = job.maintain_group([*sketches, "grp_join"], trigger="test:lifetime")
+            assert not result.failed and len(result.results) == len(sketches) + 1
+            assert len(built) > 2 * (len(sketches) + 1)
+            alive = [type(r()).__name__ for r in built if r() is not None]
+            assert not alive, f"still referenced after the job: {alive}"
+        finally:
+            gc.enable()
+            job.close()
+    finally:
+        service.drop_sketch("grp_join")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import decimal
 import functools
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -146,11 +147,28 @@ def distinct_sums(values: pl.DataFrame, keys: list[str], scale: int | None, new:
     return pl.concat([sums.filter(~pl.col("__size")).drop("__size"), exact])
 
 
+def _weakly(method: Callable[[np.ndarray], pl.DataFrame]) -> Callable[[np.ndarray], pl.DataFrame]:
+    """``method`` called through a weak reference to its object."""
+    ref = weakref.WeakMethod(method)  # type: ignore[arg-type]
+
+    def call(slots: np.ndarray) -> pl.DataFrame:
+        bound = ref()
+        if bound is None:
+            raise StateError("the aggregation that owns these value counts is gone; build the pipeline again")
+        return bound(slots)
+    return call
+
+
 def value_multisets(op_id: str, layout: PartialLayout, keyed: bool, buffer: int,
                     keys_of: Callable[[np.ndarray], pl.DataFrame]) -> dict[int, ValueMultiset | KeyedValueMultiset]:
     """The value counts of an aggregation's MIN/MAX (keyed, or frames when ``buffer`` or not ``keyed``) and DISTINCT
-    aggregates, by aggregate index."""
+    aggregates, by aggregate index.
+
+    ``keys_of`` (the aggregation's bound method) is held weakly: the multisets must not point back at their operator,
+    a cycle that kept a dropped pipeline's whole state alive until a full garbage collection.
+    """
     key_types = {k: layout.key_types[k] for k in layout.key_names}
+    keys_of = _weakly(keys_of)
     out: dict[int, ValueMultiset | KeyedValueMultiset] = {}
     for j in layout.valued:
         a = layout.aggs[j][1]

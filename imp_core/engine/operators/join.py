@@ -8,6 +8,7 @@ Bloom filter) follow each side's own deltas. See docs/ARCHITECTURE.md, "Operator
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,16 @@ from imp_core.plan.expr import Binary, Col, Expr, conjoin
 from imp_core.plan.nodes import Join, Plan
 
 PARTNER_KEYS_PER_ROW = 4
+
+def canonical_keys(frame: pl.DataFrame, names: list[str], key_types: tuple[pl.DataType, ...]) -> pl.DataFrame:
+    """Key columns ``k0..`` in one type per key pair, floats normalized as Spark matches them (so equal keys hash
+    equally in the Bloom filters and match in the partner index)."""
+    cols = []
+    for i, (n, t) in enumerate(zip(names, key_types)):
+        x = pl.col(n).cast(t, strict=False)
+        cols.append((normalize_float(x) if t.is_float() else x).alias(f"k{i}"))
+    return frame.select(cols)
+
 
 class JoinOp(BinaryOperator, StatefulOperator):
     """A join of two annotated inputs. Its state is the side caches (``caches``, per side: ``("rows", frame)``,
@@ -184,16 +195,13 @@ class JoinOp(BinaryOperator, StatefulOperator):
 
     def _index(self, side: str, rows: pl.DataFrame, keys: pl.DataFrame, bloom: CountingBloom | None) -> Partners:
         names = self._names(side)
-        return partner_index(rows, keys, bloom, lambda f: self._canonical(f, names), names, self.caching.keyed)
+        # a partial of a module function, not a closure over self: the index must not point back at the operator
+        # (that cycle kept every loaded pipeline's state alive until a full garbage collection)
+        canon = partial(canonical_keys, names=names, key_types=tuple(self.key_types))
+        return partner_index(rows, keys, bloom, canon, names, self.caching.keyed)
 
     def _canonical(self, frame: pl.DataFrame, names: list[str]) -> pl.DataFrame:
-        """Key columns ``k0..`` in one type per key pair, floats normalized as Spark matches them (so equal keys
-        hash equally in the Bloom filters and match in the partner index)."""
-        cols = []
-        for i, (n, t) in enumerate(zip(names, self.key_types)):
-            x = pl.col(n).cast(t, strict=False)
-            cols.append((normalize_float(x) if t.is_float() else x).alias(f"k{i}"))
-        return frame.select(cols)
+        return canonical_keys(frame, names, tuple(self.key_types))
 
     def build_caches(self, left: InputSide, right: InputSide) -> None:
         """Build both side caches now instead of on the first delta (e.g. right after a capture)."""

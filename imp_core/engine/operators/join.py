@@ -28,6 +28,7 @@ from imp_core.plan.nodes import Join, Plan
 
 PARTNER_KEYS_PER_ROW = 4
 
+
 def canonical_keys(frame: pl.DataFrame, names: list[str], key_types: tuple[pl.DataType, ...]) -> pl.DataFrame:
     """Key columns ``k0..`` in one type per key pair, floats normalized as Spark matches them (so equal keys hash
     equally in the Bloom filters and match in the partner index)."""

@@ -51,8 +51,8 @@ UNIT = 2.0 ** -53
 INF = float("inf")
 NAN = float("nan")
 
-FIX_HINT = ("Spark adds floating-point numbers in an order that depends on partitioning; cast the SUM/AVG argument "
-            "to DECIMAL to make it exact")
+FIX_HINT = ("Spark adds floating-point numbers (and an integer AVG's values, as doubles) in an order that depends on "
+            "partitioning; cast the SUM/AVG argument to DECIMAL to make it exact")
 
 
 def is_order_dependent(a: AggCall) -> bool:

@@ -5,11 +5,11 @@ The rules, with examples, are in docs/SAFETY.md; see docs/ARCHITECTURE.md, "Safe
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from imp_core.errors import PlanError, UnsafeSketchError
+from imp_core.errors import UnsafeSketchError
+from imp_core.plan.assumptions import SignAssumption
 from imp_core.plan.expr import (
     AggCall,
     Binary,
@@ -54,6 +54,13 @@ class Rel:
     columns are off in a known direction (``dirs``: ``<=`` never above the true value, ``>=``, ``?``). ``anchored``
     means each extra row has a counterpart in the full result (true right after an aggregation); the final result
     is safe when it is ``exact``, ``sub`` or anchored ``part``, since the whole result is needed then.
+
+    ``det`` maps a partitioned scan's alias to the columns that determine that scan's fragment in every row carrying
+    it. ``mixed`` means some rows carry no sketched fragment at all (a UNION ALL branch over other tables, the
+    preserved rows of an exact side): they are never lost, so a group that holds them is never absent over the
+    sketch's data, and determining columns cannot make it whole. ``lossy`` gives the signs over only the rows that
+    can be lost (None: the same as ``signs``); its sign ``0`` means zero or NULL in every such row, so a SUM loses
+    nothing with them (the tag columns of EXCEPT).
     """
 
     tag: str  # exact | sub | part
@@ -62,45 +69,17 @@ class Rel:
     det: dict[str, frozenset[str]] = field(default_factory=dict)  # partitioned scan alias -> determining columns
     signs: dict[str, tuple[str, frozenset[str]]] = field(default_factory=dict)  # column -> (sign, base columns)
     why: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class SignAssumption:
-    """A column sign a safety verdict relies on: ``table.column >= 0`` (sign ``+``) or ``<= 0`` (sign ``-``).
-
-    Its text (``str``) is its JSON form in the catalog; :meth:`parse` reads it back.
-    """
-
-    table: str
-    column: str
-    sign: str
-
-    def __post_init__(self) -> None:
-        if self.sign not in ("+", "-"):
-            raise PlanError(f"a sign assumption's sign is + or -, not {self.sign!r}")
+    mixed: bool = False
+    lossy: dict[str, tuple[str, frozenset[str]]] | None = None
 
     @property
-    def op(self) -> str:
-        """The comparison with 0 that must hold: ``>=`` or ``<=``."""
-        return ">=" if self.sign == "+" else "<="
+    def keeps_some(self) -> bool:
+        """Whether some of its rows are never lost over the sketch's data."""
+        return self.tag == "exact" or self.mixed
 
-    def __str__(self) -> str:
-        return f"{self.table}.{self.column} {self.op} 0"
-
-    @classmethod
-    def parse(cls, text: str) -> SignAssumption:
-        """The assumption written as ``TABLE.COLUMN >= 0`` or ``TABLE.COLUMN <= 0`` (a column name may hold spaces).
-
-        Raises:
-            PlanError: ``text`` is not of that form.
-        """
-        m = _ASSUMPTION.fullmatch(text) if isinstance(text, str) else None
-        if m is None:
-            raise PlanError(f"stored sign assumption {text!r} is not TABLE.COLUMN >= 0 or TABLE.COLUMN <= 0")
-        return cls(m["table"], m["column"], "+" if m["op"] == ">=" else "-")
-
-
-_ASSUMPTION = re.compile(r"(?P<table>[^.]+)\.(?P<column>.+) (?P<op>>=|<=) 0")
+    def lossy_view(self) -> Rel:
+        """This relation with the signs of the rows that can be lost (what a partial group's direction rests on)."""
+        return self if self.lossy is None else replace(self, signs=self.lossy)
 
 
 @dataclass(frozen=True)
@@ -236,26 +215,31 @@ class _Analysis:
         child = self.rel(node.child)
         det = _with_equalities(child.det, node.predicate)
         if child.tag != "part":
-            return Rel(child.tag, child.dirs, child.anchored, det, child.signs)
+            return replace(child, det=det)
         ok = self.accepts_only_if_full(node.predicate, child)
         why = child.why if ok else f"the condition {node.predicate} can accept a partial group"
-        return Rel("part", child.dirs, child.anchored and ok, det, child.signs, why)
+        return replace(child, anchored=child.anchored and ok, det=det, why=why)
 
     def visit_Project(self, node: Project) -> Rel:
         child = self.rel(node.child)
         det = {alias: frozenset(n for n, e in node.items if isinstance(e, Col) and e.name in cols)
                for alias, cols in child.det.items()}
         signs = {}
+        lossy = {}
         dirs = {}
+        lost = child.lossy_view()
         for name, e in node.items:
             s, deps = self.signed(e, child)
             if s:
                 signs[name] = (s, deps)
+            s, deps = ("0", frozenset()) if _zero_or_null(e) else self.signed(e, lost)
+            if s:
+                lossy[name] = (s, deps)
             if child.tag == "part":
                 d = self.direction(e, child)
                 if d != "=":
                     dirs[name] = d
-        return Rel(child.tag, dirs, child.anchored, det, signs, child.why)
+        return Rel(child.tag, dirs, child.anchored, det, signs, child.why, child.mixed, lossy)
 
     def visit_Join(self, node: Join) -> Rel:
         left, right = self.rel(node.left), self.rel(node.right)
@@ -267,13 +251,18 @@ class _Analysis:
         det = _with_equalities({**left.det, **right.det}, node.condition)
         signs = {**left.signs, **right.signs}
         tags = {left.tag, right.tag}
+        # a joined row is never lost when neither of its parts is; when one side loses nothing, the rows that can be
+        # lost are the other side's (with any row of the exact side), else any row (the signs of all rows)
+        mixed = left.keeps_some and right.keeps_some and tags != {"exact"}
+        lossy = ({**left.signs, **right.lossy_view().signs} if left.tag == "exact" else
+                 {**left.lossy_view().signs, **right.signs} if right.tag == "exact" else None)
         if "part" not in tags:
-            return Rel("sub" if "sub" in tags else "exact", det=det, signs=signs)
+            return Rel("sub" if "sub" in tags else "exact", det=det, signs=signs, mixed=mixed, lossy=lossy)
         dirs = {**left.dirs, **right.dirs}
         cond_ok = node.condition is None or not (node.condition.columns() & set(dirs))
         anchored = left.anchored and right.anchored and cond_ok
         why = left.why or right.why or ("" if cond_ok else "a join condition uses a partial aggregate")
-        return Rel("part", dirs, anchored, det, signs, why)
+        return Rel("part", dirs, anchored, det, signs, why, mixed, lossy)
 
     def _exact_scalar(self, side: Plan, cond: Expr | None) -> bool:
         """A one-row aggregate (a scalar subquery) over a monotone input, NULL over no rows and compared so that
@@ -311,31 +300,33 @@ class _Analysis:
         return left
 
     def visit_Union(self, node: Union) -> Rel:
-        """Monotone, and every branch has the union's column names: safe when each branch is. A column determines a
-        scan's fragment when it does in every branch holding that scan's alias (a self-union holds one alias twice)."""
+        """Monotone, and every branch has the union's column names: safe when each branch is.
+
+        A column determines a scan's fragment when it does in every branch holding that scan's alias (a self-union
+        holds one alias twice). A group of the union's rows is whole or absent over the sketch's data only when every
+        branch that can put rows into it carries the same sketched fragment: a branch over other tables (exact, or
+        mixed) adds rows that are never lost, so such a group can lose the sketched branch's rows and keep the others
+        (``mixed``); with two sketched tables, the sketch can keep a group's fragment of one (for another group)
+        without its fragment of the other. Either way such a group is partial, not determined (docs/SAFETY.md)."""
         rels = [self.rel(b) for b in node.inputs]
         det: dict[str, frozenset[str]] = {}
         for r in rels:
             for alias, cols in r.det.items():
                 det[alias] = det[alias] & cols if alias in det else cols
         if len({s.table for s in node.scans() if s.table in self.partitioned}) > 1:
-            # a group of the union's rows can then hold rows of two tables' fragments, and the sketch can keep one
-            # fragment without the other (kept for another group): such a group is partial, not determined
             det = {alias: frozenset() for alias in det}
-        signs = {}
-        for name in node.names:
-            found = [r.signs.get(name) for r in rels]
-            if all(f is not None for f in found) and len({f[0] for f in found}) == 1:  # type: ignore[index]
-                signs[name] = (found[0][0], frozenset().union(*(f[1] for f in found)))  # type: ignore[index]
+        signs = _common_signs(node.names, [r.signs for r in rels])
         tags = {r.tag for r in rels}
+        lossy = _common_signs(node.names, [r.lossy_view().signs for r in rels if r.tag != "exact"])
+        mixed = any(r.mixed for r in rels) or ("exact" in tags and tags != {"exact"})
         if "part" not in tags:
-            return Rel("sub" if "sub" in tags else "exact", det=det, signs=signs)
+            return Rel("sub" if "sub" in tags else "exact", det=det, signs=signs, mixed=mixed, lossy=lossy)
         dirs: dict[str, str] = {}
         for r in rels:
             for name, d in r.dirs.items():
                 dirs[name] = _combine(dirs.get(name, "="), d)
         anchored = all(r.anchored or r.tag != "part" for r in rels)
-        return Rel("part", dirs, anchored, det, signs, next((r.why for r in rels if r.why), ""))
+        return Rel("part", dirs, anchored, det, signs, next((r.why for r in rels if r.why), ""), mixed, lossy)
 
     def visit_Aggregate(self, node: Aggregate) -> Rel:
         child = self.rel(node.child)
@@ -344,12 +335,14 @@ class _Analysis:
         if child.tag == "exact":
             return Rel("exact", signs=signs)
         if child.tag == "sub":
-            complete = all(cols & key_cols for cols in child.det.values())
+            complete = not child.mixed and bool(child.det) and all(cols & key_cols for cols in child.det.values())
             if complete:
                 det = {alias: frozenset(n for n, e in node.keys if isinstance(e, Col) and e.name in cols)
                        for alias, cols in child.det.items()}
                 return Rel("sub", det=det, signs=signs)
-            dirs = {name: self._agg_direction(a, child) for name, a in node.aggs}
+            # a partial group lacks some of the rows that can be lost: its aggregates move as those rows' values do
+            lost = child.lossy_view()
+            dirs = {name: self._agg_direction(a, lost) for name, a in node.aggs}
             return Rel("part", {k: v for k, v in dirs.items() if v != "="}, True, {}, signs,
                        "groups are not determined by the partition column")
         # aggregation over partial input
@@ -394,15 +387,22 @@ class _Analysis:
         if a.func == "min":
             return ">=" if d in ("=", ">=") else "?"
         if a.func == "sum":
-            s = self.sign(a.arg, child)
-            if s == "+" and d in ("=", "<="):
-                self._record(a.arg, child, "+")
-                return "<="
-            if s == "-" and d in ("=", ">="):
-                self._record(a.arg, child, "-")
-                return ">="
-            return "?"
+            return self._sum_direction(a.arg, d, child)
         return "?"  # avg
+
+    def _sum_direction(self, arg: Expr, d: str, child: Rel) -> str:
+        """A partial group's SUM of ``arg`` (whose values are off in direction ``d``): rows of values >= 0 can only
+        add (``<=``), of values <= 0 only subtract, of zeros nothing."""
+        s = self.sign(arg, child)
+        if s == "0" and d == "=":
+            return "="
+        if s == "+" and d in ("=", "<="):
+            self._record(arg, child, "+")
+            return "<="
+        if s == "-" and d in ("=", ">="):
+            self._record(arg, child, "-")
+            return ">="
+        return "?"
 
     def _record(self, e: Expr, rel: Rel, sign: str) -> None:
         """Remember the base-column signs a verdict relied on (re-checked on every batch of changes)."""
@@ -433,7 +433,7 @@ class _Analysis:
         if child.tag == "exact":
             return Rel("exact", signs=child.signs)
         by = {e.name for e in node.partition if isinstance(e, Col)}
-        if child.tag == "sub" and all(cols & by for cols in child.det.values()):
+        if child.tag == "sub" and not child.mixed and child.det and all(cols & by for cols in child.det.values()):
             return Rel("sub", det=child.det, signs=child.signs)
         fn = f"{node.function.upper()}()"
         if id(node) not in self.fully_needed:
@@ -459,6 +459,27 @@ class _Analysis:
                            f"{clause} {key.expr} {'DESC' if key.descending else 'ASC'} can rank a partial group "
                            f"higher than its full version")
         return Rel("exact", signs=child.signs)
+
+def _common_signs(names: Iterable[str], per_input: list[dict[str, tuple[str, frozenset[str]]]]
+                  ) -> dict[str, tuple[str, frozenset[str]]]:
+    """The sign each column has in every input (zero counts as either sign), with the base columns it rests on."""
+    out = {}
+    for name in names:
+        found = [signs.get(name) for signs in per_input]
+        if not found or any(f is None for f in found):
+            continue
+        kinds = {f[0] for f in found} - {"0"}  # type: ignore[index]
+        if len(kinds) <= 1:
+            out[name] = (kinds.pop() if kinds else "0", frozenset().union(*(f[1] for f in found)))  # type: ignore[index]
+    return out
+
+
+def _zero_or_null(e: Expr) -> bool:
+    """A constant 0 or NULL (possibly cast): adds nothing to a SUM."""
+    while isinstance(e, Cast):
+        e = e.arg
+    return isinstance(e, Lit) and (e.value is None or (not isinstance(e.value, bool) and e.value == 0))
+
 
 def _literal_sign(lit: Lit) -> str | None:
     if lit.value is None or isinstance(lit.value, (bool, str)):

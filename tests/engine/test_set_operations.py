@@ -33,10 +33,10 @@ SHAPES = [
 @pytest.mark.parametrize(("sql", "safe"), SHAPES)
 def test_set_operations_are_maintained_exactly(sql: str, safe: bool) -> None:
     assert maintained_like_a_recapture(sql, seed=3) is safe
-    # EXCEPT with only its left input sketched, on a compared column: a group lies in one fragment and the right
-    # input is read whole (compared on other columns the check does not see that the missing rows are all T1's)
+    # EXCEPT with only its left input sketched, on any of its columns: the right input is read whole, so its rows'
+    # count is exact and the missing rows (all T1's) can only drop a group
     if "EXCEPT" in sql:
-        assert maintained_like_a_recapture(sql, seed=4, partitioned=("T1",)) is ("SELECT g" in sql)
+        assert maintained_like_a_recapture(sql, seed=4, partitioned=("T1",)) is True
 
 
 def test_a_group_of_two_sketched_tables_can_keep_one_tables_fragment_only() -> None:

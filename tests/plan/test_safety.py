@@ -238,10 +238,15 @@ def test_union_all_is_safe_when_each_branch_is() -> None:
     # grouped on the partition column in every branch, each group's rows lie in one fragment of each table; but the
     # sketch can keep a group's fragment of t (for another group) without its fragment of u: a partial group
     assert_unsafe(verdict(two, {"t": "a", "u": "m"}), "can accept a partial group")
-    assert_safe(verdict(two, {"t": "a"}))  # one partitioned table: a group is in or out as a whole
-    # partitioned elsewhere, a partial group's SUM is below the full one only when every branch's x is non-negative
-    assert_safe(verdict(two, {"t": "b"}, {"t.x": "+", "u.k": "+"}), ("t.x >= 0", "u.k >= 0"))
-    assert_unsafe(verdict(two, {"t": "b"}, {"t.x": "+"}), "can accept a partial group")
+    # one partitioned table: a group's t rows are in or out together, but its u rows are always there, so a group
+    # can be partial (only its u rows); SUM > 5 then rejects it only when the rows that can go (t's) are >= 0
+    assert_unsafe(verdict(two, {"t": "a"}), "can accept a partial group")
+    assert_safe(verdict(two, {"t": "a"}, {"t.x": "+"}), ("t.x >= 0",))
+    assert_unsafe(verdict(two, {"t": "a"}, {"u.k": "+"}), "can accept a partial group")
+    # partitioned elsewhere, the same: only the signs of the rows that can go count
+    assert_safe(verdict(two, {"t": "b"}, {"t.x": "+"}), ("t.x >= 0",))
+    assert_safe(verdict(two, {"t": "b"}, {"t.x": "+", "u.k": "+"}), ("t.x >= 0",))
+    assert_unsafe(verdict(two, {"t": "b"}, {"u.k": "+"}), "can accept a partial group")
     # a self-union: the partition column determines the group only if it does in both branches
     self_union = ("SELECT a, AVG(c) AS ac FROM (SELECT a, c FROM t WHERE x > 1 UNION ALL SELECT a, c FROM t WHERE "
                   "x < 0) q GROUP BY a HAVING AVG(c) < 10")
@@ -249,6 +254,115 @@ def test_union_all_is_safe_when_each_branch_is() -> None:
     crossed = ("SELECT a, AVG(c) AS ac FROM (SELECT a, c FROM t UNION ALL SELECT b, c FROM t) q GROUP BY a "
                "HAVING AVG(c) < 10")
     assert_unsafe(verdict(crossed, {"t": "a"}), "can accept a partial group")
+
+
+# the reproduction of issue 39: r(a, b), s(a, v); group 1 has r's (1, 20) and s's (1, 0)
+MIXED_SCHEMAS = {"r": pa.schema([("a", pa.int64()), ("b", pa.int64())]),
+                 "s": pa.schema([("a", pa.int64()), ("v", pa.int64())])}
+MIXED = "(SELECT r.a AS g, r.b AS v FROM r UNION ALL SELECT s.a AS g, s.v AS v FROM s) un"
+
+
+def mixed_verdict(sql: str, partitions: dict[str, str], signs: dict[str, str] | None = None) -> SafetyReport:
+    plan = parse_query(sql, MIXED_SCHEMAS).plan
+    return check(plan, partitions, lambda table, column: (signs or {}).get(f"{table}.{column}"))
+
+
+def over_fragments(sql: str, tables: dict[str, pa.Table], table: str, column: str, bounds: list[int],
+                   needed_values: str) -> tuple:
+    """``sql`` over all rows and over only the fragments of ``table.column`` that ``needed_values`` (the partition
+    column of the rows the answer depends on) falls in (DuckDB)."""
+    needed = fragments_of((r[0] for r in duck(needed_values, **tables)), bounds)
+    t = tables[table]
+    keep = pa.array([fragments_of([v], bounds)[0] in needed for v in t.column(column).to_pylist()])
+    return canonical(duck(sql, **tables)), canonical(duck(sql, **{**tables, table: t.filter(keep)}))
+
+
+@pytest.mark.parametrize("agg,having", [("AVG(un.v)", "< 10"), ("SUM(un.v)", "< 10"), ("COUNT(*)", "< 2"),
+                                        ("MIN(un.v)", "> 10"), ("MAX(un.v)", "< 10")])
+def test_a_union_all_group_fed_by_an_unsketched_branch_is_partial(agg: str, having: str) -> None:
+    sql = f"SELECT un.g, {agg} AS y FROM {MIXED} GROUP BY un.g HAVING {agg} {having}"
+    signs = {"r.b": "+", "s.v": "+", "r.a": "+", "s.a": "+"}
+    unsafe = mixed_verdict(sql, {"r": "a"}, signs)
+    assert_unsafe(unsafe, "can accept a partial group")
+    # every condition here can accept a group left with its s rows only: a sketch on r is never safe
+    assert_unsafe(mixed_verdict(sql, {"r": "b"}, signs), "can accept a partial group")
+    # sketched on s instead, the group keeps its r rows: the same holds
+    assert_unsafe(mixed_verdict(sql, {"s": "a"}, signs), "can accept a partial group")
+
+
+def test_the_issue_39_reproduction_really_changes_the_answer() -> None:
+    sql = f"SELECT un.g, AVG(un.v) AS av FROM {MIXED} GROUP BY un.g HAVING AVG(un.v) < 10"
+    assert_unsafe(mixed_verdict(sql, {"r": "a"}), "can accept a partial group")
+    r = pa.table({"a": [1, 5], "b": [20, 0]})
+    s = pa.table({"a": [1], "v": [0]})
+    # the answer (5, 0.0) depends on r's row a = 5 only: fragment 1 of [0, 3, 6]; over it group 1 is s's row alone
+    full, sketched = over_fragments(sql, {"r": r, "s": s}, "r", "a", [0, 3, 6],
+                                    f"SELECT r.a FROM r WHERE r.a IN (SELECT un.g FROM {MIXED} GROUP BY un.g "
+                                    f"HAVING AVG(un.v) < 10)")
+    assert full == [(5, 0.0)] and sketched == [(1, 0.0), (5, 0.0)]
+
+
+def test_a_union_all_group_is_safe_when_partial_groups_can_only_fail() -> None:
+    # COUNT, SUM of non-negative values, MAX compared from below, MIN from above: a group that lost its r rows can
+    # only fail; the sign that matters is that of the rows that can go (r's), never the other branch's
+    for agg, having in [("SUM(un.v)", "> 10"), ("COUNT(*)", "> 1"), ("MAX(un.v)", "> 10"), ("MIN(un.v)", "< 3")]:
+        sql = f"SELECT un.g, {agg} AS y FROM {MIXED} GROUP BY un.g HAVING {agg} {having}"
+        need = ("r.b >= 0",) if agg.startswith("SUM") else ()
+        assert_safe(mixed_verdict(sql, {"r": "a"}, {"r.b": "+"}), need)
+        assert_safe(mixed_verdict(sql, {"r": "b"}, {"r.b": "+"}), need)
+    sql = f"SELECT un.g, SUM(un.v) AS y FROM {MIXED} GROUP BY un.g HAVING SUM(un.v) > 10"
+    assert_unsafe(mixed_verdict(sql, {"r": "a"}, {"s.v": "+"}), "can accept a partial group")
+    r = pa.table({"a": [1, 1, 5], "b": [3, 20, 0]})
+    s = pa.table({"a": [1, 5], "v": [9, 30]})
+    full, sketched = over_fragments(sql, {"r": r, "s": s}, "r", "b", [0, 10, 30],
+                                    f"SELECT r.b FROM r WHERE r.a IN (SELECT un.g FROM {MIXED} GROUP BY un.g "
+                                    f"HAVING SUM(un.v) > 10)")
+    assert full == sketched == [(1, 32), (5, 30)]
+
+
+def test_except_is_safe_on_any_column_of_its_left_input_only() -> None:
+    # EXCEPT groups both inputs' rows and keeps a group with left rows and no right row: a sketch can only take left
+    # rows away (the right rows' count is exact), which can only make a group fail
+    for sql in ("SELECT a FROM r EXCEPT SELECT a FROM s", "SELECT a, b FROM r EXCEPT SELECT a, v FROM s"):
+        assert_safe(mixed_verdict(sql, {"r": "a"}))
+        assert_safe(mixed_verdict(sql, {"r": "b"}))
+        assert_unsafe(mixed_verdict(sql, {"s": "a"}), "can accept a partial group")
+        assert_unsafe(mixed_verdict(sql, {"s": "v"}), "can accept a partial group")
+    for sql in ("SELECT a FROM r INTERSECT SELECT a FROM s", "SELECT a FROM s INTERSECT SELECT a FROM r"):
+        for part in ({"r": "a"}, {"r": "b"}, {"s": "a"}, {"s": "v"}):
+            assert_safe(mixed_verdict(sql, part))
+    # a sketch on the right input loses a right row and lets its left row through
+    sql = "SELECT a FROM r EXCEPT SELECT a FROM s"
+    r, s = pa.table({"a": [1, 2], "b": [0, 0]}), pa.table({"a": [2], "v": [50]})
+    full, sketched = over_fragments(sql, {"r": r, "s": s}, "s", "v", [0, 10, 100], "SELECT s.v FROM s WHERE FALSE")
+    assert full == [(1,)] and sketched == [(1,), (2,)]
+
+
+def test_an_outer_join_group_on_the_padded_side_is_partial() -> None:
+    # LEFT JOIN = inner join UNION ALL the padded left rows: grouped by the preserved key, both branches carry its
+    # fragment; grouped by the padded-against side's key, a group (NULL) gathers padded rows of any fragment
+    base = "SELECT {k}, COUNT(*) AS n FROM r LEFT JOIN s ON r.a = s.a GROUP BY {k} HAVING COUNT(*) < 2"
+    assert_safe(mixed_verdict(base.format(k="r.a"), {"r": "a"}))
+    assert_unsafe(mixed_verdict(base.format(k="s.v"), {"r": "a"}), "can accept a partial group")
+    sql = base.format(k="s.v")
+    r, s = pa.table({"a": [1, 4, 5, 7], "b": [0, 0, 0, 0]}), pa.table({"a": [5, 7], "v": [6, 5]})
+    # the answer, groups 5 and 6, needs r's matched rows (fragments 1 and 2 of [0, 3, 6, 9]); the padded NULL group
+    # (a = 1, 4) fails with 2 rows, but over those fragments it keeps a = 4 alone and passes
+    full, sketched = over_fragments(sql, {"r": r, "s": s}, "r", "a", [0, 3, 6, 9],
+                                    "SELECT r.a FROM r JOIN s ON r.a = s.a")
+    assert full == canonical([(5, 1), (6, 1)]) and sketched == canonical([(None, 1), (5, 1), (6, 1)])
+
+
+def test_a_ranking_over_a_union_all_with_an_unsketched_branch_is_not_per_group_whole() -> None:
+    # PARTITION BY the union's column: r's rows of a group are in or out together, s's always stay and re-rank
+    sql = ("SELECT q.g, q.v FROM (SELECT un.g, un.v, ROW_NUMBER() OVER (PARTITION BY un.g ORDER BY un.v) AS rn "
+           f"FROM {MIXED}) q WHERE q.rn = 2")
+    assert_unsafe(mixed_verdict(sql, {"r": "a"}), "drops some of its rows")
+    self_union = sql.replace("SELECT s.a AS g, s.v AS v FROM s", "SELECT r2.a AS g, r2.b AS v FROM r r2")
+    assert_safe(mixed_verdict(self_union, {"r": "a"}))
+    r, s = pa.table({"a": [1, 5], "b": [0, 1]}), pa.table({"a": [1, 1], "v": [5, 9]})
+    full, sketched = over_fragments(sql, {"r": r, "s": s}, "r", "a", [0, 3, 6], "SELECT r.a FROM r WHERE FALSE")
+    assert full == [(1, 5)] and sketched == [(1, 9)]
 
 
 # -- NOT EXISTS / NOT IN (anti join; plans built by hand) -----------------------------------------------------------

@@ -28,10 +28,11 @@ from benchmarks.maintenance import spark_session
 from imp_core.plan.sql import parse_query
 from imp_core.sketch.partition import Partition, PartitionSet
 from imp_core.sketch.sketch import Sketch
+from imp_core.sources import reader
 from imp_core.sources.delta import DeltaSource
 from imp_core.use.query import execute
 from imp_core.use.rewrite import ranges_sql
-from imp_core.use.sql_text import _direct_view, sketched_dataframe, table_sql
+from imp_core.use.sql_text import _direct_view, sketched_dataframe
 
 GROUPS = 5000
 FRAGMENTS = 1000
@@ -69,7 +70,7 @@ def clustered_table(rows: int) -> tuple[Path, float | None]:
 def _sketch(spark, name: str, source: DeltaSource, version: int) -> tuple[PartitionSet, Sketch]:  # noqa: ANN001
     step = GROUPS // FRAGMENTS
     part = Partition(name, "a", tuple(range(step, GROUPS, step)), "int")
-    groups = spark.sql(f"SELECT a FROM ({table_sql(source, version)}) GROUP BY a HAVING AVG(c) < {THRESHOLD}")
+    groups = spark.sql(f"SELECT a FROM ({reader.relation_sql(source, version)}) GROUP BY a HAVING AVG(c) < {THRESHOLD}")
     passing = np.array([r[0] for r in groups.collect()], dtype=np.int64)
     frags = np.unique(np.searchsorted(np.array(part.bounds), passing, side="right"))
     return PartitionSet((part,)), Sketch({name: tuple(int(f) for f in frags)})

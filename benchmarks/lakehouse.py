@@ -29,7 +29,7 @@ from imp_core.engine.pipeline import Pipeline
 from imp_core.plan.sql import parse_query
 from imp_core.sketch.partition import Partition, PartitionSet
 from imp_core.sketch.sketch import Sketch
-from imp_core.sources import changelog
+from imp_core.sources import changelog, reader
 from imp_core.sources.delta import DeltaSource
 from imp_core.sources.spark_cdf import read_change_feed
 from imp_core.spark.backend import SparkBackend
@@ -125,7 +125,7 @@ def cdf_readers(spark: SparkSession, path: Path, n: int) -> dict[str, Callable[[
     schema = source.schema(1)
 
     def rs() -> None:
-        assert source._changes_from_delta_rs(0, 1, cols, None).num_rows == n
+        assert reader._from_delta_rs(source, 0, 1, cols, None).num_rows == n
 
     def sp() -> None:
         assert read_change_feed(spark, str(path), 0, 1, cols).num_rows == n

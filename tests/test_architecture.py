@@ -60,6 +60,51 @@ def test_the_lazy_start_check_sees_imports_in_functions(tmp_path: Path) -> None:
     assert _function_local_imports(module) == [(5, "json"), (6, "pyspark.sql")]
 
 
+# reading table data: the reader boundary (imp_core/sources/reader.py) and the two readers it drives
+READERS = {"imp_core/sources/reader.py", "imp_core/sources/changelog.py", "imp_core/sources/spark_cdf.py"}
+_DATA_CALLS = {"to_pyarrow_dataset", "to_pyarrow_table", "to_pyarrow", "to_pandas", "toPandas", "load_cdf",
+               "ParquetFile", "read_table", "read_parquet", "scan_parquet", "scan_delta", "read_delta",
+               "deletion_vectors", "readChangeFeed"}
+_DATA_MODULES = ("pyarrow.parquet", "pyarrow.dataset", "imp_core.sources.changelog", "imp_core.sources.spark_cdf")
+
+
+def _data_reads(path: Path) -> list[tuple[int, str]]:
+    """Calls of a table-data reader in ``path``: delta-rs' and pyarrow's readers, a Spark ``.read`` chain, the
+    change-feed options, and imports of the reader modules."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute):
+            if node.attr in _DATA_CALLS:
+                found.append((node.lineno, node.attr))
+            elif isinstance(node.value, ast.Attribute) and node.value.attr == "read":
+                found.append((node.lineno, f"read.{node.attr}"))
+        elif isinstance(node, ast.Constant) and node.value == "readChangeFeed":
+            found.append((node.lineno, "readChangeFeed"))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith(_DATA_MODULES)]
+        elif isinstance(node, ast.ImportFrom):
+            name = node.module or ""
+            names = [f"{name}.{a.name}" for a in node.names]
+            found += [(node.lineno, n) for n in [name, *names] if n.startswith(_DATA_MODULES)][:1]
+    return found
+
+
+def test_only_the_reader_reads_table_data() -> None:
+    outside = [f"{p.relative_to(REPO)}:{line} {what}" for p in _modules() for line, what in _data_reads(p)
+               if str(p.relative_to(REPO)) not in READERS]
+    assert not outside, ("table data read outside imp_core/sources/reader.py (add a function there that chooses the "
+                         "reader from the table's protocol):\n" + "\n".join(outside))
+
+
+def test_the_reader_check_sees_each_kind_of_read(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("import pyarrow.parquet as pq\nfrom imp_core.sources import spark_cdf\n\n\ndef f(dt, spark):\n"
+                      "    dt.to_pyarrow_dataset()\n    spark.read.format('delta')\n"
+                      "    x.option('readChangeFeed', 'true')\n")
+    assert [w for _, w in _data_reads(module)] == ["pyarrow.parquet", "imp_core.sources.spark_cdf",
+                                                   "to_pyarrow_dataset", "read.format", "readChangeFeed"]
+
+
 # a path in the doc: folders and files, looked up from the repository, from imp_core/, from the folder of the table
 # row it stands in, and from every folder named earlier in its section (`types.py` after `plan/expr/`)
 _PATH = re.compile(r"(?<![\w.$/-])((?:[\w.-]+/)+(?:[\w.-]+\.(?:py|md|xml|toml|yml|yaml|ini|json))?"

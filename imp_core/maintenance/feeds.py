@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from imp_core.engine.schema import MULT
 from imp_core.errors import ImpError
-from imp_core.sources.delta import MULT, VERSION, DeltaSource
+from imp_core.sources.delta import VERSION, DeltaSource
 
 DEFAULT_MAX_ROWS = 5_000_000
 """Largest estimated change range (rows) read once and held for the job's sketches."""

@@ -37,6 +37,7 @@ from imp_core.plan.pushdown import change_filter
 from imp_core.sketch import repartition as rp
 from imp_core.sketch.partition import Partition, PartitionSet
 from imp_core.sketch.sketch import Sketch
+from imp_core.sources import reader
 from imp_core.sources.delta import DeltaSource
 from imp_core.use.rewrite import ranges_sql
 
@@ -172,17 +173,21 @@ def count_rows(parts: Parts, plan: Plan, partitions: PartitionSet, sources: Mapp
                version: int) -> list[int]:
     """Rows of ``table`` at ``version`` in each fragment of its partition, counting the rows the sketch's pipeline
     sees (those passing the query's selections right above the table's scans): the partition column (and the
-    selections' columns) read from the Parquet files batch by batch when the table allows it (the driver holds one
-    batch, not the table), else through Spark."""
+    selections' columns) read batch by batch in this process when the table's reader allows it (the driver holds one
+    batch, not the table), else counted by one Spark job (reader.py decides)."""
     part = partitions.get(table)
     assert part is not None
     pred = change_filter(plan, table)
-    columns = used_columns(plan, table) if pred is not None else [part.column]
     source = sources[table]
-    if not source.reads_parquet_directly(version):
-        return _counts(plan, part, _read(parts, source, part, version, columns, None), pred)
+    if not reader.choice(source, version).in_process:
+        from imp_core.spark.compile import compile_expr as spark_expr  # lazy start of Spark
+        from imp_core.spark.fragment import fragment_counts
+
+        return fragment_counts(source.scan(parts.spark, version), part,
+                               spark_expr(pred) if pred is not None else None)
+    columns = used_columns(plan, table) if pred is not None else [part.column]
     counts = np.zeros(part.fragments, dtype=np.int64)
-    for batch in source.table_at(version).to_pyarrow_dataset().to_batches(columns=columns):
+    for batch in reader.batches(source, version, columns):
         rows = pl.from_arrow(batch)
         assert isinstance(rows, pl.DataFrame)
         counts += np.asarray(_counts(plan, part, rows, pred), dtype=np.int64)

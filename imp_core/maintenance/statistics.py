@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from imp_core.engine.schema import MULT
 from imp_core.maintenance.feeds import ChangeFeeds
 from imp_core.plan.safety import SignAssumption
-from imp_core.sources.delta import MULT, VERSION, DeltaSource
+from imp_core.sources.delta import VERSION, DeltaSource
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -19,33 +18,20 @@ from typing import TYPE_CHECKING, Any
 import deltalake
 import pyarrow as pa
 
-from imp_core.engine.schema import MULT
 from imp_core.errors import (
     ChangeFeedUnavailableError,
-    ConfigError,
-    ImpError,
     SourceError,
-    UnsupportedError,
     first_line,
 )
-from imp_core.sources import changelog, spark_cdf, storage
+from imp_core.sources import reader, storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
-VERSION = changelog.VERSION
+VERSION = reader.VERSION
 CDF_PROPERTY = "delta.enableChangeDataFeed"
-
-# Delta reader features whose tables the platform reads correctly: Spark reads through the connector; delta-rs
-# reads the log (versions, schema, statistics with physical column names mapped, the change feed where it can).
-ENV_SCAN = "IMP_SPARK_SCAN"
-# reader features under which a file's Parquet content is still exactly the table's rows (deletion vectors: only
-# while no file of the version has one)
-_DIRECT_READER_FEATURES = frozenset({"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "deletionVectors"})
-SUPPORTED_READER_FEATURES = frozenset({"deletionVectors", "columnMapping", "timestampNtz", "v2Checkpoint",
-                                       "vacuumProtocolCheck", "typeWidening", "typeWidening-preview"})
 
 # Operations that may change table properties; the CDF flag is re-checked at each of these versions.
 _METADATA_OPERATIONS = {"SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "CREATE TABLE", "CREATE OR REPLACE TABLE",
@@ -82,7 +68,8 @@ class DeltaSource:
         mapping, or a range above ``IMP_CDF_SPARK_ROWS``): ``imp_core.spark.session.get_spark`` or the caller's."""
         self.name = name
         self.path = str(path)
-        self._spark_supplier = spark
+        self.spark_supplier = spark
+        self.read_choices: dict[tuple[int, str], reader.Choice] = {}  # the readers of each version (reader.py)
 
     def __repr__(self) -> str:
         return f"DeltaSource({self.name!r}, {self.path!r})"
@@ -112,6 +99,11 @@ class DeltaSource:
     @cached_property
     def _latest(self) -> Any:
         return self._open()
+
+    @property
+    def latest(self) -> Any:
+        """The table at its latest version as delta-rs opened it (refreshed by :meth:`refresh`)."""
+        return self._latest
 
     @cached_property
     def _pinned(self) -> dict[int, Any]:
@@ -190,14 +182,14 @@ class DeltaSource:
         table = self._latest if version is None else self.table_at(version)
         return str(table.metadata().configuration.get(CDF_PROPERTY, "false")).lower() == "true"
 
+    def protocol(self, version: int | None = None) -> Any:
+        """The version's protocol (reader and writer versions and features)."""
+        table = self._latest if version is None else self.table_at(version)
+        return table.protocol()
+
     def require_readable_by_spark(self, version: int | None = None) -> None:
         """Refuse tables that use a Delta reader feature the platform cannot read correctly (one line naming it)."""
-        table = self._latest if version is None else self.table_at(version)
-        features = set(table.protocol().reader_features or [])
-        unknown = sorted(features - SUPPORTED_READER_FEATURES)
-        if unknown:
-            raise UnsupportedError(f"table {self.name} uses Delta reader feature(s) {', '.join(unknown)}, which imp "
-                                   f"does not support (supported: {', '.join(sorted(SUPPORTED_READER_FEATURES))})")
+        reader.require_readable(self, version)
 
     def physical_names(self, version: int | None = None) -> dict[str, str]:
         """Logical -> physical column names under column mapping (empty when the table does not map names)."""
@@ -312,55 +304,16 @@ class DeltaSource:
 
     def changes(self, after: int, upto: int, columns: list[str] | None = None,
                 predicate: str | None = None) -> pa.Table:
-        """Change rows of versions ``(after, upto]`` with ``__mult`` (+1/-1) and ``__version`` columns.
-
-        ``predicate`` (DataFusion SQL over the table's columns) is a pre-filter hint: rows failing it *may* be left
-        out (selection push-down); callers apply their exact filter afterwards.
-        """
-        self.check_version(upto)
-        fast = self._changes_from_log(after, upto, columns)
-        if fast is not None:
-            return fast
-        schema = self.schema(upto)
-        wanted = columns if columns is not None else schema.names
-        missing = [c for c in wanted if c not in schema.names]
-        if missing:
-            raise SourceError(f"table {self.name}: column(s) {', '.join(missing)} do not exist at version {upto}")
-        self.check_cdf_range(after, upto)
-        if after == upto:
-            return _empty_changes(schema, wanted)
-        if self._changes_need_spark(after, upto):
-            return self._signed(self._changes_from_spark(after, upto, wanted), wanted, schema)
-        return self._signed(self._changes_from_delta_rs(after, upto, wanted, predicate), wanted, schema)
-
-    def _changes_need_spark(self, after: int, upto: int) -> bool:
-        """Column mapping (delta-rs cannot read such feeds), or more change rows than the switch-over point."""
-        if self.physical_names(upto):
-            return True
-        threshold = spark_cdf.spark_rows_threshold()
-        estimated = sum(c.rows or 0 for c in self.commits(after, upto))
-        return estimated >= threshold > 0
-
-    def _changes_from_spark(self, after: int, upto: int, wanted: list[str]) -> pa.Table:
-        if self._spark_supplier is None:
-            raise ChangeFeedUnavailableError(
-                f"table {self.name}: the change feed for versions {after + 1}..{upto} must be read with Spark, and "
-                f"this source was opened without one; open it with DeltaSource(..., spark=get_spark)")
-        try:
-            return spark_cdf.read_change_feed(self._spark_supplier(), self.path, after, upto, wanted)
-        except Exception as e:  # noqa: BLE001 - Spark's AnalysisException etc.
-            if isinstance(e, ImpError):
-                raise
-            raise ChangeFeedUnavailableError(
-                f"table {self.name}: the change feed for versions {after + 1}..{upto} cannot be read by Spark "
-                f"(vacuumed or expired?): {storage.redact(first_line(e))}") from e
+        """Change rows of versions ``(after, upto]`` with ``__mult`` (+1/-1) and ``__version`` columns
+        (:func:`reader.changes`: the log fast path, delta-rs or Spark)."""
+        return reader.changes(self, after, upto, columns, predicate)
 
     @cached_property
     def _metadata_at(self) -> dict[int, tuple[pa.Schema, list[str], bool, bool]]:
         # (schema, partition columns, mapping on, CDF on) per version, carried forward over commits without metaData
         return {}
 
-    def _metadata(self, version: int) -> tuple[pa.Schema, list[str], bool, bool]:
+    def metadata(self, version: int) -> tuple[pa.Schema, list[str], bool, bool]:
         """(schema, partition columns, column mapping on, CDF on) at ``version``."""
         if version not in self._metadata_at:
             self._metadata_at[version] = (self.schema(version), self.partition_columns(version),
@@ -368,107 +321,21 @@ class DeltaSource:
                                           self.cdf_enabled(version))
         return self._metadata_at[version]
 
-    def _changes_from_log(self, after: int, upto: int, columns: list[str] | None) -> pa.Table | None:
-        """The fast path (``changelog.py``), as signed change rows; None when the range needs delta-rs.
-
-        The reader gives up on any metaData action inside the range, so when it succeeds the table's schema,
-        partitioning and CDF setting at ``upto`` are those at ``after``: they are carried forward instead of
-        opening the table at ``upto`` (which replays its log). An eager run of many small batches then opens the
-        table once, not once per batch.
-        """
-        root = changelog.local_root(self.path)
-        if root is None or after < 0 or after > upto:
-            return None
-        schema, partition_columns, mapped, cdf = self._metadata(after)
-        wanted = columns if columns is not None else schema.names
-        if not cdf or any(c not in schema.names for c in wanted) or mapped:
-            return None  # column mapping: files hold physical names; the slow paths map them
-        if after == upto:
-            return _empty_changes(schema, wanted)
-        signed = changelog.read_range(root, after, upto, wanted, schema, partition_columns)
-        if signed is None:
-            return None
-        self._metadata_at[upto] = (schema, partition_columns, mapped, cdf)
-        return signed
-
-    def _changes_from_delta_rs(self, after: int, upto: int, wanted: list[str], predicate: str | None) -> pa.Table:
-        try:
-            # delta-rs resolves names through DataFusion, which lower-cases unquoted identifiers
-            quoted = ['"' + c.replace('"', '""') + '"' for c in wanted]
-            reader = self._latest.load_cdf(starting_version=after + 1, ending_version=upto,
-                                           columns=quoted + ["_change_type", "_commit_version"],
-                                           predicate=predicate)
-            raw = pa.RecordBatchReader.from_stream(reader).read_all()
-        except Exception as e:  # noqa: BLE001
-            raise ChangeFeedUnavailableError(
-                f"table {self.name}: the change feed for versions {after + 1}..{upto} cannot be read (vacuumed or "
-                f"expired?): {storage.redact(first_line(e))}") from e
-        return raw
-
-    def _signed(self, raw: pa.Table, wanted: list[str], schema: pa.Schema) -> pa.Table:
-        """Map ``_change_type`` to the signed multiplicity ``__mult``; keep ``_commit_version`` as ``__version``."""
-        mult, unknown = changelog.multiplicity(raw.column("_change_type"))
-        if unknown:
-            raise SourceError(f"table {self.name}: change feed has {unknown} rows of an unknown change type")
-        cols = [raw.column(c).cast(schema.field(c).type) for c in wanted]
-        fields = [schema.field(c) for c in wanted]
-        return pa.table(cols + [mult, raw.column("_commit_version").cast(pa.int64())],
-                        schema=pa.schema(fields + [pa.field(MULT, pa.int64(), False), pa.field(VERSION, pa.int64())]))
+    def carry_metadata(self, after: int, upto: int) -> None:
+        """Record that no commit in ``(after, upto]`` changed the metadata (the change feed's fast path saw none)."""
+        self._metadata_at[upto] = self.metadata(after)
 
     # -- Spark ---------------------------------------------------------------------------------------------------
 
     def reads_parquet_directly(self, version: int) -> bool:
-        """True when Spark may read the version's Parquet files itself instead of going through the connector.
-
-        Only for tables whose files hold exactly the rows and columns the log says: no column mapping, no deletion
-        vector on any file of the version, no reader feature that changes how a file is read. The direct read
-        skips the connector's snapshot reconstruction (a Spark job per pinned version: measured 2-10x the cost
-        of the query on small tables, see docs/BENCHMARKS.md); ``IMP_SPARK_SCAN=connector`` turns it off.
-        """
-        mode = (os.environ.get(ENV_SCAN) or "auto").lower()
-        if mode not in ("auto", "connector"):
-            raise ConfigError(f"{ENV_SCAN} must be auto or connector, got {mode!r}")
-        if mode == "connector":
-            return False
-        if version not in self._direct:
-            table = self.table_at(version)
-            features = set(table.protocol().reader_features or [])
-            direct = not (features - _DIRECT_READER_FEATURES) and not self.physical_names(version)
-            if direct and "deletionVectors" in features:
-                direct = pa.RecordBatchReader.from_stream(table.deletion_vectors()).read_all().num_rows == 0
-            self._direct[version] = direct
-        return self._direct[version]
-
-    @cached_property
-    def _direct(self) -> dict[int, bool]:
-        return {}
+        """True when Spark reads the version's Parquet files itself instead of going through the connector
+        (:func:`reader.choice`)."""
+        return reader.choice(self, version).spark is reader.SparkRead.PARQUET
 
     def scan(self, spark: SparkSession, version: int, files: list[FileStats] | None = None) -> DataFrame:
-        """The table at ``version`` as a Spark DataFrame.
-
-        Read by Delta Lake's connector (``versionAsOf``), which applies deletion vectors and column mapping and skips
-        files by their statistics for any filter the caller puts on the result; an empty table is an empty relation
-        built in the JVM (no Python on executors). Plain tables (:meth:`reads_parquet_directly`) are read from their
-        Parquet files, optionally only ``files`` (the caller's pruning by statistics); ``files`` is ignored when
-        the connector reads.
-        """
-        self.require_readable_by_spark(version)
-        if storage.is_s3(self.path):
-            storage.configure_spark(spark)
-        if self.reads_parquet_directly(version):
-            every = self.files(version)
-            chosen = every if files is None else files
-            if every:
-                from pyspark.sql import functions as F  # Spark starts only when a scan is asked for
-                from pyspark.sql.pandas.types import from_arrow_schema
-
-                schema = pa.schema([f.with_nullable(True) for f in self.schema(version)])
-                reader = spark.read.schema(from_arrow_schema(schema))
-                if self.partition_columns(version):
-                    reader = reader.option("basePath", storage.spark_uri(self.path))
-                df = reader.parquet(*[storage.spark_uri(f.uri) for f in (chosen or every[:1])])
-                return df if chosen else df.where(F.lit(False))  # nothing survived pruning: no file is read
-        return spark.read.format("delta").option("versionAsOf", version).load(storage.spark_uri(self.path))
+        """The table at ``version`` as a Spark DataFrame (:func:`reader.dataframe`), optionally only ``files`` (the
+        caller's pruning by statistics) where Spark reads the Parquet files itself."""
+        return reader.dataframe(spark, self, version, files)
 
 
 def _plain_type(t: pa.DataType) -> pa.DataType:
@@ -480,11 +347,6 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
     if pa.types.is_timestamp(t) and t.unit != "us":
         return pa.timestamp("us", tz=t.tz)
     return t
-
-
-def _empty_changes(schema: pa.Schema, columns: list[str]) -> pa.Table:
-    fields = [schema.field(c) for c in columns]
-    return pa.schema(fields + [pa.field(MULT, pa.int64(), False), pa.field(VERSION, pa.int64())]).empty_table()
 
 
 def _is_nan(v: Any) -> bool:

@@ -21,6 +21,7 @@ from imp_core.spark.types import spark_type_name
 
 _TMP_IN = "__frag_in"
 _TMP_OUT = "__frag_out"
+_TMP_COUNT = "__frag_count"
 _EXACT = 2**53
 _NTZ_EPOCH = "TIMESTAMP_NTZ'1970-01-01 00:00:00'"
 
@@ -100,6 +101,19 @@ def add_fragment(df: DataFrame, value: Column, partition: Partition, offset: int
             .when(F.isnan(F.col(_TMP_IN)), F.lit(n - 1))
             .otherwise(F.col(_TMP_OUT).cast("int")))
     return out.withColumn(name, (frag + F.lit(offset)).cast("int")).drop(_TMP_IN, _TMP_OUT)
+
+
+def fragment_counts(df: DataFrame, partition: Partition, keep: Column | None = None) -> list[int]:
+    """Rows of ``df`` (those ``keep`` accepts) in each fragment of ``partition``: one Spark job whose result is one
+    row per fragment, so the driver never holds the table."""
+    if keep is not None:
+        df = df.where(keep)
+    value = F.col("`" + partition.column.replace("`", "``") + "`")
+    counted = add_fragment(df.select(value), value, partition, 0, _TMP_COUNT).groupBy(_TMP_COUNT).count()
+    out = [0] * partition.fragments
+    for row in counted.collect():
+        out[int(row[_TMP_COUNT])] = int(row["count"])
+    return out
 
 
 def case_fragment(value: Column, partition: Partition) -> Column:

@@ -65,8 +65,7 @@ from imp_core.maintenance.service import SketchService
 from imp_core.maintenance.sketch_use import SketchInUse, SketchPredicate
 from imp_core.sketch.partition import Partition
 from imp_core.spark.session import apply_semantics, semantics_differences
-from imp_core.use.query import execute, range_filter
-from imp_core.use.rewrite import prune_files
+from imp_core.use.query import execute, range_filter, sketched_scan
 from imp_core.use.sql_text import sketched_dataframe
 
 log = logging.getLogger(__name__)
@@ -144,10 +143,7 @@ def sketched_table(spark: SparkSession, table: str, *, sketch: str, maintain: bo
         applied = None
     if applied is None:
         return source.scan(spark, source.current_version())
-    version = applied.version.table_versions[table]
-    frags = applied.fragments(table)
-    files = prune_files(source.files(version), part, frags) if source.reads_parquet_directly(version) else None
-    return source.scan(spark, version, files).filter(range_filter(part, frags))
+    return sketched_scan(spark, source, applied.version.table_versions[table], part, applied.fragments(table))
 
 
 def sketch_predicate(sketch: str, *, table: str | None = None, settings: Settings | None = None) -> SketchPredicate:
@@ -182,10 +178,7 @@ def sketched_view(spark: SparkSession, table: str, *, sketch: str, view: str | N
         applied, part = service.sketch_for_table(sketch, table, maintain_first=False, trigger="api")
         assert applied is not None  # taken as it is: nothing to wait for
         source = service.source(table)
-        version = applied.version.table_versions[table]
-        frags = applied.fragments(table)
-        files = prune_files(source.files(version), part, frags) if source.reads_parquet_directly(version) else None
-        df = source.scan(spark, version, files).filter(range_filter(part, frags))
+        df = sketched_scan(spark, source, applied.version.table_versions[table], part, applied.fragments(table))
     finally:
         service.close()
     if view:

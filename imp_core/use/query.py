@@ -97,6 +97,15 @@ def range_filter(partition: Partition, fragments: list[int], column_ref: Any = N
     return out if out is not None else F.lit(False)
 
 
+def sketched_scan(spark: SparkSession, source: DeltaSource, version: int, partition: Partition,
+                  fragments: list[int]) -> DataFrame:
+    """The table at ``version``, only the rows in ``fragments`` of ``partition``: a direct Parquet read is given the
+    files whose statistics can meet the ranges, the connector skips files by the filter itself."""
+    files = prune_files(source.files(version), partition, fragments) if source.reads_parquet_directly(version) \
+        else None
+    return source.scan(spark, version, files).filter(range_filter(partition, fragments))
+
+
 def execute(spark: SparkSession, plan: Plan, sources: dict[str, DeltaSource], versions: dict[str, int],
             partitions: PartitionSet | None = None, sketch: Sketch | None = None) -> tuple[DataFrame, ScanReport]:
     """The plan as a DataFrame over the tables at ``versions``, restricted by ``sketch`` when given."""
@@ -113,10 +122,7 @@ def execute(spark: SparkSession, plan: Plan, sources: dict[str, DeltaSource], ve
         report.rows_total += sum(f.num_records or 0 for f in files)
         part = partitions.get(table) if partitions is not None else None
         if part is not None and sketch is not None:
-            frags = list(sketch.fragments.get(table, ()))
-            # the connector skips files by the filter itself; a direct Parquet read is given the pruned files
-            chosen = prune_files(files, part, frags) if source.reads_parquet_directly(versions[table]) else None
-            df = source.scan(spark, versions[table], chosen).filter(range_filter(part, frags))
+            df = sketched_scan(spark, source, versions[table], part, list(sketch.fragments.get(table, ())))
         else:
             df = source.scan(spark, versions[table])
         cache[table] = df

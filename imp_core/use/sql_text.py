@@ -21,7 +21,7 @@ from sqlglot import exp
 from imp_core.errors import UsageError
 from imp_core.sketch.partition import Partition, PartitionSet
 from imp_core.sketch.sketch import Sketch
-from imp_core.sources import storage
+from imp_core.sources import reader, storage
 from imp_core.sources.delta import DeltaSource
 from imp_core.use.rewrite import prune_files, ranges_sql
 
@@ -29,14 +29,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from imp_core.use.query import ScanReport
-
-
-def table_sql(source: DeltaSource, version: int, predicate: str | None = None, view: str | None = None) -> str:
-    """``SELECT * FROM`` the table at ``version`` (temporary view ``view`` when given, else Delta's connector),
-    filtered by ``predicate``."""
-    uri = storage.spark_uri(source.path).replace("`", "``")
-    text = f"SELECT * FROM `{view}`" if view else f"SELECT * FROM delta.`{uri}` VERSION AS OF {int(version)}"
-    return f"{text} WHERE {predicate}" if predicate else text
 
 
 # temporary views of direct Parquet reads registered per session: (session id, view name)
@@ -89,7 +81,7 @@ def sketched_sql_text(sql: str, dialect: str, sources: dict[str, DeltaSource], v
         if part is not None and sketch is not None:
             predicate = ranges_sql(f"`{part.column}`", part.ranges(list(sketch.fragments.get(name, ()))))
         view = (views or {}).get(name)
-        sub = sqlglot.parse_one(table_sql(sources[name], versions[name], predicate, view), read="spark")
+        sub = sqlglot.parse_one(reader.relation_sql(sources[name], versions[name], predicate, view), read="spark")
         return exp.Subquery(this=sub, alias=exp.TableAlias(this=exp.to_identifier(node.alias_or_name)))
 
     return tree.transform(replace).sql(dialect="spark")
@@ -119,4 +111,4 @@ def sketched_dataframe(spark: SparkSession, sql: str, dialect: str, sources: dic
     return spark.sql(sketched_sql_text(sql, dialect, sources, versions, partitions, sketch, views)), report
 
 
-__all__ = ["sketched_dataframe", "sketched_sql_text", "table_sql"]
+__all__ = ["sketched_dataframe", "sketched_sql_text"]

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from imp_core.sources import reader
 from imp_core.sources.delta import DeltaSource
 
 CDF = {"delta.enableChangeDataFeed": "true"}
@@ -15,9 +16,10 @@ CDF = {"delta.enableChangeDataFeed": "true"}
 
 def both(source: DeltaSource, after: int, upto: int) -> tuple[list, list]:
     schema = source.schema(upto)
-    fast = source._changes_from_log(after, upto, schema.names)
+    fast = reader._from_log(source, after, upto, schema.names)
     assert fast is not None, "the fast path should handle this range"
-    slow = source._signed(source._changes_from_delta_rs(after, upto, schema.names, None), schema.names, schema)
+    raw = reader._from_delta_rs(source, after, upto, schema.names, None)
+    slow = reader.signed(source.name, raw, schema.names, schema)
 
     def rows(t: pa.Table) -> list:
         return sorted(tuple(r.values()) for r in t.to_pylist())
@@ -56,12 +58,12 @@ def test_fast_path_declines_metadata_changes_and_vacuumed_files(tmp_path: Path) 
     DeltaTable(path).alter.set_table_properties({"delta.logRetentionDuration": "interval 30 days"})  # v1 metadata
     write_deltalake(path, pa.table({"id": [3]}), mode="append")  # v2
     source = DeltaSource("t", path)
-    assert source._changes_from_log(0, 2, ["id"]) is None  # metadata inside the range
-    assert source._changes_from_log(1, 2, ["id"]) is not None
+    assert reader._from_log(source, 0, 2, ["id"]) is None  # metadata inside the range
+    assert reader._from_log(source, 1, 2, ["id"]) is not None
     DeltaTable(path).delete("id = 1")  # v3 with a cdc file
     for f in Path(path, "_change_data").rglob("*.parquet"):
         f.unlink()
-    assert source._changes_from_log(2, 3, ["id"]) is None  # falls back (and delta-rs then fails clearly)
+    assert reader._from_log(source, 2, 3, ["id"]) is None  # falls back (and delta-rs then fails clearly)
 
 
 def test_consecutive_ranges_open_the_table_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,8 +9,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from imp_core.engine.schema import MULT
 from imp_core.errors import ChangeFeedUnavailableError, SourceError
-from imp_core.sources.delta import MULT, VERSION, DeltaSource
+from imp_core.sources.delta import VERSION, DeltaSource
 
 CDF = {"delta.enableChangeDataFeed": "true"}
 

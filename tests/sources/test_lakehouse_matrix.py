@@ -66,7 +66,7 @@ def test_tables_written_by_delta_spark(service, spark, root: str) -> None:  # no
     spark.sql(f"ALTER TABLE {target} RENAME COLUMN cost TO price")  # the files keep their physical names
     service.register_table(table, uri)
     source = service.source(table)
-    assert {"deletionVectors", "columnMapping"} <= set(source._latest.protocol().reader_features)
+    assert {"deletionVectors", "columnMapping"} <= set(source.protocol().reader_features)
     name = f"{table}_top"
     service.create_sketch(name, SQL.format(t=table), [f"{table}.price"], bounds=[BOUNDS], trigger="matrix")
 

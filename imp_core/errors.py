@@ -68,10 +68,6 @@ class ChangeFeedUnavailableError(SourceError):
     """
 
 
-class SchemaChangedError(SourceError):
-    """A table's schema changed incompatibly since the sketch was registered."""
-
-
 class StateError(ImpError):
     """Operator state is missing, corrupt, or written by an incompatible format version.
 

@@ -7,12 +7,9 @@ them. Markers say what a test starts; see docs/ARCHITECTURE.md, "Tests".
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,43 +92,10 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     Its address and credentials are put into the ``IMP_S3_*`` environment variables for the rest of the session,
     as a user would configure them; delta-rs and Spark's S3A both read them (imp_core.sources.storage).
     """
-    import requests  # with moto: only this fixture needs them
+    from tests.s3server import S3Server
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    binary = Path(sys.executable).with_name("moto_server")
-    assert binary.exists() or shutil.which("moto_server"), "moto_server is missing: run ./dev test"
-    log = tmp_path_factory.mktemp("s3-server") / "moto.log"
-    proc = subprocess.Popen([str(binary if binary.exists() else "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=open(log, "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
-                            start_new_session=True)
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, log.read_text()
-        try:
-            # moto builds its backends on the first request: under load that answer takes seconds
-            requests.get(endpoint, timeout=30)
-            break
-        except requests.RequestException:
-            assert time.monotonic() < deadline, "the S3 server did not come up"
-            time.sleep(0.2)
-    env = {"IMP_S3_ENDPOINT": endpoint, "IMP_S3_REGION": "us-east-1", "IMP_S3_ACCESS_KEY_ID": "imp-test-key",
-           "IMP_S3_SECRET_ACCESS_KEY": "imp-test-secret-value", "IMP_S3_PATH_STYLE": "true"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    requests.put(f"{endpoint}/lake", timeout=10).raise_for_status()
-    try:
-        yield endpoint
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
+    with S3Server(tmp_path_factory.mktemp("s3-server")) as server:
+        yield server.endpoint
 
 
 @pytest.fixture(scope="session")

@@ -159,7 +159,7 @@ class RunRecord:
 def unusable_message(name: str, reason: str) -> str:
     """The one-line error for using or maintaining an unusable sketch: what happened and what to do."""
     return (f"sketch {name} is unusable: {reason}; queries run without it until it is registered again "
-            f"(`imp sketch drop {name}`, then `imp sketch create {name} ...`)")
+            f"(`imp sketch create {name} --replace ...`)")
 
 
 def default_triggered_by() -> str:

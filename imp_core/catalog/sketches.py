@@ -34,6 +34,7 @@ class SketchStore(CatalogConnection):
         first_version: NewVersion,
         states: Sequence[StateBlob],
         run_id: int | None = None,
+        replaces: int | None = None,
     ) -> SketchRecord:
         """Register a sketch together with its captured version 1 and that version's operator state, atomically.
 
@@ -50,6 +51,7 @@ class SketchStore(CatalogConnection):
             states: Operator state of version 1.
             run_id: The maintenance run that captured it (also linked to the new sketch); defaults to
                 ``first_version.run_id``.
+            replaces: The id of the live sketch of that name this one replaces: dropped in the same transaction.
 
         Returns:
             The new sketch.
@@ -60,6 +62,8 @@ class SketchStore(CatalogConnection):
         run_id = run_id if run_id is not None else first_version.run_id
         blobs = prepared_states(states, name, 1, self._state_key)
         with self._transaction(f"create sketch {name!r}") as conn:
+            if replaces is not None:
+                self._drop(conn, name, replaces)
             try:
                 row = conn.execute(
                     sa.text("INSERT INTO sketch (name, sql, dialect, template_key, plan_json, partitions, safety, "
@@ -120,14 +124,22 @@ class SketchStore(CatalogConnection):
             NotFoundError: No live sketch has that name.
         """
         with self._transaction(f"drop sketch {name!r}") as conn:
-            sketch_id = conn.execute(
-                sa.text("UPDATE sketch SET dropped_at = now() WHERE name = :n AND dropped_at IS NULL RETURNING id"),
-                {"n": name},
-            ).scalar()
-            if sketch_id is None:
-                raise self._sketch_not_found(conn, name)
-            conn.execute(sa.text("DELETE FROM operator_state WHERE sketch_id = :s"), {"s": sketch_id})
-            conn.execute(sa.text("DELETE FROM state_chunk WHERE sketch_id = :s"), {"s": sketch_id})
+            self._drop(conn, name)
+
+    def _drop(self, conn: sa.Connection, name: str, sketch_id: int | None = None) -> None:
+        """Drop the live sketch ``name`` (only if its id is ``sketch_id``, when given) and delete its state."""
+        dropped = conn.execute(
+            sa.text("UPDATE sketch SET dropped_at = now() WHERE name = :n AND dropped_at IS NULL "
+                    "AND (CAST(:i AS bigint) IS NULL OR id = :i) RETURNING id"),
+            {"n": name, "i": sketch_id},
+        ).scalar()
+        if dropped is None:
+            if sketch_id is not None:
+                raise UsageError(f"sketch {name!r} was dropped or replaced by another process meanwhile; run the "
+                                 f"command again")
+            raise self._sketch_not_found(conn, name)
+        conn.execute(sa.text("DELETE FROM operator_state WHERE sketch_id = :s"), {"s": dropped})
+        conn.execute(sa.text("DELETE FROM state_chunk WHERE sketch_id = :s"), {"s": dropped})
 
     def mark_unusable(self, sketch_id: int, reason: str) -> bool:
         """Mark a sketch unusable: queries run without it, maintenance refuses it, until it is dropped.

@@ -165,9 +165,10 @@ def table_layout(args: argparse.Namespace, service: SketchService) -> int:
 
 @with_service
 def sketch_create(args: argparse.Namespace, service: SketchService) -> int:
-    """imp sketch create NAME --sql SQL --on TABLE.COLUMN (--fragments N | --bounds ...)"""
+    """imp sketch create NAME --sql SQL --on TABLE.COLUMN (--fragments N | --bounds ...) [--replace]"""
     record, version = service.create_sketch(args.name, args.sql, args.on, fragments=args.fragments,
-                                            bounds=args.bounds, dialect=args.dialect, strategy=args.strategy)
+                                            bounds=args.bounds, dialect=args.dialect, strategy=args.strategy,
+                                            replace=args.replace)
     info = service.describe(record.name)
     return emit(args, info, lambda: print(f"sketch {record.name} version {version.version} captured at "
                                           f"{dict(version.table_versions)}: {fragments_line(info['partitions'])}"))
@@ -230,7 +231,7 @@ def sketch_show(args: argparse.Namespace, service: SketchService) -> int:
         print(f"valid for table versions {info['table_versions']}")
         if not info["usable"]:
             print(f"UNUSABLE since {info['unusable_since']}: {info['unusable_reason']}; queries run without it "
-                  f"until it is registered again (`imp sketch drop {info['name']}`, then `imp sketch create`)")
+                  f"until it is registered again (`imp sketch create {info['name']} --replace ...`)")
 
     return emit(args, info, text)
 

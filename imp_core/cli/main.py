@@ -119,6 +119,9 @@ def _sketch_commands(ssub: argparse._SubParsersAction, common: argparse.Argument
                             "or above bn in fragment n-1 (repeat per --on)")
     strategy_option(cr, default_only=True, default=Strategy.LAZY, help="default maintenance strategy")
     cr.add_argument("--dialect", default="spark", help="SQL dialect of --sql (sqlglot name, default spark)")
+    cr.add_argument("--replace", action="store_true",
+                    help="replace the live sketch of this name (e.g. one made unusable by a schema change) in the "
+                         "same commit that adds the new one; its versions stay for the record")
 
     mt = _command(ssub, common, "maintain", commands.sketch_maintain,
                   "bring a sketch (or all stale ones) to the current table versions", "imp sketch maintain top",

@@ -19,7 +19,7 @@ from imp_core.maintenance.parts import Parts
 from imp_core.maintenance.statistics import broken_by_changes, sign_oracle, violated_assumption
 from imp_core.plan.safety import SafetyReport, check
 from imp_core.sources.delta import DeltaSource
-from imp_core.sources.schema import check_compatible
+from imp_core.sources.schema import incompatibility
 
 log = logging.getLogger(__name__)
 
@@ -87,14 +87,16 @@ def check_usable(parts: Parts, name: str) -> tuple[SketchRecord, VersionRecord]:
     return record, latest
 
 
-def check_schemas(loaded: LoadedSketch, target: Mapping[str, int]) -> None:
-    """Refuse when a column the query uses disappeared or changed type since registration (``SchemaChangedError``)."""
+def check_schemas(catalog: Catalog, loaded: LoadedSketch, target: Mapping[str, int]) -> None:
+    """Mark the sketch unusable when a column its query reads disappeared (dropped or renamed) or changed type since
+    registration; other columns may change (its plan reads only the columns it uses)."""
     for table, source in loaded.sources.items():
         registered = loaded.schemas.get(table)
         if registered is None:
             continue
-        check_compatible(table, registered, source.schema(target[table]), set(loaded.used_columns(table)),
-                         loaded.name)
+        problem = incompatibility(table, registered, source.schema(target[table]), set(loaded.used_columns(table)))
+        if problem:
+            invalidate(catalog, loaded.record, f"{problem} at version {target[table]}")
 
 
 def check_changes(catalog: Catalog, loaded: LoadedSketch, table: str, changes: pl.DataFrame) -> None:

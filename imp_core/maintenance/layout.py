@@ -37,12 +37,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from imp_core.errors import ImpError, UsageError, first_line
+from imp_core.maintenance.loading import version_partitions
 from imp_core.maintenance.parts import Parts
-from imp_core.sketch.partition import Partition, PartitionSet
+from imp_core.sketch.partition import Partition
 from imp_core.sources.delta import FileStats
 from imp_core.use.rewrite import prune_files
 
 DEFAULT_THRESHOLD = 0.5
+CLUSTERED = "liquid-clustered (Delta keeps its layout by its CLUSTER BY columns with OPTIMIZE)"
 MIN_FILES = 8  # a table of fewer files has little to prune: re-clustering it would only add a version
 OPEN_COST_BYTES = 4 << 20  # spark.sql.files.openCostInBytes: what Spark's planner charges for opening a file
 MIN_FILE_BYTES = 1 << 20  # the smallest file the rewrite aims at: smaller ones cost more to open than to read
@@ -122,8 +124,9 @@ def measure(parts: Parts, table: str | None = None) -> list[TableLayout]:
     for record in catalog.list_sketches():
         if not record.usable:
             continue
-        fragments = catalog.latest_version(record.id).fragments
-        for part in PartitionSet.from_json(record.partitions).partitions:
+        latest = catalog.latest_version(record.id)
+        fragments = latest.fragments
+        for part in version_partitions(record, latest).partitions:  # a repartition changes them
             if table is None or part.table == table:
                 per_table.setdefault(part.table, []).append((record.name, part, list(fragments.get(part.table, []))))
     if table is not None:
@@ -184,7 +187,8 @@ def apply(parts: Parts, table: str | None = None, threshold: float | None = None
     off = {t.name for t in parts.catalog.list_tables() if not t.layout_maintenance}
     out: list[Relayout] = []
     for before in measure(parts, table):
-        why = _left_alone(before, limit, off, skip)
+        source = parts.sources([before.table])[before.table]
+        why = _left_alone(before, limit, off, skip) or (CLUSTERED if source.clustered() else None)
         if why is not None:
             out.append(Relayout(before, None, why))
             continue
@@ -192,7 +196,6 @@ def apply(parts: Parts, table: str | None = None, threshold: float | None = None
                        f"clustered; OPTIMIZE ZORDER BY ({', '.join(before.columns)}) into about "
                        f"{before.target_files} file(s)")
         try:
-            source = parts.sources([before.table])[before.table]
             source.z_order(before.columns, target_size=max(MIN_FILE_BYTES, before.bytes // before.target_files))
             out.append(Relayout(before, measure(parts, before.table)[0], "re-clustered"))
         except ImpError as e:

@@ -99,8 +99,7 @@ def stored_query(record: SketchRecord, schemas: Mapping[str, pa.Schema]) -> Quer
         return parse_query(record.sql, schemas, record.dialect or "spark")
     except ImpError as e:
         raise PlanError(f"sketch {record.name} cannot be loaded: {why}, and its SQL does not parse with this imp "
-                        f"({first_line(e)}); drop it and create it again (`imp sketch drop {record.name}`, then "
-                        f"`imp sketch create {record.name} ...`)") from e
+                        f"({first_line(e)}); create it again (`imp sketch create {record.name} --replace ...`)") from e
 
 
 def pipeline(parts: Parts, loaded: LoadedSketch, options: Mapping[str, Any]) -> Pipeline:

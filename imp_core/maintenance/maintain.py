@@ -80,7 +80,7 @@ def maintain(parts: Parts, name: str, strategy: str | None = None, batch_size: i
         if all(target[t] <= latest.table_versions.get(t, -1) for t in target):
             result.up_to_date = True
             return result
-        guards.check_schemas(loaded, target)
+        guards.check_schemas(catalog, loaded, target)
         with maintenance_run(catalog, trigger, chosen.value, sketch_id=loaded.record.id, start=latest) as run:
             _incremental_batches(parts, loaded, latest, target, chosen, batch_size, allow_recapture, run, result)
     return result
@@ -147,7 +147,7 @@ def recapture(parts: Parts, loaded: LoadedSketch, latest: VersionRecord, target:
               run: Run) -> VersionRecord:
     """Full maintenance at ``target``, after the lifecycle guards (schemas, safety and sign assumptions re-checked),
     committed with ``reason``."""
-    guards.check_schemas(loaded, target)
+    guards.check_schemas(parts.catalog, loaded, target)
     report = guards.recheck_safety(parts, loaded, target)
     t0 = time.perf_counter()
     # the options the sketch's state has been built with; a version from before they were recorded takes this

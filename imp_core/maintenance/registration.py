@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from dataclasses import replace as replace_field
 from functools import cached_property
 from typing import Any
 
@@ -25,6 +26,7 @@ from imp_core.maintenance.repartition import tracked_rows
 from imp_core.maintenance.runs import maintenance_run, new_version, table_identities
 from imp_core.maintenance.statistics import equi_depth, sign_oracle, violated_assumption
 from imp_core.maintenance.strategy import Strategy
+from imp_core.plan.columns import narrowed
 from imp_core.plan.expr import kind_of_type
 from imp_core.plan.nodes import explain
 from imp_core.plan.safety import SafetyReport, require_safe
@@ -126,14 +128,15 @@ def analyze(parts: Parts, parsed: ParsedSql) -> Query:
 
 
 def check(parts: Parts, name: str, sql: str | ParsedSql, on: list[str], fragments: int | None,
-          bounds: list[str] | None, dialect: str) -> Registration:
-    """Everything a registration checks before Spark starts: arguments, SQL, tables, columns, safety.
+          bounds: list[str] | None, dialect: str, replace: bool = False) -> Registration:
+    """Everything a registration checks before Spark starts: arguments, SQL, tables, columns, safety. The plan it
+    returns reads only the columns the query uses and the partition columns (``plan/columns.py``).
 
     Raises:
-        UsageError: Bad arguments, or a live sketch named ``name`` exists.
+        UsageError: Bad arguments, or a live sketch named ``name`` exists (and not ``replace``).
         PlanError: The SQL does not parse against the registered tables, or the column is not safe.
     """
-    _check_arguments(parts, name, on, fragments, bounds)
+    _check_arguments(parts, name, on, fragments, bounds, replace)
     parsed = ParsedSql.of(sql, dialect)
     query = analyze(parts, parsed)
     require_engine_support(query.plan)  # refuse what the engine cannot compute as Spark does, before Spark runs
@@ -145,11 +148,12 @@ def check(parts: Parts, name: str, sql: str | ParsedSql, on: list[str], fragment
     schemas = {t: s.schema(versions[t]) for t, s in sources.items()}
     targets = _targets(on, schemas, bounds)
     report = require_safe(query.plan, targets, sign_oracle(sources, versions))
+    query = replace_field(query, plan=narrowed(query.plan, {t: {c} for t, c in targets.items()}))
     return Registration(name, parsed, query, sources, versions, schemas, targets, report)
 
 
 def _check_arguments(parts: Parts, name: str, on: list[str], fragments: int | None,
-                     bounds: list[str] | None) -> None:
+                     bounds: list[str] | None, replace: bool) -> None:
     if (fragments is None) == (bounds is None):
         raise UsageError("give exactly one of --fragments N or --bounds b0,b1,...,bn")
     if bounds is not None and len(bounds) != len(on):
@@ -159,8 +163,9 @@ def _check_arguments(parts: Parts, name: str, on: list[str], fragments: int | No
     for text in bounds or ():
         inputs.check_bounds_count(text, parts.settings.max_fragments)
     inputs.check_sketch_name(name)
-    if any(r.name == name for r in parts.catalog.list_sketches()):  # before any Spark work (the insert checks too)
-        raise UsageError(f"sketch {name!r} already exists; pick another name or drop it (`imp sketch drop {name}`)")
+    if not replace and any(r.name == name for r in parts.catalog.list_sketches()):  # before any Spark work
+        raise UsageError(f"sketch {name!r} already exists; pick another name, drop it (`imp sketch drop {name}`) "
+                         f"or replace it (`imp sketch create {name} --replace ...`)")
 
 
 def _targets(on: list[str], schemas: dict[str, pa.Schema], bounds: list[str] | None) -> dict[str, str]:
@@ -190,12 +195,13 @@ def _targets(on: list[str], schemas: dict[str, pa.Schema], bounds: list[str] | N
 
 def create_sketch(parts: Parts, name: str, sql: str | ParsedSql, on: list[str], fragments: int | None = None,
                   bounds: list[str] | None = None, dialect: str = "spark", strategy: str = Strategy.LAZY,
-                  trigger: str = "cli") -> tuple[SketchRecord, VersionRecord]:
+                  trigger: str = "cli", replace: bool = False) -> tuple[SketchRecord, VersionRecord]:
     """Parse (unless ``sql`` is parsed already), check safety, pick bounds, capture at pinned versions and commit
-    version 1."""
+    version 1; with ``replace``, in the same transaction that drops the live sketch of that name."""
     strategy = Strategy.parse(strategy, default_only=True)
     started = time.perf_counter()
-    reg = check(parts, name, sql, on, fragments, bounds, dialect)
+    reg = check(parts, name, sql, on, fragments, bounds, dialect, replace)
+    replaced = next((r.id for r in parts.catalog.list_sketches() if r.name == name), None) if replace else None
     partitions = _partitions(parts, reg, fragments, bounds)
     violation = violated_assumption(parts.spark, reg.sources, reg.versions, reg.report.assumptions)
     if violation:
@@ -216,7 +222,8 @@ def create_sketch(parts: Parts, name: str, sql: str | ParsedSql, on: list[str], 
         key, constants = reg.parsed.template
         record = catalog.create_sketch(name, reg.parsed.sql, reg.parsed.dialect, key,
                                        _plan_json(reg, pipeline, constants),
-                                       partitions.to_json(), reg.report.to_json(), strategy.value, first, blobs, run.id)
+                                       partitions.to_json(), reg.report.to_json(), strategy.value, first, blobs, run.id,
+                                       replaces=replaced)
         run.reached = catalog.latest_version(record.id)
         run.timings = {"capture_ms": first.duration_ms or 0.0, "total_ms": (time.perf_counter() - started) * 1000}
     for t, v in reg.versions.items():

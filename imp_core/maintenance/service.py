@@ -113,14 +113,16 @@ class SketchService:
 
     def create_sketch(self, name: str, sql: str, on: list[str], fragments: int | None = None,
                       bounds: list[str] | None = None, dialect: str = "spark", strategy: str = Strategy.LAZY,
-                      trigger: str = "cli") -> tuple[SketchRecord, VersionRecord]:
-        """Parse, check safety, pick bounds, capture at pinned versions and commit version 1. ``on == ["auto"]``:
-        on the column sketch advice ranks first (paper 7.4; estimating a few safe columns costs a capture each)."""
+                      trigger: str = "cli", replace: bool = False) -> tuple[SketchRecord, VersionRecord]:
+        """Parse, check safety, pick bounds, capture at pinned versions and commit version 1 (``replace``: in the
+        commit that drops the live sketch of that name). ``on == ["auto"]``: on the column sketch advice ranks first
+        (paper 7.4; estimating a few safe columns costs a capture each)."""
         candidates = self._auto(on, bounds, sql, dialect)
         if candidates:  # a bad name or argument fails before any capture
-            registration.check(self.parts, name, sql, candidates[:1], fragments, bounds, dialect)
+            registration.check(self.parts, name, sql, candidates[:1], fragments, bounds, dialect, replace)
             on = [advice.first_choice(self.parts, sql, fragments or 100, dialect)]
-        return registration.create_sketch(self.parts, name, sql, on, fragments, bounds, dialect, strategy, trigger)
+        return registration.create_sketch(self.parts, name, sql, on, fragments, bounds, dialect, strategy, trigger,
+                                          replace)
 
     def drop_sketch(self, name: str) -> None:
         """Drop a sketch: its name becomes free, its versions stay for the record."""

@@ -28,6 +28,7 @@ from imp_core.maintenance.parts import Parts
 from imp_core.maintenance.registration import ParsedSql, analyze, create_sketch
 from imp_core.maintenance.statistics import sign_oracle
 from imp_core.maintenance.strategy import Strategy
+from imp_core.plan.columns import narrowed
 from imp_core.plan.reuse import can_reuse
 from imp_core.plan.safety import safe_columns
 from imp_core.plan.sql import Query
@@ -90,7 +91,8 @@ def find_sketch(parts: Parts, parsed: ParsedSql, query: Query) -> str | None:
             captured = stored_query(record, schemas).plan
         except ImpError:
             continue
-        ok, why = can_reuse(captured, query.plan)
+        keep = {p.table: {p.column} for p in PartitionSet.from_json(record.partitions).partitions}
+        ok, why = can_reuse(narrowed(captured, keep), narrowed(query.plan, keep))  # stored plans read fewer columns
         log.info("sketch %s for %s: %s", record.name, parsed.sql, why)
         if ok:
             return record.name

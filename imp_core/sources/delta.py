@@ -18,11 +18,7 @@ from typing import TYPE_CHECKING, Any
 import deltalake
 import pyarrow as pa
 
-from imp_core.errors import (
-    ChangeFeedUnavailableError,
-    SourceError,
-    first_line,
-)
+from imp_core.errors import ChangeFeedUnavailableError, ImpError, SourceError, first_line
 from imp_core.sources import reader, storage
 
 if TYPE_CHECKING:
@@ -32,6 +28,10 @@ log = logging.getLogger(__name__)
 
 VERSION = reader.VERSION
 CDF_PROPERTY = "delta.enableChangeDataFeed"
+
+# writer features under which delta-rs rewrites a table it can read (its Rust writer; the Python constant lists less)
+_DELTA_RS_WRITER_FEATURES = frozenset({"appendOnly", "invariants", "timestampNtz", "changeDataFeed", "checkConstraints",
+                                       "generatedColumns", "variantType", "variantType-preview"})
 
 # Operations that may change table properties; the CDF flag is re-checked at each of these versions.
 _METADATA_OPERATIONS = {"SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "CREATE TABLE", "CREATE OR REPLACE TABLE",
@@ -111,16 +111,60 @@ class DeltaSource:
         return {}
 
     def z_order(self, columns: list[str], target_size: int | None = None) -> dict[str, Any]:
-        """Compact the table's files and cluster them by ``columns`` (delta-rs OPTIMIZE ZORDER BY) into files of
-        about ``target_size`` bytes (delta-rs' default when None): one new version that changes no data (its change
-        feed is empty). Returns delta-rs' metrics."""
+        """Compact the table's files and cluster them by ``columns`` (OPTIMIZE ZORDER BY) into files of about
+        ``target_size`` bytes (the writer's default when None): one new version that changes no data (its change
+        feed is empty). delta-rs rewrites the tables it reads and writes itself; Delta's Spark connector the others
+        (deletion vectors, column mapping, other writer features). Returns the writer's metrics.
+
+        Raises:
+            SourceError: The rewrite failed, or the table is liquid-clustered (Delta clusters it by its own
+                ``CLUSTER BY`` columns; ZORDER BY does not apply).
+        """
+        version = self.current_version()
+        if self.clustered(version):
+            raise SourceError(f"table {self.name} is liquid-clustered (CLUSTER BY): Delta keeps its layout with "
+                              f"OPTIMIZE; change its clustering with ALTER TABLE ... CLUSTER BY ({', '.join(columns)})")
+        by_delta_rs = reader.choice(self, version).in_process and \
+            set(self.protocol(version).writer_features or []) <= _DELTA_RS_WRITER_FEATURES
+        what = f"OPTIMIZE ZORDER BY ({', '.join(columns)})"
         try:
-            metrics = self._open().optimize.z_order(columns, target_size=target_size)
-        except Exception as e:  # noqa: BLE001 - delta-rs raises generic errors
-            raise SourceError(f"table {self.name}: OPTIMIZE ZORDER BY ({', '.join(columns)}) failed: "
-                              f"{storage.redact(first_line(e))}") from e
+            if by_delta_rs:
+                metrics = dict(self._open().optimize.z_order(columns, target_size=target_size))
+            else:
+                metrics = self._z_order_on_spark(columns, target_size)
+        except Exception as e:  # noqa: BLE001 - delta-rs and Spark raise generic errors
+            if isinstance(e, ImpError):
+                raise
+            raise SourceError(f"table {self.name}: {what} failed: {storage.redact(first_line(e))}") from e
         self.refresh()
-        return dict(metrics)
+        return metrics
+
+    def clustered(self, version: int | None = None) -> bool:
+        """Whether the table uses liquid clustering (Delta's ``clustering`` writer feature)."""
+        return "clustering" in set(self.protocol(version).writer_features or [])
+
+    def _z_order_on_spark(self, columns: list[str], target_size: int | None) -> dict[str, Any]:
+        if self.spark_supplier is None:
+            raise SourceError(f"table {self.name}: rewriting it needs Delta's Spark connector, and this source was "
+                              f"opened without a Spark session; open it with DeltaSource(..., spark=get_spark)")
+        spark = self.spark_supplier()
+        if storage.is_s3(self.path):
+            storage.configure_spark(spark)
+        key = "spark.databricks.delta.optimize.maxFileSize"
+        before = spark.conf.get(key, None)
+        if target_size is not None:
+            spark.conf.set(key, str(int(target_size)))
+        try:
+            uri = storage.spark_uri(self.path).replace("`", "``")
+            cols = ", ".join("`" + c.replace("`", "``") + "`" for c in columns)
+            row = spark.sql(f"OPTIMIZE delta.`{uri}` ZORDER BY ({cols})").first()
+        finally:
+            if before is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before)
+        metrics = row["metrics"].asDict() if row is not None and "metrics" in row else {}
+        return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str))}
 
     def refresh(self) -> None:
         """Catch up with commits made since the table was opened (reads only the new log entries)."""

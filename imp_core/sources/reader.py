@@ -45,12 +45,15 @@ ENV_SCAN = "IMP_SPARK_SCAN"
 
 # reader features the platform reads correctly (Spark through the connector; delta-rs for the log)
 SUPPORTED_READER_FEATURES = frozenset({"deletionVectors", "columnMapping", "timestampNtz", "v2Checkpoint",
-                                       "vacuumProtocolCheck", "typeWidening", "typeWidening-preview"})
+                                       "vacuumProtocolCheck", "typeWidening", "typeWidening-preview", "variantType",
+                                       "variantType-preview"})
 # reader features under which a file's Parquet content is still exactly the table's rows (deletion vectors: only
 # while no file of the version has one)
 _DIRECT_READER_FEATURES = frozenset({"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "deletionVectors"})
 # reader features delta-rs' Arrow dataset reads (it refuses every other listed feature, in use or not)
-_DELTA_RS_READER_FEATURES = frozenset({"timestampNtz"})
+_DELTA_RS_READER_FEATURES = frozenset({"timestampNtz", "variantType", "variantType-preview"})
+# reader features under which delta-rs reads a change feed (it refuses type widening; column mapping is a property)
+_DELTA_RS_CDF_READER_FEATURES = SUPPORTED_READER_FEATURES - {"columnMapping", "typeWidening", "typeWidening-preview"}
 
 
 class SparkRead(enum.Enum):
@@ -171,6 +174,7 @@ def changes(source: DeltaSource, after: int, upto: int, columns: list[str] | Non
     out (selection push-down); callers apply their exact filter afterwards.
     """
     source.check_version(upto)
+    require_readable(source, upto)
     fast = _from_log(source, after, upto, columns)
     if fast is not None:
         return fast
@@ -188,8 +192,9 @@ def changes(source: DeltaSource, after: int, upto: int, columns: list[str] | Non
 
 
 def _needs_spark(source: DeltaSource, after: int, upto: int) -> bool:
-    """Column mapping (delta-rs cannot read such feeds), or more change rows than the switch-over point."""
-    if source.physical_names(upto):
+    """Column mapping or type widening (delta-rs cannot read such feeds), or more change rows than the switch-over
+    point."""
+    if source.physical_names(upto) or _reader_features(source, upto) - _DELTA_RS_CDF_READER_FEATURES:
         return True
     threshold = spark_cdf.spark_rows_threshold()
     estimated = sum(c.rows or 0 for c in source.commits(after, upto))

@@ -194,7 +194,7 @@ def test_commit_on_an_unusable_sketch_is_refused(catalog: Catalog, make_sketch: 
     catalog.mark_unusable(sketch.id, "table orders was re-created")
     before = _counts(catalog)
     with pytest.raises(SketchUnusableError, match="sketch revenue is unusable: table orders was re-created; .*"
-                                                  "imp sketch drop revenue"):
+                                                  "imp sketch create revenue --replace"):
         catalog.commit_version(sketch.id, 1, version({"orders": 2}), [blob()], 5)
     assert _counts(catalog) == before
 

@@ -58,6 +58,7 @@ from imp_core.engine.operators.context import JoinCaching
 from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.schema import MULT, is_interval_column
 from imp_core.errors import BufferExhaustedError, UnsupportedError
+from imp_core.plan.columns import narrowed
 from imp_core.plan.expr import Col
 from imp_core.plan.nodes import Aggregate, Join, Plan, Project, Select, TopK
 from imp_core.plan.safety import check
@@ -279,11 +280,14 @@ def run_case(case: Case) -> None:
                 child = child.child
             if isinstance(child, Aggregate):
                 note(f"{type(node).__name__} over an aggregation{'' if child.keys else ' without GROUP BY'}")
+    # a registered sketch's plan reads only the columns its query uses (plan/columns.py); the optimized pipeline runs
+    # the plan as parsed, so the two must agree
+    plan = narrowed(query.plan, {p.table: {p.column} for p in case.parts.partitions})
     store = Store({t: case.initial.get(t, []) for t in TABLES})
     versions = {t: 0 for t in case.initial}
     backend = LocalBackend(store.read)
     try:
-        pipe = Pipeline(query.plan, case.parts)
+        pipe = Pipeline(plan, case.parts)
     except UnsupportedError as e:
         # a shape whose membership would hinge on the order Spark adds floats in (e.g. DISTINCT over a float SUM
         # under a LIMIT): refused with the remedy, never sketched
@@ -317,7 +321,7 @@ def run_case(case: Case) -> None:
         assert optimized.sketch() == pipe.sketch(), f"after batch {i}: the optimized engine's sketch differs"
         if case.reload_state[i]:  # the service reloads state from the catalog before each run
             blobs = pipe.state_blobs()
-            pipe = Pipeline(query.plan, case.parts)
+            pipe = Pipeline(plan, case.parts)
             pipe.load_state_blobs(blobs)
         check_step(case, pipe, store, versions, duck, sketch, f"after batch {i}")
 

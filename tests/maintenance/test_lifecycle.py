@@ -72,7 +72,7 @@ def assert_unusable(service, name: str, *reason: str) -> None:  # noqa: ANN001
         assert r in shown["unusable_reason"], shown["unusable_reason"]
     [row] = [r for r in service.catalog.sketch_catalog() if r["name"] == name]
     assert row["usable"] is False and row["unusable_reason"] == shown["unusable_reason"]
-    with pytest.raises(SketchUnusableError, match=f"sketch {name} is unusable: .*imp sketch drop {name}"):
+    with pytest.raises(SketchUnusableError, match=f"sketch {name} is unusable: .*imp sketch create {name} --replace"):
         service.maintain(name)
 
 
@@ -334,7 +334,7 @@ def test_cli_and_api_say_a_sketch_is_unusable(service, spark, tmp_path: Path, mo
         assert main(action) == 8
         err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("imp:")]
         assert len(err) == 1 and err[0].startswith(f"imp: error: sketch {name} is unusable: "), err
-        assert f"imp sketch drop {name}" in err[0]
+        assert f"imp sketch create {name} --replace" in err[0]
     assert main(["query", ID_SQL.format(t=name)]) == 0
     out = capsys.readouterr().out
     assert f"note: sketch {name} is unusable" in out and "no sketch;" in out

@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 from deltalake import DeltaTable, write_deltalake
 
-from imp_core.errors import SchemaChangedError
+from imp_core.errors import SketchUnusableError
 from imp_core.faults import POINTS
 from tests.oracles import answers_with_and_without_sketch, canonical, duck, provenance_fragments, snapshot
 
@@ -215,15 +215,23 @@ def test_six_maintainer_processes_make_each_version_once(service, tmp_path: Path
     assert fragments(service, "race") == expected_fragments(service, "race")
 
 
-def test_schema_change_of_a_used_column_is_refused(service, tmp_path: Path) -> None:  # noqa: ANN001
+def test_schema_change_of_a_used_column_makes_the_sketch_unusable_until_replaced(service,  # noqa: ANN001
+                                                                                   tmp_path: Path) -> None:
     path = register(service, tmp_path, "sch")
     table = DeltaTable(str(path)).to_pyarrow_table()
     changed = table.set_column(2, "v", table.column("v").cast(pa.string()))
     write_deltalake(str(path), changed, mode="overwrite", schema_mode="overwrite")
     before = service.history("sch")
-    with pytest.raises(SchemaChangedError, match="changed column v"):
+    with pytest.raises(SketchUnusableError, match=r"changed column v, which the sketch reads, from int64 to string "
+                                                   r".*imp sketch create sch --replace") as info:
         service.maintain("sch")
+    assert "\n" not in str(info.value)
     assert service.history("sch") == before
+    assert not service.catalog.get_sketch("sch").usable  # queries run without it
+    record = service.catalog.get_sketch("sch")
+    service.create_sketch("sch", "SELECT g, COUNT(*) AS n FROM sch GROUP BY g HAVING COUNT(*) > 2", ["sch.g"],
+                          bounds=["0,2,4,6,8"], replace=True)  # the same name, in one commit
+    assert service.catalog.get_sketch("sch").usable and service.catalog.get_sketch("sch").id != record.id
 
 
 @pytest.mark.slow

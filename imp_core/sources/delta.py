@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import deltalake
 import pyarrow as pa
 
-from imp_core.errors import ChangeFeedUnavailableError, ImpError, SourceError, first_line
+from imp_core.errors import ChangeFeedUnavailableError, ImpError, SourceError, UnsupportedError, first_line
 from imp_core.sources import reader, storage
 
 if TYPE_CHECKING:
@@ -93,6 +94,11 @@ class DeltaSource:
                                       f"(the table has versions 0..{current})") from e
                 raise SourceError(f"table {self.name}: version {version} can no longer be read (its log was "
                                   f"cleaned up?): {storage.redact(first_line(e))}") from e
+            feature = _unsupported_feature(str(e))
+            if feature is not None:
+                raise UnsupportedError(f"table {self.name} uses Delta table feature {feature}, which imp does not "
+                                       f"support (readable: {', '.join(sorted(reader.SUPPORTED_READER_FEATURES))}); "
+                                       f"register a copy written without it") from e
             raise SourceError(f"table {self.name}: cannot open Delta table at {self.path}: "
                               f"{storage.redact(first_line(e))}") from e
 
@@ -391,6 +397,14 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
     if pa.types.is_timestamp(t) and t.unit != "us":
         return pa.timestamp("us", tz=t.tz)
     return t
+
+
+def _unsupported_feature(message: str) -> str | None:
+    """The table feature delta-rs refused to open a table for (None for any other failure)."""
+    found = re.search(r"Feature '([^']+)' is not supported", message)
+    if found:
+        return found.group(1)
+    return "catalogManaged (a catalog-managed table)" if "catalog-managed table" in message else None
 
 
 def _is_nan(v: Any) -> bool:

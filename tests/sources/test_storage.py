@@ -118,11 +118,11 @@ def test_a_reader_feature_imp_cannot_read_is_refused_in_one_line(tmp_path) -> No
 
     path = tmp_path / "t"
     write_deltalake(str(path), pa.table({"a": [1]}), configuration={"delta.enableChangeDataFeed": "true"})
-    protocol = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["variantType"],
-                "writerFeatures": ["variantType"]}
+    protocol = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["variantShredding-preview"],
+                "writerFeatures": ["variantShredding-preview"]}
     (path / "_delta_log" / f"{1:020d}.json").write_text(
         json.dumps({"commitInfo": {"timestamp": 1, "operation": "UPGRADE PROTOCOL"}}) + "\n"
         + json.dumps({"protocol": protocol}) + "\n")
-    with pytest.raises(UnsupportedError, match="reader feature.*variantType.*does not support") as info:
+    with pytest.raises(UnsupportedError, match="reader feature.*variantShredding-preview.*does not support") as info:
         DeltaSource("t", str(path)).require_readable_by_spark()
     assert "\n" not in str(info.value)

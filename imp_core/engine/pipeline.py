@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +17,9 @@ import polars as pl
 
 from imp_core.engine.annotation import AnnotationLayout, consolidate
 from imp_core.engine.backend import Backend, CaptureBackend, JoinBackend, JoinCacheBackend, Relation, Versions
+from imp_core.engine.external import GroupStore
 from imp_core.engine.operators.aggregation import Aggregation
+from imp_core.engine.operators.aggregation_external import ExternalAggregation, ExternalDistinct
 from imp_core.engine.operators.anti_join import AntiJoinOp
 from imp_core.engine.operators.base import (
     BinaryOperator,
@@ -31,7 +33,7 @@ from imp_core.engine.operators.context import BuildContext, JoinCaching
 from imp_core.engine.operators.group_topk import GroupTopKOp
 from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.merge import Merge
-from imp_core.engine.operators.registry import build_operator
+from imp_core.engine.operators.registry import build_external, build_operator, can_be_external
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.operators.union import UnionOp
 from imp_core.engine.order_dependence import OrderDependence
@@ -79,13 +81,28 @@ def plan_fingerprint(plan: Plan, partitions: PartitionSet) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def node_paths(plan: Plan, path: str = "r") -> Iterator[tuple[str, Plan]]:
+    """Every node of ``plan`` with its path (``r``, ``r.0``, ``r.0.1``, ...), as the pipeline's stages have them."""
+    yield path, plan
+    for i, child in enumerate(plan.children):
+        yield from node_paths(child, f"{path}.{i}")
+
+
+def external_candidates(plan: Plan) -> frozenset[str]:
+    """The paths of the nodes whose operator can keep its state outside the process."""
+    return frozenset(path for path, node in node_paths(plan) if can_be_external(node))
+
+
 class Pipeline:
     """Incremental operators for ``plan`` under ``partitions``, plus the merge μ at the root."""
 
     def __init__(self, plan: Plan, partitions: PartitionSet, *, topk_buffer: int = 0,
                  join_caching: JoinCaching | None = None, minmax_buffer: int = 0, topk_index: bool = True,
-                 agg_index: bool = True) -> None:
+                 agg_index: bool = True, external: frozenset[str] = frozenset()) -> None:
+        """``external``: the node paths of grouped aggregations (and DISTINCTs) whose state lives in a store
+        outside the process (``engine/external.py``; bind the stores with :meth:`bind_stores`)."""
         self.plan = plan
+        self.external = frozenset(external)
         self.partitions = partitions
         self.fingerprint = plan_fingerprint(plan, partitions)
         self.annotations = AnnotationLayout.of(plan, partitions)
@@ -111,8 +128,8 @@ class Pipeline:
 
     def _build(self, node: Plan, path: str) -> Stage:
         inputs = tuple(self._build(child, f"{path}.{i}") for i, child in enumerate(node.children))
-        op = build_operator(node, BuildContext(path, self.annotations, self.order_dependence, self.fingerprint,
-                                               **self._options))
+        ctx = BuildContext(path, self.annotations, self.order_dependence, self.fingerprint, **self._options)
+        op = build_external(node, ctx) if path in self.external else build_operator(node, ctx)
         from_state = isinstance(op, (OutputStateOperator, AntiJoinOp)) or (not isinstance(node, Scan)
                                                                        and all(s.from_state for s in inputs))
         return Stage(path, node, op, inputs, frozenset(node.tables()), node.is_stateless(), from_state)
@@ -126,6 +143,17 @@ class Pipeline:
 
     def op(self, node: Plan) -> Operator:
         return self.stage(node).op
+
+    def external_operators(self) -> list[ExternalAggregation | ExternalDistinct]:
+        """The operators whose state lives in a store outside the process, by operator id."""
+        return sorted((op for op in self.operators.values() if isinstance(op, (ExternalAggregation,
+                                                                               ExternalDistinct))),
+                      key=lambda o: o.op_id)
+
+    def bind_stores(self, store_of: Callable[[ExternalAggregation | ExternalDistinct], GroupStore]) -> None:
+        """Give every external operator its store (``store_of(operator)``)."""
+        for op in self.external_operators():
+            op.bind(store_of(op))
 
     def stateful(self) -> list[StatefulOperator]:
         """The operators with state, in a stable order, the merge μ last."""
@@ -162,7 +190,7 @@ class Pipeline:
         if mapping.size != self.partitions.total_fragments:
             raise StateError(f"a repartition maps {mapping.size} fragment ids, the sketch has "
                              f"{self.partitions.total_fragments}")
-        new = Pipeline(self.plan, partitions, **self._options)
+        new = Pipeline(self.plan, partitions, external=self.external, **self._options)
         if mapping.size and (mapping.min() < 0 or mapping.max() >= partitions.total_fragments):
             raise StateError("a repartition maps fragment ids outside the new partitions")
         old_ops = {op.op_id: op for op in self.stateful()}
@@ -202,8 +230,18 @@ class Pipeline:
         if self.root.stateless:
             counts = backend.fragment_counts(Relation(self.plan, self.annotations), versions)
             return self.merge.apply_counts(np.asarray(counts, dtype=np.int64))
-        delta = _Pass(self, backend, versions, capture=True).delta(self.root)
-        return self.merge.process(delta if delta is not None else pl.DataFrame())
+        run = _Pass(self, backend, versions, capture=True)
+        delta = run.delta(self.root)
+        out = self.merge.process(delta if delta is not None else pl.DataFrame())
+        added = set(out.added)
+        for stage in run.deferred:  # external state captured on Spark: its output goes up chunk by chunk
+            op = stage.op
+            assert isinstance(op, (ExternalAggregation, ExternalDistinct))
+            for chunk in op.output_chunks():
+                d = _Pass(self, backend, versions, inject={stage.path: chunk}).delta(self.root)
+                step = self.merge.process(d if d is not None else pl.DataFrame())
+                added = (added | set(step.added)) - set(step.removed)
+        return SketchDelta(tuple(sorted(added)), ())
 
     def warm_caches(self, backend: JoinBackend, versions: Versions) -> None:
         """Build every join's side caches at ``versions`` now (they are otherwise built on first use)."""
@@ -235,16 +273,22 @@ class _Pass:
     processed once, before its parent reads it, so contents computed from state are cached for the pass."""
 
     def __init__(self, pipeline: Pipeline, backend: Any, versions: Versions, *, capture: bool = False,
-                 table: str = "", changes: pl.DataFrame | None = None, netting: bool = True) -> None:
+                 table: str = "", changes: pl.DataFrame | None = None, netting: bool = True,
+                 inject: dict[str, pl.DataFrame] | None = None) -> None:
+        """``inject``: deltas of stages given by path (the pass starts there instead of at the scans)."""
         self.pipeline, self.backend, self.versions = pipeline, backend, versions
         self.capture, self.table, self.changes, self.netting = capture, table, changes, netting
+        self.inject = inject
+        self.deferred: list[Stage] = []  # a capture's external stages whose output goes up after it
         self._contents: dict[str, pl.DataFrame] = {}
         self._relations: dict[str, Relation] = {}
 
     def delta(self, stage: Stage) -> pl.DataFrame | None:
         """The delta of ``stage``'s output, or None when nothing below it changed."""
-        if (stage.stateless if self.capture else self.table not in stage.tables):
+        if not self._changes_below(stage):
             return None
+        if self.inject is not None and stage.path in self.inject:
+            return self.inject[stage.path]
         op = stage.op
         if isinstance(stage.node, Scan):
             assert isinstance(op, UnaryOperator) and self.changes is not None
@@ -273,6 +317,13 @@ class _Pass:
             # except for an aggregation without GROUP BY: its one row exists even over an empty input.
             return op.output_relation()
         return out
+
+    def _changes_below(self, stage: Stage) -> bool:
+        """Whether ``stage``'s output can change in this pass: it is or holds an injected stage, it reads the changed
+        table, or (a capture) it holds state."""
+        if self.inject is not None:
+            return any(p == stage.path or p.startswith(stage.path + ".") for p in self.inject)
+        return not stage.stateless if self.capture else self.table in stage.tables
 
     def _union_delta(self, stage: Stage, op: UnionOp) -> pl.DataFrame | None:
         """The union of the inputs' deltas; a capture reads a stateless input whole from the backend (it has no
@@ -308,6 +359,12 @@ class _Pass:
         backend: CaptureBackend = self.backend
         op = stage.op
         child = self.relation(stage.inputs[0])
+        if isinstance(op, (ExternalAggregation, ExternalDistinct)) and hasattr(backend, "capture_external"):
+            op.reset()
+            if backend.capture_external(child, op, self.versions):  # written by Spark, not through this process
+                op.bind(op.store)
+                self.deferred.append(stage)
+                return op.empty_delta()
         if isinstance(op, Aggregation):
             return op.bootstrap(backend.aggregate_input(child, op.layout, self.versions))
         assert isinstance(op, (TopKOp, GroupTopKOp))
@@ -389,4 +446,5 @@ class _StageSide:
         return backend.key_counts(self.run.relation(self.stage), keys, max_keys, self.run.versions)
 
 
-__all__ = ["PassStats", "Pipeline", "SketchDelta", "Stage", "Versions", "plan_fingerprint"]
+__all__ = ["PassStats", "Pipeline", "SketchDelta", "Stage", "Versions", "external_candidates", "node_paths",
+           "plan_fingerprint"]

@@ -364,8 +364,14 @@ class DeltaSource:
         return {}
 
     def metadata(self, version: int) -> tuple[pa.Schema, list[str], bool, bool]:
-        """(schema, partition columns, column mapping on, CDF on) at ``version``."""
+        """(schema, partition columns, column mapping on, CDF on) at ``version``, whose reader features imp must be
+        able to read (carried forward by :meth:`carry_metadata` over commits without metadata or protocol changes).
+
+        Raises:
+            UnsupportedError: The version lists a reader feature imp cannot read.
+        """
         if version not in self._metadata_at:
+            reader.require_readable(self, version)
             self._metadata_at[version] = (self.schema(version), self.partition_columns(version),
                                           bool(self.physical_names(version)),
                                           self.cdf_enabled(version))

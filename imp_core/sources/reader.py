@@ -174,10 +174,10 @@ def changes(source: DeltaSource, after: int, upto: int, columns: list[str] | Non
     out (selection push-down); callers apply their exact filter afterwards.
     """
     source.check_version(upto)
-    require_readable(source, upto)
     fast = _from_log(source, after, upto, columns)
     if fast is not None:
         return fast
+    require_readable(source, upto)
     schema = source.schema(upto)
     wanted = columns if columns is not None else schema.names
     missing = [c for c in wanted if c not in schema.names]
@@ -227,7 +227,7 @@ def _from_log(source: DeltaSource, after: int, upto: int, columns: list[str] | N
     root = changelog.local_root(source.path)
     if root is None or after < 0 or after > upto:
         return None
-    schema, partition_columns, mapped, cdf = source.metadata(after)
+    schema, partition_columns, mapped, cdf = source.metadata(after)  # checks the reader features too
     wanted = columns if columns is not None else schema.names
     if not cdf or any(c not in schema.names for c in wanted) or mapped:
         return None  # column mapping: files hold physical names; the slow paths map them

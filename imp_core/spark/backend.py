@@ -19,9 +19,12 @@ from imp_core.config import Optimizations
 from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE, after_join
 from imp_core.engine.backend import Relation, Versions
 from imp_core.engine.evaluate import polars_type
+from imp_core.engine.operators.aggregation_external import ExternalAggregation, ExternalDistinct
 from imp_core.engine.operators.partials import Accumulator, PartialLayout, Partials, Term
 from imp_core.engine.schema import (
     COUNT,
+    FRAG,
+    GROUP_ROWS,
     MULT,
     NO_GROUP,
     RIGHT_SET,
@@ -205,6 +208,50 @@ class SparkBackend:
             self.spark_jobs += 1
         return layout.from_grouped(rows, frag_names, values)
 
+    def capture_external(self, child: Relation, op: ExternalAggregation | ExternalDistinct, versions: Versions) -> bool:
+        """Capture an external aggregation's state on Spark and write it to its store, without bringing its groups to
+        the driver: ``groups`` (per group the accumulators summed over the (group, fragment) partials of
+        :meth:`aggregate_input`, compensation terms 0) and ``fcounts`` (the partials' row counts per fragment).
+        False (nothing written) for the shapes whose state this does not compute on Spark: float group keys, MIN/MAX
+        or DISTINCT aggregates, rows with multiplicities other than one; the caller then folds them in process."""
+        layout = op.layout
+        if layout.float_keys or layout.valued or not layout.keys:
+            return False
+        df = self._compile(child, versions, fragments_in_spark=True)
+        frag_names = [c for c in df.columns if is_frag_col(c)]
+        keys = [compile_expr(e).alias(n) for n, e in layout.keys]
+        m = col(MULT)
+        if df.where(F.abs(m) != 1).limit(1).count():
+            return False
+        args = {j: compile_expr(a.arg) for j, (_, a) in enumerate(layout.aggs) if a.arg is not None}
+        sums = []
+        for c in layout.accumulators:
+            x = args[c.agg] if c.agg is not None else m
+            term = _exact_term(c, x, m) if c.term in EXACT else _TERMS[c.term](x, x.cast("double"), m)
+            sums.append(F.sum(term).alias(c.name))
+        per_fragment = df.groupBy(*keys, *[col(f) for f in frag_names]).agg(*sums)
+        schemas = op.component_schemas()
+        stored = {name: {k: t for k, t in schema.items() if k != SET} for name, schema in schemas.items()}
+        names = layout.key_names
+        folded = per_fragment.groupBy(*[col(k) for k in names]).agg(
+            *[F.sum(col(c.name)).alias(c.name) for c in layout.accumulators])
+        for c in layout.compensated:
+            if c.compensation is not None:
+                folded = folded.withColumn(c.compensation, F.lit(0.0))
+        op.store.write("groups", _as_stored(self.spark, folded, stored["groups"]))
+        parts = [per_fragment.where(col(f).isNotNull()).select(*[col(k) for k in names], col(f).alias(FRAG),
+                                                                col(GROUP_ROWS).alias(COUNT)) for f in frag_names]
+        fcounts = parts[0] if parts else None
+        for p in parts[1:]:
+            fcounts = fcounts.unionByName(p)
+        if fcounts is None:
+            fcounts = to_spark(self.spark, pl.DataFrame(schema=stored["fcounts"]))
+        else:
+            fcounts = fcounts.groupBy(*[col(k) for k in names], col(FRAG)).agg(F.sum(col(COUNT)).alias(COUNT))
+        op.store.write("fcounts", _as_stored(self.spark, fcounts, stored["fcounts"]))
+        self.spark_jobs += 3
+        return True
+
     def _multiplied_out(self, df: DataFrame, keys: list[Column], frag_names: list[str], layout: PartialLayout,
                         exact: list[Accumulator], args: dict[int, Column], rows: pl.DataFrame) -> pl.DataFrame:
         """Add the decimal contributions of rows with |multiplicity| > 1 (never in a capture of tables): per
@@ -293,6 +340,13 @@ class SparkBackend:
         df = self._compile(side, versions, fragments_in_spark=False)
         out = self._collect(_key_counts(df, keys).limit(max_keys + 1), side)
         return None if out.height > max_keys else out
+
+
+def _as_stored(spark: SparkSession, df: DataFrame, schema: dict[str, pl.DataType]) -> DataFrame:
+    """``df``'s columns of ``schema`` cast to the Spark types a polars frame of that schema becomes (what the
+    store's MERGEs write later), in that order."""
+    target = to_spark(spark, pl.DataFrame(schema=schema)).schema
+    return df.select(*[col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
 
 
 def _key_counts(df: DataFrame, keys: list[str]) -> DataFrame:

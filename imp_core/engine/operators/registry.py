@@ -6,6 +6,7 @@ See docs/ARCHITECTURE.md, "How to add an operator".
 from __future__ import annotations
 
 from imp_core.engine.operators.aggregation import Aggregation
+from imp_core.engine.operators.aggregation_external import ExternalAggregation, ExternalDistinct
 from imp_core.engine.operators.anti_join import AntiJoinOp
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.operators.context import BuildContext
@@ -46,4 +47,25 @@ def build_operator(node: Plan, ctx: BuildContext) -> Operator:
     return cls.from_node(node, ctx)
 
 
-__all__ = ["OPERATORS", "build_operator"]
+# the operators that can keep their state outside the process (engine/external.py), by node type
+EXTERNAL: dict[type[Plan], type[Operator]] = {Aggregate: ExternalAggregation, Distinct: ExternalDistinct}
+
+
+def can_be_external(node: Plan) -> bool:
+    """Whether ``node``'s operator has an external form: a grouped aggregation or a DISTINCT (an aggregation
+    without GROUP BY has one row)."""
+    return type(node) in EXTERNAL and (not isinstance(node, Aggregate) or bool(node.keys))
+
+
+def build_external(node: Plan, ctx: BuildContext) -> Operator:
+    """The operator for ``node`` with its state in a store outside the process.
+
+    Raises:
+        UnsupportedError: The node's operator has no external form.
+    """
+    if not can_be_external(node):
+        raise UnsupportedError(f"a {type(node).__name__} keeps its state in memory only")
+    return EXTERNAL[type(node)].from_node(node, ctx)
+
+
+__all__ = ["EXTERNAL", "OPERATORS", "build_external", "build_operator", "can_be_external"]

@@ -1,0 +1,102 @@
+"""External operator state: state that does not fit the driver's memory budget lives in a store outside the process
+(Delta tables beside the data, maintained by Spark: ``imp_core.spark.state_store``), and a batch reads and rewrites
+only the entries of the groups it touches.
+
+The store holds an aggregation's state frames as they are saved in memory (``groups``: one row per group with its
+accumulators and sketch; ``fcounts``: ``F_g`` as (group, fragment, count); ``mm{j}``: per MIN/MAX or DISTINCT
+aggregate the (group, value, count) multiset), keyed by the group's state keys. The operator
+(``operators/aggregation_external.py``) computes a batch exactly as the in-memory engine's frame state does, over the
+touched groups' rows; the store only finds and replaces rows. ``MemoryGroupStore`` is the same contract over frames
+in this process, for tests and for the in-memory oracle. See docs/ARCHITECTURE.md, "Where state lives".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+import polars as pl
+
+GROUPS = "groups"
+FCOUNTS = "fcounts"
+
+
+class GroupStore(Protocol):
+    """The state frames of one operator, keyed by ``keys``, outside the operator."""
+
+    keys: list[str]
+
+    def fetch(self, keys: pl.DataFrame) -> dict[str, pl.DataFrame]:
+        """Every component's rows of the groups in ``keys`` (one row per group; NULL keys equal each other), in the
+        component's schema."""
+        ...
+
+    def replace(self, keys: pl.DataFrame, rows: Mapping[str, pl.DataFrame]) -> None:
+        """Make ``rows`` (per component) the rows of the groups in ``keys``: rows of those groups not in ``rows`` go.
+        Visible to the next :meth:`fetch`."""
+        ...
+
+    def load(self, frames: Mapping[str, pl.DataFrame]) -> None:
+        """Replace the whole state by ``frames`` (a capture computed in this process, or state moved out of
+        memory)."""
+        ...
+
+    def contents(self) -> Iterator[dict[str, pl.DataFrame]]:
+        """The whole state, in chunks of complete groups (every component's rows of the same groups)."""
+        ...
+
+    def size(self) -> dict[str, int]:
+        """Rows per component."""
+        ...
+
+    def reference(self) -> dict[str, Any]:
+        """What a saved version needs to find this state again (location and the component versions it pins)."""
+        ...
+
+
+class MemoryGroupStore:
+    """:class:`GroupStore` over polars frames in this process (the external path's oracle and its unit tests)."""
+
+    def __init__(self, keys: list[str], schemas: Mapping[str, Mapping[str, pl.DataType]]) -> None:
+        self.keys = list(keys)
+        self.schemas = {name: dict(schema) for name, schema in schemas.items()}
+        self.frames = {name: pl.DataFrame(schema=schema) for name, schema in self.schemas.items()}
+        self.writes = 0
+
+    def fetch(self, keys: pl.DataFrame) -> dict[str, pl.DataFrame]:
+        wanted = keys.select(self.keys).cast(self._key_types())  # type: ignore[arg-type]
+        return {name: df.join(wanted.unique(), on=self.keys, how="semi", nulls_equal=True)
+                for name, df in self.frames.items()}
+
+    def replace(self, keys: pl.DataFrame, rows: Mapping[str, pl.DataFrame]) -> None:
+        wanted = keys.select(self.keys).cast(self._key_types()).unique()  # type: ignore[arg-type]
+        for name, df in self.frames.items():
+            kept = df.join(wanted, on=self.keys, how="anti", nulls_equal=True)
+            new = rows.get(name)
+            if new is not None and new.height:
+                kept = pl.concat([kept, new.select(list(self.schemas[name])).cast(self.schemas[name])])  # type: ignore[arg-type]
+            self.frames[name] = kept
+        self.writes += 1
+
+    def load(self, frames: Mapping[str, pl.DataFrame]) -> None:
+        for name, schema in self.schemas.items():
+            df = frames.get(name)
+            self.frames[name] = pl.DataFrame(schema=schema) if df is None else \
+                df.select(list(schema)).cast(schema)  # type: ignore[arg-type]
+        self.writes += 1
+
+    def contents(self) -> Iterator[dict[str, pl.DataFrame]]:
+        yield dict(self.frames)
+
+    def size(self) -> dict[str, int]:
+        return {name: df.height for name, df in self.frames.items()}
+
+    def reference(self) -> dict[str, Any]:
+        return {"store": "memory", "rows": self.size()}
+
+    def _key_types(self) -> dict[str, pl.DataType]:
+        groups = self.schemas[GROUPS]
+        return {k: groups[k] for k in self.keys}
+
+
+__all__ = ["FCOUNTS", "GROUPS", "GroupStore", "MemoryGroupStore"]

@@ -1,0 +1,156 @@
+"""Aggregation whose state lives outside the process (``engine/external.py``): a grouped aggregation placed
+*external* because its state outgrew the memory budget.
+
+A batch asks the store for the rows of the groups it touches (groups, ``F_g``, value multisets), folds itself into
+them with the frame engine's rules of :class:`~imp_core.engine.operators.aggregation.Aggregation` (the same code,
+so the same values and output deltas as in memory), and hands the touched groups' new rows back; the store writes
+them (Spark MERGEs into Delta tables). The saved state is the store's reference, not frames. See
+docs/ARCHITECTURE.md, "Where state lives".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import polars as pl
+
+from imp_core.engine.external import FCOUNTS, GROUPS, GroupStore, MemoryGroupStore
+from imp_core.engine.operators.aggregation import LAYOUT, Aggregation
+from imp_core.engine.operators.context import BuildContext
+from imp_core.engine.operators.distinct import DistinctOp
+from imp_core.engine.operators.distinct_values import state_names
+from imp_core.engine.operators.partials import Partials
+from imp_core.engine.schema import GROUP_ROWS, MULT, SET
+from imp_core.errors import StateError
+from imp_core.plan.nodes import Distinct, Plan
+
+
+class _External:
+    """What makes an aggregation external; mixed into :class:`Aggregation` and :class:`DistinctOp`."""
+
+    placement = "external"
+    store: GroupStore
+    _cleared: bool
+
+    def _init_external(self: Any) -> None:
+        self.store = MemoryGroupStore(self.key_names, self.component_schemas())
+        self._cleared = True
+
+    def component_schemas(self: Any) -> dict[str, dict[str, pl.DataType]]:
+        """The schema of each state component (the frames the in-memory engine saves)."""
+        schemas = {GROUPS: self._groups_schema(), FCOUNTS: dict(self._fcounts.schema)}
+        for j, multiset in self.multisets.items():
+            schemas[f"mm{j}"] = dict(multiset.values.schema)
+        return schemas
+
+    def bind(self: Any, store: GroupStore) -> None:
+        """Keep the state in ``store`` from now on (its current contents are the state)."""
+        self.store = store
+        self._cleared = True
+
+    def reset(self: Any) -> None:
+        Aggregation.reset(self)  # empty frames in memory; the store is emptied at the next write
+        self._cleared = False
+
+    def _apply_frames(self: Any, partials: Partials, partial: pl.DataFrame, fp: pl.DataFrame) -> pl.DataFrame:
+        keys = partial.select(self.key_names)
+        if not self._cleared:
+            self.store.load({})
+            self._cleared = True
+        old = self.store.fetch(keys)
+        self._groups, self._fcounts = old[GROUPS], old[FCOUNTS]
+        for j, multiset in self.multisets.items():
+            multiset.values = old[f"mm{j}"]
+        try:
+            out = Aggregation._apply_frames(self, partials, partial, fp)
+            rows = {GROUPS: self._groups, FCOUNTS: self._fcounts,
+                    **{f"mm{j}": m.values for j, m in self.multisets.items()}}
+            self.store.replace(keys, rows)
+        finally:
+            Aggregation.reset(self)  # only the store holds state between batches
+        return out
+
+    # -- the whole state, for the operators above a capture and for tests
+
+    def output_chunks(self: Any) -> Iterator[pl.DataFrame]:
+        """The current result, chunk by chunk, as all-insert annotated relations."""
+        for frames in self.store.contents():
+            groups = frames[GROUPS].filter(pl.col(GROUP_ROWS) > 0)
+            yield groups.select([*self.output_exprs(), pl.lit(1, dtype=pl.Int64).alias(MULT), pl.col(SET)])
+
+    def output_relation(self: Any) -> pl.DataFrame:
+        chunks = list(self.output_chunks())
+        return pl.concat(chunks) if chunks else self.empty_delta()
+
+    def state_frames(self: Any) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
+        meta = {"keys": self.key_names, "aggs": state_names(self.aggs), "layout": LAYOUT,
+                "external": self.store.reference()}
+        return meta, {}
+
+    def whole_frames(self: Any) -> dict[str, pl.DataFrame]:
+        """Every component whole, in this process (moving state back into memory, tests)."""
+        parts: dict[str, list[pl.DataFrame]] = {}
+        for frames in self.store.contents():
+            for name, df in frames.items():
+                parts.setdefault(name, []).append(df)
+        schemas = self.component_schemas()
+        return {name: pl.concat(parts[name]) if parts.get(name) else pl.DataFrame(schema=schema)
+                for name, schema in schemas.items()}
+
+    def set_state_frames(self: Any, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
+        if meta.get("keys") != self.key_names or meta.get("aggs") != state_names(self.aggs):
+            raise StateError(f"operator {self.op_id}: saved state is for a different aggregation; recapture")
+        if "external" not in meta:
+            raise StateError(f"operator {self.op_id}: saved state is held in memory, the operator keeps it "
+                             f"externally; recapture the sketch")
+        self.reference = meta["external"]  # the store that holds it is bound by the maintenance driver
+        self._cleared = True
+
+    def canonical(self: Any) -> dict[str, pl.DataFrame]:
+        """The store's contents in the in-memory engine's canonical form (frames saved the same way)."""
+        memory = Aggregation(self.op_id, self.keys, self.aggs, self.key_types, self.fingerprint,
+                             bounds={self.aggs[j][0] for j in self.bounded}, keyed=False)
+        frames = self.whole_frames()
+        memory._load(frames[GROUPS], frames[FCOUNTS], {j: frames[f"mm{j}"] for j in self.multisets})
+        return memory.canonical()
+
+    def memory_bytes(self: Any) -> int:
+        return 0
+
+    def state_size_bytes(self: Any) -> int:
+        return 0
+
+
+class ExternalAggregation(_External, Aggregation):
+    """A grouped aggregation keeping its state in a :class:`GroupStore`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["keyed"] = False
+        kwargs["minmax_buffer"] = 0  # the store keeps every value
+        Aggregation.__init__(self, *args, **kwargs)
+        self._init_external()
+
+    @classmethod
+    def from_node(cls, node: Plan, ctx: BuildContext) -> ExternalAggregation:
+        base = Aggregation.from_node(node, ctx)
+        return cls(base.op_id, base.keys, base.aggs, base.key_types, base.fingerprint,
+                   bounds={base.aggs[j][0] for j in base.bounded})
+
+
+class ExternalDistinct(_External, DistinctOp):
+    """DISTINCT (an aggregation without aggregates) keeping its state in a :class:`GroupStore`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        DistinctOp.__init__(self, *args, **kwargs)
+        self.keyed = False
+        Aggregation.reset(self)
+        self._init_external()
+
+    @classmethod
+    def from_node(cls, node: Plan, ctx: BuildContext) -> ExternalDistinct:
+        assert isinstance(node, Distinct)
+        return cls(ctx.op_id(cls.kind), node.child.schema, ctx.fingerprint)
+
+
+__all__ = ["ExternalAggregation", "ExternalDistinct"]

@@ -1,0 +1,115 @@
+"""External operator state against the in-memory engine (the oracle), with every aggregation and DISTINCT that has an
+external form kept in a store (a memory budget of 0), on the property tests' random queries, tables and change
+batches: after the capture and after every pass both pipelines give the same sketch deltas, sketches and
+operator states (in canonical form). The stores here are ``MemoryGroupStore``s, the contract the Delta store
+(``tests/spark/test_state_store.py``) is held to; a reload keeps the stores, as the Delta tables outlive a job."""
+
+from __future__ import annotations
+
+import polars as pl
+from hypothesis import given
+
+from imp_core.engine.external import MemoryGroupStore
+from imp_core.engine.local import LocalBackend
+from imp_core.engine.operators.aggregation_external import ExternalAggregation
+from imp_core.engine.pipeline import Pipeline, external_candidates
+from imp_core.errors import UnsupportedError
+from imp_core.plan.columns import narrowed
+from imp_core.plan.sql import parse_query
+from tests.engine.generators import SCHEMAS, TABLES, Case, Store, cases, note, property_test
+from tests.engine.rewritten_cases import grouping_set_cases, set_operation_cases
+from tests.engine.test_properties import assert_same_state
+
+
+def run_external(case: Case) -> None:
+    query = parse_query(case.sql, {t: SCHEMAS[t] for t in TABLES})
+    plan = narrowed(query.plan, {p.table: {p.column} for p in case.parts.partitions})
+    external = external_candidates(plan)
+    if not external:
+        note("no external operator")
+        return
+    try:
+        memory = Pipeline(plan, case.parts)
+    except UnsupportedError:
+        note("refused")
+        return
+    outside = Pipeline(plan, case.parts, external=external)
+    stores: dict[str, MemoryGroupStore] = {}
+
+    def store_of(op: ExternalAggregation) -> MemoryGroupStore:
+        return stores.setdefault(op.op_id, MemoryGroupStore(op.key_names, op.component_schemas()))
+
+    outside.bind_stores(store_of)
+    note(f"{len(outside.external_operators())} external operator(s)")
+    store = Store({t: case.initial.get(t, []) for t in TABLES})
+    versions = {t: 0 for t in case.initial}
+    backend = LocalBackend(store.read)
+    a, b = memory.capture(backend, versions), outside.capture(backend, versions)
+    assert (sorted(a.added), sorted(a.removed)) == (sorted(b.added), sorted(b.removed)), "capture"
+    assert_same_state(outside, memory, "capture")
+    for i, batch in enumerate(case.batches):
+        changes = store.apply(batch, case.merge_duplicates)
+        reached = dict(versions)
+        for table in sorted(changes):
+            reached[table] = store.latest()[table]
+            backend = LocalBackend(store.read)
+            a = memory.maintain_pass(table, changes[table], backend, dict(reached), netting=case.netting)
+            b = outside.maintain_pass(table, changes[table], backend, dict(reached), netting=case.netting)
+            assert (sorted(a.added), sorted(a.removed)) == (sorted(b.added), sorted(b.removed)), f"batch {i}"
+        versions = reached
+        assert outside.sketch() == memory.sketch(), f"after batch {i}"
+        assert_same_state(outside, memory, f"after batch {i}")
+        if case.reload_state[i]:  # the saved state names the store; the store outlives the job
+            blobs = outside.state_blobs()
+            outside = Pipeline(plan, case.parts, external=external)
+            outside.load_state_blobs(blobs)
+            outside.bind_stores(store_of)
+
+
+@property_test(60)
+@given(case=cases("agg"))
+def test_aggregations_keep_the_same_state_outside(case: Case) -> None:
+    run_external(case)
+
+
+@property_test(40)
+@given(case=cases("nested"))
+def test_nested_queries_keep_the_same_state_outside(case: Case) -> None:
+    run_external(case)
+
+
+@property_test(30)
+@given(case=set_operation_cases())
+def test_set_operations_keep_the_same_state_outside(case: Case) -> None:
+    run_external(case)
+
+
+@property_test(20)
+@given(case=grouping_set_cases())
+def test_grouping_sets_keep_the_same_state_outside(case: Case) -> None:
+    run_external(case)
+
+
+def test_a_batch_reads_and_writes_only_its_groups() -> None:
+    """The store sees the batch's groups only: 2 of 1,000 groups are fetched and rewritten."""
+    from imp_core.sketch.partition import Partition, PartitionSet
+
+    schemas = {"t": SCHEMAS["r"]}
+    plan = parse_query("SELECT r.a, SUM(r.b) AS s, COUNT(*) AS n FROM r GROUP BY r.a", {"r": schemas["t"]}).plan
+    parts = PartitionSet((Partition("r", "b", (0, 5, 10), "int"),))
+    pipe = Pipeline(plan, parts, external=external_candidates(plan))
+    [op] = pipe.external_operators()
+    fetched: list[int] = []
+    store = MemoryGroupStore(op.key_names, op.component_schemas())
+    original = store.fetch
+    store.fetch = lambda keys: (fetched.append(keys.unique().height), original(keys))[1]  # type: ignore[method-assign]
+    pipe.bind_stores(lambda _: store)
+    names = [c.name for c in TABLES["r"]]
+    rows = pl.DataFrame({c: [i if c == "a" else (i % 7 if c == "b" else None) for i in range(1000)]
+                         for c in names}, schema={c.name: c.polars for c in TABLES["r"]})
+    pipe.capture(LocalBackend(lambda t, v: rows), {"r": 0})
+    assert store.size()["groups"] == 1000
+    change = rows.slice(10, 2).with_columns(pl.lit(1, dtype=pl.Int64).alias("__mult"))
+    fetched.clear()
+    pipe.maintain_pass("r", change, None, {"r": 1})
+    assert fetched == [2] and store.size()["groups"] == 1000

@@ -23,6 +23,11 @@ ENV_OPTIMIZATIONS = "IMP_OPTIMIZATIONS"
 ENV_CATALOG_URL_FILE = "IMP_CATALOG_URL_FILE"
 ENV_MAX_FRAGMENTS = "IMP_MAX_FRAGMENTS"
 ENV_QUERY_WAIT = "IMP_QUERY_WAIT"
+ENV_STATE_BUDGET = "IMP_STATE_MEMORY_BUDGET"
+ENV_STATE_LOCATION = "IMP_STATE_LOCATION"
+ENV_COST_CHOICE = "IMP_RECAPTURE_BY_COST"
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30,
+               "t": 1 << 40, "tb": 1 << 40}
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,23 @@ class Settings:
     max_fragments: int = 10_000
     # seconds `imp query` / the Python API wait for another maintainer of a stale sketch before running without it
     query_wait: float = 10.0
+    # bytes of operator state one sketch may hold in the maintaining process; larger state goes to Delta tables
+    # (None: a quarter of this machine's memory)
+    state_budget: int | None = None
+    # where external state lives (a local path or s3:// URI); None: `_imp_state` beside the sketch's first table
+    state_location: str | None = None
+    # whether a pass whose estimated cost exceeds a recapture's recaptures instead (the paper's break-even)
+    cost_choice: bool = True
+
+    @property
+    def memory_budget(self) -> int:
+        """The state budget in bytes (the setting, else a quarter of physical memory)."""
+        if self.state_budget is not None:
+            return self.state_budget
+        try:
+            return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4)
+        except (ValueError, OSError, AttributeError):
+            return 2 << 30
 
     @property
     def warehouse_path(self) -> Path:
@@ -132,6 +154,9 @@ class Settings:
             "optimizations": Optimizations.parse(env.get(ENV_OPTIMIZATIONS)),
             "max_fragments": _int(env, ENV_MAX_FRAGMENTS, 10_000),
             "query_wait": _float(env, ENV_QUERY_WAIT, 10.0),
+            "state_budget": _size(env, ENV_STATE_BUDGET),
+            "state_location": env.get(ENV_STATE_LOCATION) or None,
+            "cost_choice": _switch(env, ENV_COST_CHOICE, True),
         }
         for key, value in overrides.items():
             if value is None:
@@ -169,6 +194,31 @@ def _float(env: dict[str, str], name: str, default: float) -> float:
         return float(raw)
     except ValueError as e:
         raise ConfigError(f"{name} must be a number, got {raw!r}") from e
+
+
+def _size(env: dict[str, str], name: str) -> int | None:
+    """A size such as ``512m``, ``2g`` or ``0`` (bytes without a unit); None when unset."""
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return None
+    number = raw.rstrip("bkmgt")
+    unit = raw[len(number):]
+    try:
+        value = float(number) * _SIZE_UNITS[unit]
+    except (ValueError, KeyError) as e:
+        raise ConfigError(f"{name} must be a size such as 512m, 4g or 0, got {raw!r}") from e
+    if value < 0:
+        raise ConfigError(f"{name} must be 0 or more, got {raw!r}")
+    return int(value)
+
+
+def _switch(env: dict[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return default
+    if raw not in ("on", "off"):
+        raise ConfigError(f"{name} must be on or off, got {raw!r}")
+    return raw == "on"
 
 
 def _catalog_url_file(env: dict[str, str]) -> str | None:

@@ -187,6 +187,18 @@ form.refresh { display: inline; } form.refresh button { font-size: .8rem; }
 """
 
 
+def state_cell(state: list[dict[str, Any]], e: Any) -> str:
+    """Where each operator's state lives and how big it is (from the latest version)."""
+    if not state:
+        return '<span class="hidden">in memory (not measured)</span>'
+    lines = []
+    for op in state:
+        size = f"{(op.get('bytes') or 0) / (1 << 20):.1f} MB"
+        rows = f", {op['rows']:,} rows" if op.get("rows") is not None else ""
+        lines.append(f"{e(op['operator'])}: <strong>{e(op['where'])}</strong> ({size}{rows})")
+    return "<br>".join(lines)
+
+
 def render_page(rows: list[dict[str, Any]], error: str | None = None, user: str = "",
                 can_refresh: bool = False) -> str:
     e = html.escape
@@ -198,7 +210,8 @@ def render_page(rows: list[dict[str, Any]], error: str | None = None, user: str 
                     "<code>imp_register_sketch</code> DAG.</p>")
     else:
         body.append("<table><thead><tr><th>Sketch</th><th>Latest version</th><th>Table versions (sketch / observed)"
-                    "</th><th>Freshness</th><th>Last run</th><th>Sketch size</th><th>Covered share</th></tr>"
+                    "</th><th>Freshness</th><th>Last run</th><th>Sketch size</th><th>Covered share</th>"
+                    "<th>Operator state</th></tr>"
                     "</thead><tbody>")
         for r in rows:
             tv, cur = r["table_versions"], r["current_table_versions"]
@@ -230,7 +243,8 @@ def render_page(rows: list[dict[str, Any]], error: str | None = None, user: str 
                 f'<tr data-sketch="{e(r["name"])}"><td><strong>{e(r["name"])}</strong><br>{sql}</td>'
                 f'<td>v{e(str(r["latest_version"]))} ({e(str(r["latest_method"]))})<br>'
                 f'<code>{e(str(r["version_created_at"] or "")[:19])}</code></td>'
-                f"<td>{versions}</td><td>{fresh}</td><td>{last}</td><td>{size}</td><td>{share}</td></tr>")
+                f"<td>{versions}</td><td>{fresh}</td><td>{last}</td><td>{size}</td><td>{share}</td>"
+                f"<td>{state_cell(r.get('state') or [], e)}</td></tr>")
         body.append("</tbody></table>")
     stale = sum(1 for r in rows if r["stale"])
     unusable = sum(1 for r in rows if not r.get("usable", True))

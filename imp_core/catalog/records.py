@@ -73,6 +73,8 @@ class NewVersion:
         partitions: The partitions (``PartitionSet.to_json``) the fragment ids refer to.
         fragment_rows: Per partitioned table, the table's rows in each fragment at ``table_versions``; None when not
             tracked.
+        state_placement: Per stateful operator, where its state lives and how big it is (``{"where": "memory" |
+            "external", "bytes": n, "rows": n}``); None when not recorded.
     """
 
     table_versions: Mapping[str, int]
@@ -87,6 +89,7 @@ class NewVersion:
     state_options: Mapping[str, Any] | None = None
     partitions: Any = None
     fragment_rows: Mapping[str, Sequence[int]] | None = None
+    state_placement: Mapping[str, Mapping[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -112,6 +115,7 @@ class VersionRecord:
     state_options: dict[str, Any] | None = None  # None: committed before options were recorded
     partitions: Any = None  # None: the sketch's registered partitions (committed before versions recorded them)
     fragment_rows: dict[str, list[int]] | None = None  # None: not tracked
+    state_placement: dict[str, dict[str, Any]] | None = None  # None: not recorded (every operator in memory)
 
 
 @dataclass(frozen=True)
@@ -199,6 +203,7 @@ def version_record(row: Mapping[Any, Any]) -> VersionRecord:
         state_options=row.get("state_options"),
         partitions=row.get("partitions"),
         fragment_rows=row.get("fragment_rows"),
+        state_placement=row.get("state_placement"),
     )
 
 

@@ -224,10 +224,11 @@ def insert_version(
     """Insert version ``version`` of a sketch and its prepared operator state (:func:`prepared_states`) on ``conn``."""
     row = conn.execute(
         sa.text("INSERT INTO sketch_version (sketch_id, version, table_versions, bits, fragments, method, reason, "
-                "delta_rows, duration_ms, run_id, table_identities, state_options, partitions, fragment_rows) "
+                "delta_rows, duration_ms, run_id, table_identities, state_options, partitions, fragment_rows, "
+                "state_placement) "
                 "VALUES (:s, :v, CAST(:tv AS jsonb), CAST(:bits AS jsonb), CAST(:frags AS jsonb), :m, :reason, :dr, "
                 ":dur, :run, CAST(:ids AS jsonb), CAST(:opts AS jsonb), CAST(:parts AS jsonb), "
-                "CAST(:rows AS jsonb)) RETURNING *"),
+                "CAST(:rows AS jsonb), CAST(:place AS jsonb)) RETURNING *"),
         {"s": sketch_id, "v": version,
          "tv": as_json({t: int(v) for t, v in new.table_versions.items()}),
          "bits": as_json({t: bytes(b).hex() for t, b in new.bits.items()}),
@@ -238,7 +239,9 @@ def insert_version(
          "opts": as_json(dict(new.state_options) if new.state_options is not None else None),
          "parts": as_json(new.partitions),
          "rows": as_json({t: [int(n) for n in c] for t, c in new.fragment_rows.items()}
-                         if new.fragment_rows is not None else None)},
+                         if new.fragment_rows is not None else None),
+         "place": as_json({op: dict(p) for op, p in new.state_placement.items()}
+                          if new.state_placement is not None else None)},
     ).mappings().one()
     if blobs:
         store_chunks(conn, sketch_id, {d: f for b in blobs for d, f in b["data"].items()})

@@ -229,6 +229,10 @@ def sketch_show(args: argparse.Namespace, service: SketchService) -> int:
               [[p["table"], p["column"], p["fragments"], p["fragment_count"], f"{p['covered_share']:.1%}"]
                for p in info["partitions"]])
         print(f"valid for table versions {info['table_versions']}")
+        if info["state"]:
+            table("operator state", ["operator", "where", "MB", "rows"],
+                  [[s["operator"], s["where"], f"{(s['bytes'] or 0) / (1 << 20):.1f}",
+                    "" if s["rows"] is None else s["rows"]] for s in info["state"]])
         if not info["usable"]:
             print(f"UNUSABLE since {info['unusable_since']}: {info['unusable_reason']}; queries run without it "
                   f"until it is registered again (`imp sketch create {info['name']} --replace ...`)")

@@ -116,15 +116,17 @@ class Pipeline:
         self.stats = PassStats()
 
     @classmethod
-    def configured(cls, plan: Plan, partitions: PartitionSet, opts: Any) -> Pipeline:
-        """A pipeline with the optimizations switched on in ``opts`` (``imp_core.config.Optimizations``)."""
+    def configured(cls, plan: Plan, partitions: PartitionSet, opts: Any,
+                   external: frozenset[str] = frozenset()) -> Pipeline:
+        """A pipeline with the optimizations switched on in ``opts`` (``imp_core.config.Optimizations``) and the
+        operators at ``external`` keeping their state outside the process."""
         caching = JoinCaching(bloom=opts.bloom_filters,
                               small_rows=opts.small_side_rows if opts.small_side_in_memory else 0,
                               partner_rows=opts.partner_rows if opts.partner_index else 0,
                               keyed=opts.join_index)
         return cls(plan, partitions, topk_buffer=opts.topk_buffer, join_caching=caching,
                    minmax_buffer=opts.minmax_buffer, topk_index=opts.topk_index,
-                   agg_index=opts.agg_index)
+                   agg_index=opts.agg_index, external=external)
 
     def _build(self, node: Plan, path: str) -> Stage:
         inputs = tuple(self._build(child, f"{path}.{i}") for i, child in enumerate(node.children))
@@ -140,6 +142,23 @@ class Pipeline:
         if found is None:
             raise KeyError(f"{type(node).__name__} is not a node of this pipeline's plan")
         return found
+
+    def stage_at(self, path: str) -> Stage:
+        """The stage at node path ``path``."""
+        found = next((s for s in self.root.walk() if s.path == path), None)
+        if found is None:
+            raise KeyError(f"no stage at {path}")
+        return found
+
+    def count_groups(self, path: str, backend: Any, versions: Versions) -> int | None:
+        """About how many groups the aggregation (or DISTINCT) at ``path`` has at ``versions``, counted by the
+        backend over its input (None where the input holds state of other operators or the backend cannot)."""
+        stage = self.stage_at(path)
+        if not stage.inputs[0].stateless or not hasattr(backend, "count_groups"):
+            return None
+        op = stage.op
+        keys = op.layout.keys if isinstance(op, Aggregation) else ()
+        return backend.count_groups(_Pass(self, backend, versions).relation(stage.inputs[0]), keys, versions)
 
     def op(self, node: Plan) -> Operator:
         return self.stage(node).op
@@ -194,6 +213,7 @@ class Pipeline:
         if mapping.size and (mapping.min() < 0 or mapping.max() >= partitions.total_fragments):
             raise StateError("a repartition maps fragment ids outside the new partitions")
         old_ops = {op.op_id: op for op in self.stateful()}
+        new.bind_stores(lambda op: old_ops[op.op_id].store)  # type: ignore[attr-defined]
         for op in new.stateful():
             op.set_state_frames(*old_ops[op.op_id].relabeled_state(mapping, partitions.total_fragments))
         return new

@@ -15,6 +15,7 @@ import pyarrow as pa
 from imp_core.catalog import SketchRecord, VersionRecord
 from imp_core.engine.pipeline import Pipeline, plan_fingerprint
 from imp_core.errors import ImpError, PlanError, StateError, first_line
+from imp_core.maintenance import placement
 from imp_core.maintenance.changes import used_columns
 from imp_core.maintenance.options import with_state_options
 from imp_core.maintenance.parts import Parts
@@ -102,7 +103,8 @@ def stored_query(record: SketchRecord, schemas: Mapping[str, pa.Schema]) -> Quer
                         f"({first_line(e)}); create it again (`imp sketch create {record.name} --replace ...`)") from e
 
 
-def pipeline(parts: Parts, loaded: LoadedSketch, options: Mapping[str, Any]) -> Pipeline:
+def pipeline(parts: Parts, loaded: LoadedSketch, options: Mapping[str, Any],
+             external: frozenset[str] = frozenset()) -> Pipeline:
     """The sketch's operators, configured with the state-shaping ``options`` recorded with its state.
 
     Raises:
@@ -110,7 +112,7 @@ def pipeline(parts: Parts, loaded: LoadedSketch, options: Mapping[str, Any]) -> 
             with (a recapture follows).
     """
     opts = with_state_options(parts.settings.optimizations, options, loaded.name)
-    built = Pipeline.configured(loaded.plan, loaded.partitions, opts)
+    built = Pipeline.configured(loaded.plan, loaded.partitions, opts, external)
     expected = (loaded.record.plan_json or {}).get("fingerprint")
     # recorded at registration, under the registered partitions (a repartition changes the bounds, not the plan)
     registered = built.fingerprint if loaded.partitions.to_json() == loaded.record.partitions else \
@@ -131,7 +133,7 @@ def load_state(parts: Parts, loaded: LoadedSketch, latest: VersionRecord) -> Pip
     if latest.state_options is None:
         raise StateError(f"sketch {loaded.name} version {latest.version} was written by an older imp that did not "
                          f"record the engine options of its state")
-    built = pipeline(parts, loaded, latest.state_options)
+    built = pipeline(parts, loaded, latest.state_options, placement.external_of(latest.state_placement))
     catalog = parts.catalog
     if not catalog.has_states(loaded.record.id, latest.version):
         raise StateError(f"sketch {loaded.name} version {latest.version} has no operator state (removed by "
@@ -140,6 +142,7 @@ def load_state(parts: Parts, loaded: LoadedSketch, latest: VersionRecord) -> Pip
     sketch_id = loaded.record.id
     built.load_state_blobs({k: b.payload for k, b in blobs.items()},
                            fetch=lambda digest: catalog.load_chunk(sketch_id, digest))
+    placement.bind_saved(parts, built)  # external state: the tables the sealed blobs name, at their pinned versions
     if built.sketch() != Sketch({t: tuple(f) for t, f in latest.fragments.items()}).to_global(loaded.partitions):
         raise StateError(f"sketch {loaded.name} version {latest.version}: the saved merge state does not match the "
                          f"saved sketch")

@@ -18,7 +18,7 @@ from imp_core.catalog import VersionRecord
 from imp_core.engine import frames
 from imp_core.engine.pipeline import Pipeline
 from imp_core.errors import ChangeFeedUnavailableError, StateError, UsageError, first_line
-from imp_core.maintenance import guards
+from imp_core.maintenance import guards, placement
 from imp_core.maintenance.batches import PendingVersion, plan_batches
 from imp_core.maintenance.changes import read_changes
 from imp_core.maintenance.feeds import ChangeFeeds
@@ -154,7 +154,8 @@ def recapture(parts: Parts, loaded: LoadedSketch, latest: VersionRecord, target:
     # process's, recorded from now on
     options = latest.state_options if latest.state_options is not None else \
         state_options(parts.settings.optimizations)
-    operators = pipeline(parts, loaded, options)
+    operators = placement.for_capture(parts, lambda external: pipeline(parts, loaded, options, external),
+                                      loaded.sources, target, loaded.name, run.id)
     parts.progress(f"recapturing sketch {loaded.name} on Spark at versions {dict(target)}")
     operators.capture(parts.backend(loaded.sources), dict(target))
     rows = tracked_rows(parts, loaded.plan, loaded.partitions, loaded.sources, target)

@@ -20,6 +20,7 @@ from imp_core.catalog import SketchRecord, TableRecord, VersionRecord
 from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.support import require_engine_support
 from imp_core.errors import PlanError, UnsafeSketchError, UsageError
+from imp_core.maintenance import placement
 from imp_core.maintenance.options import state_options
 from imp_core.maintenance.parts import Parts
 from imp_core.maintenance.repartition import tracked_rows
@@ -211,7 +212,9 @@ def create_sketch(parts: Parts, name: str, sql: str | ParsedSql, on: list[str], 
     catalog.clear_abandoned_captures()
     with maintenance_run(catalog, trigger, "capture", table_versions=reg.versions) as run:
         options = state_options(parts.settings.optimizations)
-        pipeline = Pipeline.configured(reg.query.plan, partitions, parts.settings.optimizations)
+        pipeline = placement.for_capture(
+            parts, lambda external: Pipeline.configured(reg.query.plan, partitions, parts.settings.optimizations,
+                                                        external), reg.sources, reg.versions, name, run.id)
         parts.progress(f"capturing sketch {name} on Spark at versions {reg.versions}")
         t0 = time.perf_counter()
         pipeline.capture(parts.backend(reg.sources), dict(reg.versions))

@@ -73,10 +73,18 @@ def describe(catalog: Catalog, name: str, version: int | None = None,
         "unusable_since": _iso(record.unusable_at),
         "table_identities": v.table_identities,
         "state_options": v.state_options,
+        "state": state_shown(v.state_placement),
         "delta_rows": v.delta_rows,
         "duration_ms": v.duration_ms,
         "created_at": _iso(v.created_at),
     }
+
+
+def state_shown(placement: Mapping[str, Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    """Where each operator's state lives and how big it is (a version from before placements were recorded: every
+    operator in memory, sizes unknown)."""
+    return [{"operator": op, "where": p.get("where", "memory"), "bytes": p.get("bytes"), "rows": p.get("rows")}
+            for op, p in sorted((placement or {}).items())]
 
 
 def history(catalog: Catalog, name: str) -> list[dict[str, Any]]:
@@ -171,6 +179,7 @@ def overview(parts: Parts, refresh: bool = True) -> list[dict[str, Any]]:
             "partitions": shown,
             "sketch_fragments": sum(p["fragments"] for p in shown),
             "total_fragments": sum(p["fragment_count"] for p in shown),
+            "state": state_shown(row.get("state_placement")),
         })
     return out
 

@@ -17,6 +17,7 @@ from imp_core.catalog import Catalog, NewVersion, StateBlob, VersionRecord
 from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.state import EXTERNAL_VERSION, FORMAT, FORMAT_VERSION
 from imp_core.errors import first_line
+from imp_core.maintenance import placement
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
 from imp_core.sources.delta import DeltaSource
@@ -105,7 +106,8 @@ def new_version(pipeline: Pipeline, partitions: PartitionSet, run: Run, *, metho
                      duration_ms=(time.perf_counter() - started) * 1000, run_id=run.id,
                      table_identities={t: dict(i) for t, i in identities.items()},
                      state_options=dict(options), partitions=partitions.to_json(),
-                     fragment_rows=None if fragment_rows is None else {t: list(c) for t, c in fragment_rows.items()})
+                     fragment_rows=None if fragment_rows is None else {t: list(c) for t, c in fragment_rows.items()},
+                     state_placement=placement.recorded(pipeline))
     blobs = [StateBlob(op_id, FORMAT, EXTERNAL_VERSION if chunks else FORMAT_VERSION, blob,
                        chunks={d: c.data for d, c in chunks.items()})
              for op_id, (blob, chunks) in pipeline.saved_states().items()]

@@ -30,10 +30,12 @@ from imp_core.engine.schema import (
     RIGHT_SET,
     SET,
     VALUE,
+    is_carried,
     is_frag_col,
     is_interval_column,
     join_columns,
 )
+from imp_core.plan.expr import Expr
 from imp_core.plan.nodes import Join, Plan
 from imp_core.sources.delta import DeltaSource
 from imp_core.spark.compile import PlanCompiler, col, compile_expr
@@ -207,6 +209,14 @@ class SparkBackend:
             values[j] = layout.encode_values(j, layout.encode_keys(to_polars(vdf)))
             self.spark_jobs += 1
         return layout.from_grouped(rows, frag_names, values)
+
+    def count_groups(self, child: Relation, keys: tuple[tuple[str, Expr], ...], versions: Versions) -> int:
+        """About how many distinct ``keys`` (name, expression) the relation has (one Spark job, HyperLogLog)."""
+        df = self._compile(child, versions, fragments_in_spark=False)
+        cols = [compile_expr(e) for _, e in keys] if keys else [col(c) for c in df.columns if not is_carried(c)]
+        row = df.select(F.approx_count_distinct(F.struct(*cols)).alias("n")).first()
+        self.spark_jobs += 1
+        return int(row["n"]) if row is not None else 0
 
     def capture_external(self, child: Relation, op: ExternalAggregation | ExternalDistinct, versions: Versions) -> bool:
         """Capture an external aggregation's state on Spark and write it to its store, without bringing its groups to

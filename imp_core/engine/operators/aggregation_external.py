@@ -15,6 +15,7 @@ from typing import Any
 
 import polars as pl
 
+from imp_core.engine.annotation import relabel
 from imp_core.engine.external import FCOUNTS, GROUPS, GroupStore, MemoryGroupStore
 from imp_core.engine.operators.aggregation import LAYOUT, Aggregation
 from imp_core.engine.operators.context import BuildContext
@@ -101,11 +102,19 @@ class _External:
     def set_state_frames(self: Any, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
         if meta.get("keys") != self.key_names or meta.get("aggs") != state_names(self.aggs):
             raise StateError(f"operator {self.op_id}: saved state is for a different aggregation; recapture")
+        if frames:  # whole frames (state moved out of memory, or relabeled by a repartition): into the store
+            self.store.load(frames)
+            self._cleared = True
+            return
         if "external" not in meta:
             raise StateError(f"operator {self.op_id}: saved state is held in memory, the operator keeps it "
                              f"externally; recapture the sketch")
         self.reference = meta["external"]  # the store that holds it is bound by the maintenance driver
         self._cleared = True
+
+    def relabeled_state(self: Any, mapping: Any, total: int) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
+        meta, _ = self.state_frames()
+        return meta, {name: relabel(df, mapping) for name, df in self.whole_frames().items()}
 
     def canonical(self: Any) -> dict[str, pl.DataFrame]:
         """The store's contents in the in-memory engine's canonical form (frames saved the same way)."""

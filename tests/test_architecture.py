@@ -60,8 +60,10 @@ def test_the_lazy_start_check_sees_imports_in_functions(tmp_path: Path) -> None:
     assert _function_local_imports(module) == [(5, "json"), (6, "pyspark.sql")]
 
 
-# reading table data: the reader boundary (imp_core/sources/reader.py) and the two readers it drives
-READERS = {"imp_core/sources/reader.py", "imp_core/sources/changelog.py", "imp_core/sources/spark_cdf.py"}
+# reading table data: the reader boundary (imp_core/sources/reader.py) and the two readers it drives; the state store
+# reads only the Delta tables it writes itself (external operator state), never a user's table
+READERS = {"imp_core/sources/reader.py", "imp_core/sources/changelog.py", "imp_core/sources/spark_cdf.py",
+           "imp_core/spark/state_store.py"}
 _DATA_CALLS = {"to_pyarrow_dataset", "to_pyarrow_table", "to_pyarrow", "to_pandas", "toPandas", "load_cdf",
                "ParquetFile", "read_table", "read_parquet", "scan_parquet", "scan_delta", "read_delta",
                "deletion_vectors", "readChangeFeed"}

@@ -18,7 +18,7 @@ from imp_core.catalog import VersionRecord
 from imp_core.engine import frames
 from imp_core.engine.pipeline import Pipeline
 from imp_core.errors import ChangeFeedUnavailableError, StateError, UsageError, first_line
-from imp_core.maintenance import guards, placement
+from imp_core.maintenance import cost, guards, placement
 from imp_core.maintenance.batches import PendingVersion, plan_batches
 from imp_core.maintenance.changes import read_changes
 from imp_core.maintenance.feeds import ChangeFeeds
@@ -71,19 +71,33 @@ def maintain(parts: Parts, name: str, strategy: str | None = None, batch_size: i
         loaded = loaded.at(latest)
         target = parts.observe(loaded.sources)
         guards.check_identity(catalog, loaded.record, loaded.sources, latest, target)
-        if chosen is Strategy.RECAPTURE:
+        if all(target[t] <= latest.table_versions.get(t, -1) for t in target) and chosen is not Strategy.RECAPTURE:
+            result.up_to_date = True
+            return result
+        reason = "requested" if chosen is Strategy.RECAPTURE else _cheaper_recapture(parts, loaded, latest, target,
+                                                                                    allow_recapture)
+        if reason is not None:
             with maintenance_run(catalog, trigger, Strategy.RECAPTURE.value, sketch_id=loaded.record.id,
                                  start=latest) as run:
-                result.versions.append(recapture(parts, loaded, latest, target, "requested", run))
-            result.recaptured = "requested"
-            return result
-        if all(target[t] <= latest.table_versions.get(t, -1) for t in target):
-            result.up_to_date = True
+                result.versions.append(recapture(parts, loaded, latest, target, reason, run))
+            result.recaptured = reason
             return result
         guards.check_schemas(catalog, loaded, target)
         with maintenance_run(catalog, trigger, chosen.value, sketch_id=loaded.record.id, start=latest) as run:
             _incremental_batches(parts, loaded, latest, target, chosen, batch_size, allow_recapture, run, result)
     return result
+
+
+def _cheaper_recapture(parts: Parts, loaded: LoadedSketch, latest: VersionRecord, target: Mapping[str, int],
+                       allow_recapture: bool) -> str | None:
+    """Why a recapture should replace this step (cheaper by the cost estimate), or None."""
+    if not (allow_recapture and parts.settings.cost_choice):
+        return None
+    found = cost.estimate(parts, loaded, latest, target)
+    if found is None or not found.recapture_is_cheaper:
+        return None
+    parts.progress(f"sketch {loaded.name}: recapturing, {found.reason()}")
+    return found.reason()
 
 
 def _incremental_batches(parts: Parts, loaded: LoadedSketch, latest: VersionRecord, target: dict[str, int],

@@ -11,7 +11,6 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -23,8 +22,6 @@ from imp_core.engine.operators.aggregation_external import ExternalAggregation, 
 from imp_core.engine.operators.partials import Accumulator, PartialLayout, Partials, Term
 from imp_core.engine.schema import (
     COUNT,
-    FRAG,
-    GROUP_ROWS,
     MULT,
     NO_GROUP,
     RIGHT_SET,
@@ -39,40 +36,12 @@ from imp_core.plan.expr import Expr
 from imp_core.plan.nodes import Join, Plan
 from imp_core.sources.delta import DeltaSource
 from imp_core.spark.compile import PlanCompiler, col, compile_expr
-from imp_core.spark.types import arrow_schema_to_spark, arrow_to_spark
+from imp_core.spark.external_capture import capture_state
+from imp_core.spark.frames import to_polars, to_spark
+from imp_core.spark.terms import EXACT, TERMS, exact_term, exact_value
 
 OTHER_MULT = "__mult_o"  # the multiplicity of the input a shipped delta is joined with
 PUSHDOWN_KEYS = 2000  # up to this many distinct delta keys become an IN filter; beyond, a key range
-
-
-def to_polars(df: DataFrame) -> pl.DataFrame:
-    table = df.toArrow()
-    return pl.from_arrow(table) if table.num_rows else pl.from_arrow(table.schema.empty_table())  # type: ignore[return-value]
-
-
-def to_spark(spark: SparkSession, df: pl.DataFrame) -> DataFrame:
-    """A polars frame as a Spark DataFrame (unsigned fragment ids become signed ints on the way).
-
-    Always through Arrow, also when empty: the JVM builds the frame from Arrow batches, so executors never start a
-    Python worker (``createDataFrame([], schema)`` would, and a cluster's workers need not have Python).
-    """
-    casts = {}
-    for name, dtype in df.schema.items():
-        if dtype == FRAG_DTYPE:
-            casts[name] = pl.Int32
-        elif dtype == SET_DTYPE:
-            casts[name] = pl.List(pl.Int32)
-    table = df.cast(casts).to_arrow() if casts else df.to_arrow()  # type: ignore[arg-type]
-    table = table.cast(pa.schema([pa.field(f.name, _plain(f.type)) for f in table.schema]))
-    return spark.createDataFrame(table, arrow_schema_to_spark(table.schema))
-
-
-def _plain(t: pa.DataType) -> pa.DataType:
-    if t == pa.string_view() or pa.types.is_large_string(t):
-        return pa.string()
-    if pa.types.is_large_list(t) or (pa.types.is_list(t) and t.value_type == pa.uint32()):
-        return pa.list_(pa.int32())
-    return t
 
 
 def to_engine_types(df: pl.DataFrame, node: Plan) -> pl.DataFrame:
@@ -88,35 +57,6 @@ def to_engine_types(df: pl.DataFrame, node: Plan) -> pl.DataFrame:
         if c == SET and df.schema[c] != SET_DTYPE:
             casts[c] = SET_DTYPE
     return df.cast(casts, strict=False) if casts else df  # type: ignore[arg-type]
-
-
-# What a row contributes to each kind of accumulator (before the group-by sums it): ``x`` the aggregate's argument,
-# ``d`` the argument as a double, ``m`` the multiplicity. EXACT terms are ``_exact_term``.
-_FINITE = "finite"
-_TERMS: dict[Term, Callable[[Column, Column, Column], Column]] = {
-    Term.ROWS: lambda x, d, m: m,
-    Term.NON_NULL: lambda x, d, m: F.when(x.isNotNull(), m).otherwise(F.lit(0)),
-    Term.NAN: lambda x, d, m: F.when(F.isnan(d), m).otherwise(F.lit(0)),
-    Term.POS_INF: lambda x, d, m: F.when(d == F.lit(float("inf")), m).otherwise(F.lit(0)),
-    Term.NEG_INF: lambda x, d, m: F.when(d == F.lit(float("-inf")), m).otherwise(F.lit(0)),
-    Term.FINITE: lambda x, d, m: F.when(~F.isnan(d) & (F.abs(d) != F.lit(float("inf"))), d * m),
-    Term.FINITE_ABS: lambda x, d, m: F.when(~F.isnan(d) & (F.abs(d) != F.lit(float("inf"))), F.abs(d) * m),
-    Term.WRAPPED: lambda x, d, m: x.cast("long") * m,  # wraps like Spark's own bigint SUM
-}
-EXACT = (Term.EXACT, Term.EXACT_ABS)
-
-
-def _exact_value(c: Accumulator, x: Column) -> Column:
-    """The argument in an EXACT accumulator's DECIMAL(38, s) (absolute for EXACT_ABS)."""
-    v = x.cast(arrow_to_spark(pa.decimal128(38, c.dtype.scale)))  # type: ignore[attr-defined]
-    return F.abs(v) if c.term is Term.EXACT_ABS else v
-
-
-def _exact_term(c: Accumulator, x: Column, m: Column) -> Column:
-    """Decimal sums add the values themselves, negated for deleted rows: ``DECIMAL(38, s) * BIGINT`` would round
-    to 6 digits after the point under Spark's precision rules. Rows with |m| > 1 are left to ``_multiplied_out``."""
-    v = _exact_value(c, x)
-    return F.when(m == 1, v).when(m == -1, -v)
 
 
 class SparkBackend:
@@ -192,7 +132,7 @@ class SparkBackend:
         sums = []
         for c in layout.accumulators:
             x = args[c.agg] if c.agg is not None else m
-            term = _exact_term(c, x, m) if c.term in EXACT else _TERMS[c.term](x, x.cast("double"), m)
+            term = exact_term(c, x, m) if c.term in EXACT else TERMS[c.term](x, x.cast("double"), m)
             sums.append(F.sum(term).alias(c.name))
         exact = [c for c in layout.accumulators if c.term in EXACT]
         if exact:
@@ -218,49 +158,13 @@ class SparkBackend:
         self.spark_jobs += 1
         return int(row["n"]) if row is not None else 0
 
-    def capture_external(self, child: Relation, op: ExternalAggregation | ExternalDistinct, versions: Versions) -> bool:
-        """Capture an external aggregation's state on Spark and write it to its store, without bringing its groups to
-        the driver: ``groups`` (per group the accumulators summed over the (group, fragment) partials of
-        :meth:`aggregate_input`, compensation terms 0) and ``fcounts`` (the partials' row counts per fragment).
-        False (nothing written) for the shapes whose state this does not compute on Spark: float group keys, MIN/MAX
-        or DISTINCT aggregates, rows with multiplicities other than one; the caller then folds them in process."""
-        layout = op.layout
-        if layout.float_keys or layout.valued or not layout.keys:
-            return False
-        df = self._compile(child, versions, fragments_in_spark=True)
-        frag_names = [c for c in df.columns if is_frag_col(c)]
-        keys = [compile_expr(e).alias(n) for n, e in layout.keys]
-        m = col(MULT)
-        if df.where(F.abs(m) != 1).limit(1).count():
-            return False
-        args = {j: compile_expr(a.arg) for j, (_, a) in enumerate(layout.aggs) if a.arg is not None}
-        sums = []
-        for c in layout.accumulators:
-            x = args[c.agg] if c.agg is not None else m
-            term = _exact_term(c, x, m) if c.term in EXACT else _TERMS[c.term](x, x.cast("double"), m)
-            sums.append(F.sum(term).alias(c.name))
-        per_fragment = df.groupBy(*keys, *[col(f) for f in frag_names]).agg(*sums)
-        schemas = op.component_schemas()
-        stored = {name: {k: t for k, t in schema.items() if k != SET} for name, schema in schemas.items()}
-        names = layout.key_names
-        folded = per_fragment.groupBy(*[col(k) for k in names]).agg(
-            *[F.sum(col(c.name)).alias(c.name) for c in layout.accumulators])
-        for c in layout.compensated:
-            if c.compensation is not None:
-                folded = folded.withColumn(c.compensation, F.lit(0.0))
-        op.store.write("groups", _as_stored(self.spark, folded, stored["groups"]))
-        parts = [per_fragment.where(col(f).isNotNull()).select(*[col(k) for k in names], col(f).alias(FRAG),
-                                                                col(GROUP_ROWS).alias(COUNT)) for f in frag_names]
-        fcounts = parts[0] if parts else None
-        for p in parts[1:]:
-            fcounts = fcounts.unionByName(p)
-        if fcounts is None:
-            fcounts = to_spark(self.spark, pl.DataFrame(schema=stored["fcounts"]))
-        else:
-            fcounts = fcounts.groupBy(*[col(k) for k in names], col(FRAG)).agg(F.sum(col(COUNT)).alias(COUNT))
-        op.store.write("fcounts", _as_stored(self.spark, fcounts, stored["fcounts"]))
-        self.spark_jobs += 3
-        return True
+    def capture_external(self, child: Relation, op: ExternalAggregation | ExternalDistinct,
+                         versions: Versions) -> bool:
+        """Capture an external aggregation's state on Spark into its store (``spark/external_capture.py``); False
+        for the shapes it leaves to the caller."""
+        done = capture_state(self.spark, self._compile(child, versions, fragments_in_spark=True), op)
+        self.spark_jobs += int(done) * (3 + len(op.layout.valued))
+        return done
 
     def _multiplied_out(self, df: DataFrame, keys: list[Column], frag_names: list[str], layout: PartialLayout,
                         exact: list[Accumulator], args: dict[int, Column], rows: pl.DataFrame) -> pl.DataFrame:
@@ -271,7 +175,7 @@ class SparkBackend:
         out = rows
         for j in sorted({c.agg for c in exact}):  # type: ignore[type-var]
             columns = [c for c in exact if c.agg == j]
-            v = _exact_value(Accumulator(VALUE, Term.EXACT, j, columns[0].dtype), args[j])
+            v = exact_value(Accumulator(VALUE, Term.EXACT, j, columns[0].dtype), args[j])
             vdf = (df.filter(F.abs(m) > 1).select(*keys, *[col(c) for c in frag_names], v.alias(VALUE), m)
                    .groupBy(*[col(k) for k in [*layout.plain_keys, *frag_names]], col(VALUE))
                    .agg(F.sum(m).alias(COUNT)))
@@ -350,13 +254,6 @@ class SparkBackend:
         df = self._compile(side, versions, fragments_in_spark=False)
         out = self._collect(_key_counts(df, keys).limit(max_keys + 1), side)
         return None if out.height > max_keys else out
-
-
-def _as_stored(spark: SparkSession, df: DataFrame, schema: dict[str, pl.DataType]) -> DataFrame:
-    """``df``'s columns of ``schema`` cast to the Spark types a polars frame of that schema becomes (what the
-    store's MERGEs write later), in that order."""
-    target = to_spark(spark, pl.DataFrame(schema=schema)).schema
-    return df.select(*[col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
 
 
 def _key_counts(df: DataFrame, keys: list[str]) -> DataFrame:

@@ -31,7 +31,7 @@ from imp_core.engine.external import FCOUNTS, GROUPS
 from imp_core.engine.schema import COUNT, FRAG, SET
 from imp_core.errors import StateError, first_line
 from imp_core.sources import storage
-from imp_core.spark.backend import to_polars, to_spark
+from imp_core.spark.frames import to_polars, to_spark
 
 BUCKET = "__bucket"
 OP = "__op"  # in a MERGE's source: U (upsert) or D (delete)

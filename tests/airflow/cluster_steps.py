@@ -1,6 +1,7 @@
 """Every platform step in one ``spark-submit`` application, for the cluster whose executors have no Python.
 
-Run by tests/airflow/test_cluster.py as ``spark-submit --master spark://... cluster_steps.py DATA_DIR``: registers
+Run by tests/airflow/test_cluster.py as ``spark-submit --master spark://... cluster_steps.py DATA_DIR [PREFIX]``
+(``PREFIX`` starts every table and sketch name, so that the steps can run twice in one catalog): registers
 tables (one of them empty), registers sketches (equi-depth bounds on Spark), appends changes, maintains with the
 delta-join on Spark (small sides are not kept in memory: ``IMP_OPTIMIZATIONS=-smallside``), recaptures, and queries
 with and without the sketch, including a query with an empty result. Prints one JSON line with what it saw.
@@ -16,11 +17,16 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import write_deltalake
 
-JOIN_SQL = ("SELECT r.g AS g, SUM(s.w) AS total FROM cs_r r JOIN cs_s s ON r.k = s.k GROUP BY r.g "
+P = sys.argv[2] if len(sys.argv) > 2 else ""
+JOIN_SQL = (f"SELECT r.g AS g, SUM(s.w) AS total FROM {P}cs_r r JOIN {P}cs_s s ON r.k = s.k GROUP BY r.g "
             "HAVING SUM(s.w) > 5")
 EMPTY_RESULT_SQL = JOIN_SQL.replace("> 5", "> 1000000")
-EMPTY_TABLE_SQL = "SELECT e.g AS g, COUNT(*) AS n FROM cs_e e GROUP BY e.g HAVING COUNT(*) > 1"
+EMPTY_TABLE_SQL = f"SELECT e.g AS g, COUNT(*) AS n FROM {P}cs_e e GROUP BY e.g HAVING COUNT(*) > 1"
 CDF = {"delta.enableChangeDataFeed": "true"}
+
+
+def unprefixed(fragments: dict[str, object]) -> dict[str, object]:
+    return {t[len(P):]: f for t, f in fragments.items()}
 
 
 def rows(result: object) -> list[list[object]]:
@@ -38,38 +44,41 @@ def main(data: Path) -> dict[str, object]:
 
     service = SketchService(Settings.from_env(), progress=progress)
     out: dict[str, object] = {"master": service.spark.sparkContext.master}
-    r, s, e = data / "cs_r", data / "cs_s", data / "cs_e"
+    r, s, e = data / f"{P}cs_r", data / f"{P}cs_s", data / f"{P}cs_e"
     write_deltalake(str(r), pa.table({"g": [1, 1, 2, 3], "k": [1, 2, 3, 4]}), configuration=CDF)
     write_deltalake(str(s), pa.table({"k": [1, 2, 3, 9], "w": [3, 4, 2, 7]}), configuration=CDF)
     write_deltalake(str(e), pa.schema([("g", pa.int64())]).empty_table(), configuration=CDF)
-    for name, path in (("cs_r", r), ("cs_s", s), ("cs_e", e)):
+    for name, path in ((f"{P}cs_r", r), (f"{P}cs_s", s), (f"{P}cs_e", e)):
         service.register_table(name, str(path))
 
-    _, first = service.create_sketch("cs_join", JOIN_SQL, ["cs_r.g"], fragments=3, trigger="cluster")
-    _, empty = service.create_sketch("cs_empty", EMPTY_TABLE_SQL, ["cs_e.g"], bounds=["0,10,20"], trigger="cluster")
-    out["captured"] = {"cs_join": first.fragments, "cs_empty": empty.fragments}
+    _, first = service.create_sketch(f"{P}cs_join", JOIN_SQL, [f"{P}cs_r.g"], fragments=3, trigger="cluster")
+    _, empty = service.create_sketch(f"{P}cs_empty", EMPTY_TABLE_SQL, [f"{P}cs_e.g"], bounds=["0,10,20"],
+                                     trigger="cluster")
+    out["captured"] = {"cs_join": unprefixed(first.fragments), "cs_empty": unprefixed(empty.fragments)}
 
     # changes on both sides of the join, and rows for the empty table
     write_deltalake(str(r), pa.table({"g": [3, 4], "k": [9, 5]}), mode="append")
     write_deltalake(str(s), pa.table({"k": [5, 4], "w": [1, 8]}), mode="append")
     write_deltalake(str(e), pa.table({"g": [11, 11, 12]}), mode="append")
-    maintained = service.maintain("cs_join", strategy="eager", batch_size=1, trigger="cluster")
-    service.maintain("cs_empty", strategy="lazy", trigger="cluster")
-    latest = service.catalog.latest_version(service.catalog.get_sketch("cs_join").id)
-    latest_empty = service.catalog.latest_version(service.catalog.get_sketch("cs_empty").id)
+    maintained = service.maintain(f"{P}cs_join", strategy="eager", batch_size=1, trigger="cluster")
+    service.maintain(f"{P}cs_empty", strategy="lazy", trigger="cluster")
+    latest = service.catalog.latest_version(service.catalog.get_sketch(f"{P}cs_join").id)
+    latest_empty = service.catalog.latest_version(service.catalog.get_sketch(f"{P}cs_empty").id)
     out["maintained"] = {"versions": [v.version for v in maintained.versions], "methods": [
-        v.method for v in maintained.versions], "fragments": latest.fragments, "empty_table": latest_empty.fragments}
+        v.method for v in maintained.versions], "fragments": unprefixed(latest.fragments),
+        "empty_table": unprefixed(latest_empty.fragments)}
+    out["state"] = {name: service.describe(f"{P}{name}")["state"] for name in ("cs_join", "cs_empty")}
 
-    again = service.recapture("cs_join", trigger="cluster")
-    again_empty = service.recapture("cs_empty", trigger="cluster")
-    out["recaptured"] = {"cs_join": again.fragments, "cs_empty": again_empty.fragments}
+    again = service.recapture(f"{P}cs_join", trigger="cluster")
+    again_empty = service.recapture(f"{P}cs_empty", trigger="cluster")
+    out["recaptured"] = {"cs_join": unprefixed(again.fragments), "cs_empty": unprefixed(again_empty.fragments)}
 
     queries = {}
     for label, sql in (("join", JOIN_SQL), ("empty_result", EMPTY_RESULT_SQL), ("empty_table", EMPTY_TABLE_SQL)):
         with_sketch = service.query(sql, capture=False)
         without = service.query(sql, use_sketch=False)
         queries[label] = {"with": rows(with_sketch), "without": rows(without),
-                          "sketch": (with_sketch.sketch or {}).get("name")}
+                          "sketch": ((with_sketch.sketch or {}).get("name") or "")[len(P):] or None}
     out["queries"] = queries
     return out
 

@@ -136,10 +136,14 @@ def test_maintenance_job_on_a_standalone_cluster_commits_the_same_sketch_as_loca
     assert [r.trigger for r in imp.runs("cl_cluster")[:2]] == ["airflow:test_cluster/run"] * 2
 
 
+@pytest.mark.parametrize("outside", [False, True], ids=["state-in-memory", "state-in-delta-tables"])
 def test_every_step_runs_on_executors_without_python(imp: Imp, spark_cluster: Cluster,
-                                                     tmp_path_factory: pytest.TempPathFactory) -> None:
+                                                     tmp_path_factory: pytest.TempPathFactory, outside: bool) -> None:
+    """The steps with operator state in the job's memory, and again with every aggregation's state in Delta tables
+    maintained by the executors (a memory budget of 0)."""
     data = tmp_path_factory.mktemp("cluster-steps")
-    done = submit(spark_cluster, imp, STEPS, str(data), IMP_OPTIMIZATIONS="-smallside")
+    env = {"IMP_OPTIMIZATIONS": "-smallside", **({"IMP_STATE_MEMORY_BUDGET": "0"} if outside else {})}
+    done = submit(spark_cluster, imp, STEPS, str(data), *(["ext_"] if outside else []), **env)
     [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("CLUSTER-STEPS ")]
     out = json.loads(line.split(" ", 1)[1])
     assert out["master"] == spark_cluster.master_url
@@ -154,6 +158,8 @@ def test_every_step_runs_on_executors_without_python(imp: Imp, spark_cluster: Cl
     assert queries["empty_result"]["with"] == queries["empty_result"]["without"] == []
     assert queries["empty_result"]["sketch"] == "cs_join"
     assert queries["empty_table"]["with"] == queries["empty_table"]["without"] == [[11, 2]]
+    where = {s["operator"]: s["where"] for s in out["state"]["cs_join"]}
+    assert {w for op, w in where.items() if op.startswith("aggregation@")} == {"external" if outside else "memory"}
     # the executors ran tasks and never tried to start Python
     finished = [app for app in spark_cluster.state()["completedapps"] if app["name"] == "imp"]
     assert finished and all(app["cores"] >= 1 for app in finished)

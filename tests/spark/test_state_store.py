@@ -136,3 +136,51 @@ def test_a_partition_column_in_another_table(spark, tmp_path: Path) -> None:  # 
         p.capture(backend, {"r": 0, "s": 0})
     assert outside.sketch() == memory.sketch() == {0, 1}
     assert_same_state(outside, memory, "capture")
+
+
+CAPTURED = [
+    "SELECT r.a, SUM(r.b) AS s, COUNT(*) AS n, AVG(r.b) AS m FROM r GROUP BY r.a",
+    "SELECT r.n, MIN(r.d) AS lo, MAX(r.b) AS hi, COUNT(DISTINCT r.b) AS nb FROM r GROUP BY r.n",
+    "SELECT r.a, SUM(DISTINCT r.b) AS sb, MAX(r.n) AS mx FROM r GROUP BY r.a HAVING COUNT(*) > 0",
+    "SELECT r.a, s.t, SUM(s.e) AS se FROM r JOIN s ON r.b = s.c GROUP BY r.a, s.t",
+    "SELECT DISTINCT r.a, r.n FROM r",
+]
+
+
+@pytest.mark.parametrize("sql", CAPTURED)
+def test_a_capture_on_spark_writes_the_state_the_memory_engine_builds(spark, tmp_path: Path,  # noqa: ANN001
+                                                                      sql: str) -> None:
+    """The external capture computes the state on Spark (spark/external_capture.py); the in-memory capture folds the
+    same partials in this process: the two states must be equal, and so must a pass after them."""
+    from deltalake import write_deltalake
+
+    from imp_core.sources.delta import DeltaSource
+    from imp_core.spark.backend import SparkBackend
+    from tests.engine.generators import D0, frame
+
+    data = {"r": [(1, 2, 0.5, "a", D0), (1, 3, 0.5, None, None), (None, 2, 1.0, "b", D0), (4, None, 0.25, "a", D0),
+                  (4, 5, 0.5, "c", None)],
+            "s": [(2, 7, 1.0, "x"), (3, 1, 1.0, None), (5, 4, 2.0, "x")]}
+    sources = {}
+    for t, rows in data.items():
+        write_deltalake(str(tmp_path / t), frame(t, rows).to_arrow(), configuration={"delta.enableChangeDataFeed":
+                                                                                     "true"})
+        sources[t] = DeltaSource(t, str(tmp_path / t))
+    plan = narrowed(parse_query(sql, {t: SCHEMAS[t] for t in TABLES}).plan, {"r": {"b"}})
+    parts = PartitionSet((Partition("r", "b", (0, 3, 6), "int"),))
+    backend = SparkBackend(spark, sources)
+    memory, outside = Pipeline(plan, parts), Pipeline(plan, parts, external=external_candidates(plan))
+    outside.bind_stores(lambda op: DeltaGroupStore(spark, str(tmp_path / "st" / op.op_id.replace("@", "_")),
+                                                   op.key_names, op.component_schemas(), buckets=2))
+    spark_jobs = backend.spark_jobs
+    for p in (memory, outside):
+        p.capture(backend, {"r": 0, "s": 0})
+    assert backend.spark_jobs > spark_jobs
+    assert outside.sketch() == memory.sketch()
+    assert_same_state(outside, memory, "capture")
+    change = frame("r", [(4, 5, 0.5, "c", None), (7, 1, 0.5, "d", D0)], [-1, 1])
+    write_deltalake(str(tmp_path / "r"), frame("r", [(7, 1, 0.5, "d", D0)]).to_arrow(), mode="append")
+    for p in (memory, outside):
+        p.maintain_pass("r", change, backend, {"r": 1, "s": 0})
+    assert outside.sketch() == memory.sketch()
+    assert_same_state(outside, memory, "after a pass")

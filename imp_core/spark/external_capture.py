@@ -1,0 +1,101 @@
+"""A capture of external operator state on Spark: the state tables of an aggregation computed and written by the
+executors, so its groups never come to the driver (``engine/external.py``, ``spark/state_store.py``).
+
+Per group, the accumulators of the aggregation's partial layout (``operators/partials.py``) are the terms of its
+rows summed over the (group, fragment) partials a capture computes anyway (compensation terms 0); ``F_g`` is the
+partials' row count per fragment; a MIN/MAX or DISTINCT aggregate's value counts are the rows per (group, value),
+and its value in the groups table the extreme, the count or the sum of the values with a positive count. This is
+the state the in-memory engine builds from the same partials (``tests/spark/test_state_store.py`` compares them).
+Shapes it leaves to the in-process fold (the caller then folds the partials there): float group keys, floating
+point MIN/MAX or DISTINCT values (kept as order keys), rows with multiplicities other than one.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from imp_core.engine.operators.aggregation_external import ExternalAggregation, ExternalDistinct
+from imp_core.engine.operators.partials import agg_columns
+from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, SET, VALUE, is_frag_col
+from imp_core.spark.compile import col, compile_expr
+from imp_core.spark.frames import to_spark
+from imp_core.spark.terms import row_term
+
+
+def capture_state(spark: SparkSession, df: DataFrame, op: ExternalAggregation | ExternalDistinct) -> bool:
+    """Compute ``op``'s state from its whole input ``df`` (annotated, fragments computed on Spark) and write it to
+    ``op.store``; False, with nothing written, for the shapes this leaves to the caller."""
+    layout = op.layout
+    if layout.float_keys or not layout.keys or any(layout.float_values(j) for j in layout.valued):
+        return False
+    m = col(MULT)
+    if df.where(F.abs(m) != 1).limit(1).count():
+        return False
+    frag_names = [c for c in df.columns if is_frag_col(c)]
+    names = layout.key_names
+    keys = [compile_expr(e).alias(n) for n, e in layout.keys]
+    args = {j: compile_expr(a.arg) for j, (_, a) in enumerate(layout.aggs) if a.arg is not None}
+    sums = []
+    for c in layout.accumulators:
+        x = args[c.agg] if c.agg is not None else m
+        sums.append(F.sum(row_term(c, x, m)).alias(c.name))
+    per_fragment = df.groupBy(*keys, *[col(f) for f in frag_names]).agg(*sums)
+    stored = {name: {k: t for k, t in schema.items() if k != SET} for name, schema in op.component_schemas().items()}
+    groups = per_fragment.groupBy(*[col(k) for k in names]).agg(
+        *[F.sum(col(c.name)).alias(c.name) for c in layout.accumulators])
+    for c in layout.compensated:
+        if c.compensation is not None:
+            groups = groups.withColumn(c.compensation, F.lit(0.0))
+    for j in layout.valued:
+        values = (df.select(*keys, args[j].alias(VALUE), m).where(col(VALUE).isNotNull())
+                  .groupBy(*[col(k) for k in names], col(VALUE)).agg(F.sum(m).alias(COUNT)))
+        op.store.write(f"mm{j}", as_stored(spark, values, stored[f"mm{j}"]))
+        groups = _with_value(groups, values, names, j, layout.aggs[j][1].func, layout.aggs[j][1].distinct)
+    op.store.write("groups", as_stored(spark, groups, stored["groups"]))
+    parts = [per_fragment.where(col(f).isNotNull()).select(*[col(k) for k in names], col(f).alias(FRAG),
+                                                            col(GROUP_ROWS).alias(COUNT)) for f in frag_names]
+    if parts:
+        fcounts = parts[0]
+        for p in parts[1:]:
+            fcounts = fcounts.unionByName(p)
+        fcounts = fcounts.groupBy(*[col(k) for k in names], col(FRAG)).agg(F.sum(col(COUNT)).alias(COUNT))
+    else:
+        fcounts = to_spark(spark, pl.DataFrame(schema=stored["fcounts"]))
+    op.store.write("fcounts", as_stored(spark, fcounts, stored["fcounts"]))
+    return True
+
+
+def _with_value(groups: DataFrame, values: DataFrame, names: list[str], j: int, func: str,
+                distinct: bool) -> DataFrame:
+    """``groups`` with aggregate ``j``'s value from its value counts: MIN/MAX the extreme, COUNT(DISTINCT) the
+    number of values (0 for none), SUM(DISTINCT) their sum (NULL for none)."""
+    extreme = agg_columns(j).extreme
+    v = col(VALUE)
+    if distinct and func == "count":
+        agg: Column = F.count(v)
+    elif distinct:
+        agg = F.sum(v)
+    else:
+        agg = F.min(v) if func == "min" else F.max(v)
+    per_group = values.where(col(COUNT) > 0).groupBy(*[col(k) for k in names]).agg(agg.alias(extreme))
+    other = per_group.select(*[col(k).alias(f"__g{i}") for i, k in enumerate(names)], col(extreme))
+    cond: Column | None = None
+    for i, k in enumerate(names):
+        term = col(k).eqNullSafe(F.col(f"__g{i}"))
+        cond = term if cond is None else cond & term
+    out = groups.join(other, on=cond, how="left").drop(*[f"__g{i}" for i in range(len(names))])
+    if distinct and func == "count":
+        out = out.withColumn(extreme, F.coalesce(col(extreme), F.lit(0)))
+    return out
+
+
+def as_stored(spark: SparkSession, df: DataFrame, schema: dict[str, pl.DataType]) -> DataFrame:
+    """``df``'s columns of ``schema`` cast to the Spark types a polars frame of that schema becomes (what the
+    store's MERGEs write later), in that order."""
+    target = to_spark(spark, pl.DataFrame(schema=schema)).schema
+    return df.select(*[col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
+
+
+__all__ = ["as_stored", "capture_state"]

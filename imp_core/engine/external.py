@@ -31,6 +31,11 @@ class GroupStore(Protocol):
         component's schema."""
         ...
 
+    def fetch_where(self, keys: pl.DataFrame) -> dict[str, pl.DataFrame]:
+        """Like :meth:`fetch`, for ``keys`` over some of the state keys (a join on part of them), and not to be
+        followed by :meth:`replace`."""
+        ...
+
     def replace(self, keys: pl.DataFrame, rows: Mapping[str, pl.DataFrame]) -> None:
         """Make ``rows`` (per component) the rows of the groups in ``keys``: rows of those groups not in ``rows`` go.
         Visible to the next :meth:`fetch`."""
@@ -66,6 +71,12 @@ class MemoryGroupStore:
     def fetch(self, keys: pl.DataFrame) -> dict[str, pl.DataFrame]:
         wanted = keys.select(self.keys).cast(self._key_types())  # type: ignore[arg-type]
         return {name: df.join(wanted.unique(), on=self.keys, how="semi", nulls_equal=True)
+                for name, df in self.frames.items()}
+
+    def fetch_where(self, keys: pl.DataFrame) -> dict[str, pl.DataFrame]:
+        types = self._key_types()
+        wanted = keys.cast({k: types[k] for k in keys.columns}).unique()  # type: ignore[arg-type]
+        return {name: df.join(wanted, on=list(keys.columns), how="semi", nulls_equal=True)
                 for name, df in self.frames.items()}
 
     def replace(self, keys: pl.DataFrame, rows: Mapping[str, pl.DataFrame]) -> None:

@@ -33,14 +33,17 @@ from imp_core.engine.operators.context import BuildContext, JoinCaching
 from imp_core.engine.operators.group_topk import GroupTopKOp
 from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.merge import Merge
+from imp_core.engine.operators.projection import Projection
 from imp_core.engine.operators.registry import build_external, build_operator, can_be_external
+from imp_core.engine.operators.selection import Selection
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.operators.union import UnionOp
 from imp_core.engine.order_dependence import OrderDependence
 from imp_core.engine.schema import COUNT, MULT
 from imp_core.engine.state import Chunk, Fetch
 from imp_core.errors import StateError
-from imp_core.plan.nodes import Plan, Scan, explain
+from imp_core.plan.expr import Col
+from imp_core.plan.nodes import Join, Plan, Scan, explain
 from imp_core.sketch.partition import PartitionSet
 
 ALL_KEYS = 2**31 - 2  # no limit on the keys a backend counts (Spark's LIMIT takes a 32-bit count)
@@ -417,6 +420,35 @@ class _Pass:
         return self._contents[stage.path]
 
 
+def _external_below(stage: Stage) -> bool:
+    """Whether ``stage``'s contents come from external state through projections and selections only."""
+    while isinstance(stage.op, (Projection, Selection)):
+        stage = stage.inputs[0]
+    return isinstance(stage.op, (ExternalAggregation, ExternalDistinct))
+
+
+def _contents_for(stage: Stage, wanted: pl.DataFrame) -> pl.DataFrame | None:
+    """``stage``'s current rows whose columns equal a row of ``wanted`` (its columns named as ``stage``'s output):
+    read from the external state below for those keys only, through rename-only projections and selections; None
+    when a key is not a group key down there."""
+    op = stage.op
+    if isinstance(op, Selection):
+        below = _contents_for(stage.inputs[0], wanted)
+        return None if below is None else op.process(below)
+    if isinstance(op, Projection):
+        renames = {name: e.name for name, e in op.items if isinstance(e, Col)}
+        if not set(wanted.columns) <= set(renames):
+            return None
+        below = _contents_for(stage.inputs[0], wanted.rename({c: renames[c] for c in wanted.columns}))
+        return None if below is None else op.process(below)
+    if isinstance(op, (ExternalAggregation, ExternalDistinct)):
+        plain = {n for n, _ in op.keys} - set(op.layout.float_keys)
+        if not set(wanted.columns) <= plain:
+            return None
+        return op.output_for(wanted)
+    return None
+
+
 def _state_roots(stage: Stage) -> Iterator[Stage]:
     """The topmost stages below ``stage`` (or ``stage`` itself) whose contents follow from operator state."""
     if stage.from_state:
@@ -437,10 +469,24 @@ class _StageSide:
         op = self.join.op
         assert isinstance(op, JoinOp)
         if self.stage.from_state:
-            rows = self.run.state_contents(self.stage)
+            rows = self._rows_for(delta, delta_is_left)
+            if rows is None:
+                rows = self.run.state_contents(self.stage)
             return op.join_frames(delta, rows) if delta_is_left else op.join_frames(rows, delta)
         backend: JoinBackend = self.run.backend
         return backend.join_delta(op.node, delta, delta_is_left, self.run.relation(self.stage), self.run.versions)
+
+    def _rows_for(self, delta: pl.DataFrame, delta_is_left: bool) -> pl.DataFrame | None:
+        """The side's rows whose join keys a row of ``delta`` has, when the side's contents come from external state
+        (read for those keys only); None otherwise (the whole contents are joined)."""
+        join = self.join.node
+        assert isinstance(join, Join)
+        left_keys, right_keys, _ = join.equi_keys()
+        mine, theirs = (right_keys, left_keys) if delta_is_left else (left_keys, right_keys)
+        if not mine or not _external_below(self.stage):
+            return None
+        wanted = delta.select([pl.col(t).alias(m) for m, t in zip(mine, theirs)]).unique()
+        return _contents_for(self.stage, wanted)
 
     def _cache_backend(self) -> JoinCacheBackend | None:
         """The backend's cache look-ups, unless the side is in memory anyway or the backend has none."""

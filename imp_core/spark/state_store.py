@@ -94,6 +94,20 @@ class DeltaGroupStore:
         self._fetched = out
         return {name: self._engine(name, df, out[FCOUNTS]) for name, df in out.items()}
 
+    def fetch_where(self, keys: pl.DataFrame) -> dict[str, pl.DataFrame]:
+        wanted = keys.unique()
+        if not self.pinned or wanted.height == 0:
+            raw = {name: pl.DataFrame(schema=self._stored(name)) for name in self.schemas}
+        else:
+            kdf = to_spark(self.spark, wanted)
+            buckets = None
+            if list(wanted.columns) == self.keys:
+                kdf = self._bucketed(kdf)
+                buckets = sorted(int(r[0]) for r in kdf.select(BUCKET).distinct().collect())
+            kdf = F.broadcast(kdf)
+            raw = {name: self._read_keys(name, kdf, buckets, list(wanted.columns)) for name in self.schemas}
+        return {name: self._engine(name, df, raw[FCOUNTS]) for name, df in raw.items()}
+
     def replace(self, keys: pl.DataFrame, rows: Mapping[str, pl.DataFrame]) -> None:
         for name in self.schemas:
             old = self._fetched.get(name, pl.DataFrame(schema=self._stored(name)))
@@ -193,10 +207,13 @@ class DeltaGroupStore:
         cols = [F.col(_q(k)) for k in self.keys]
         return df.withColumn(BUCKET, F.pmod(F.xxhash64(*cols), F.lit(self.buckets)).cast("int"))
 
-    def _read_keys(self, name: str, keys: DataFrame, buckets: list[int]) -> pl.DataFrame:
-        table = self._table(name).where(F.col(BUCKET).isin(buckets))
+    def _read_keys(self, name: str, keys: DataFrame, buckets: list[int] | None,
+                   columns: list[str] | None = None) -> pl.DataFrame:
+        table = self._table(name)
+        if buckets is not None:
+            table = table.where(F.col(BUCKET).isin(buckets))
         cond: Column | None = None
-        for k in self.keys:
+        for k in columns or self.keys:
             term = table[_q(k)].eqNullSafe(keys[_q(k)])
             cond = term if cond is None else cond & term
         return self._cast(name, to_polars(table.join(keys, on=cond, how="left_semi").drop(BUCKET)))

@@ -80,6 +80,14 @@ class _External:
             groups = frames[GROUPS].filter(pl.col(GROUP_ROWS) > 0)
             yield groups.select([*self.output_exprs(), pl.lit(1, dtype=pl.Int64).alias(MULT), pl.col(SET)])
 
+    def output_for(self: Any, wanted: pl.DataFrame) -> pl.DataFrame:
+        """The current result rows of the groups whose keys (a subset of the group keys, by output name) equal a row
+        of ``wanted``: only those groups are read from the store."""
+        keys = [n for n in self.key_names if n in wanted.columns]
+        frames = self.store.fetch_where(wanted.select(keys).cast({k: self.key_types[k] for k in keys}))
+        groups = frames[GROUPS].filter(pl.col(GROUP_ROWS) > 0)
+        return groups.select([*self.output_exprs(), pl.lit(1, dtype=pl.Int64).alias(MULT), pl.col(SET)])
+
     def output_relation(self: Any) -> pl.DataFrame:
         chunks = list(self.output_chunks())
         return pl.concat(chunks) if chunks else self.empty_delta()

@@ -153,11 +153,21 @@ def tpch(scale: float = 1.0) -> Path:
         print(f"   generating TPC-H SF{scale:g} with tpchgen-cli", flush=True)
         subprocess.run([str(exe), "parquet", "-s", str(scale), "--output-dir", str(raw)], check=True)
     import pyarrow.parquet as pq
+    from deltalake import DeltaTable, write_deltalake
 
-    for f in sorted(raw.glob("*.parquet")):
-        table = pq.read_table(f)
-        table = table.cast(pa.schema([pa.field(x.name, _tpch_type(x.type), True) for x in table.schema]))
-        write(root / f.stem, table, files=max(1, table.num_rows // 500_000))
+    for f in sorted(raw.glob("*.parquet")):  # streamed: SF10's lineitem does not fit in memory as Arrow
+        source = pq.ParquetFile(f)
+        schema = pa.schema([pa.field(x.name, _tpch_type(x.type), True) for x in source.schema_arrow])
+        path = root / f.stem
+        tmp = path.with_name(path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        for i, batch in enumerate(source.iter_batches(batch_size=500_000)):
+            part = pa.Table.from_batches([batch]).cast(schema)
+            write_deltalake(str(tmp), part, mode="overwrite" if i == 0 else "append",
+                            configuration=CDF if i == 0 else None)
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
+        _base_version_file(path).write_text(str(DeltaTable(str(path)).version()))
     return root
 
 

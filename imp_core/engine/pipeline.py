@@ -177,6 +177,30 @@ class Pipeline:
         for op in self.external_operators():
             op.bind(store_of(op))
 
+    def placed(self, external: frozenset[str],
+               store_of: Callable[[ExternalAggregation | ExternalDistinct], GroupStore]) -> Pipeline:
+        """The same operators and state with the operators at ``external`` keeping their state outside the process
+        (new ones get ``store_of(operator)`` and their state written there) and every other in memory (state
+        brought back from its store)."""
+        if external == self.external:
+            return self
+        new = Pipeline(self.plan, self.partitions, external=external, **self._options)
+        old_ops = {op.op_id: op for op in self.stateful()}
+        for op in new.stateful():
+            old = old_ops[op.op_id]
+            if isinstance(op, (ExternalAggregation, ExternalDistinct)):
+                if isinstance(old, (ExternalAggregation, ExternalDistinct)):
+                    op.bind(old.store)
+                    continue
+                op.bind(store_of(op))
+                op.store.load(old.state_frames()[1])
+            elif isinstance(old, (ExternalAggregation, ExternalDistinct)):
+                meta, _ = old.state_frames()
+                op.set_state_frames({k: v for k, v in meta.items() if k != "external"}, old.whole_frames())
+            else:
+                op.set_state_frames(*old.state_frames())
+        return new
+
     def stateful(self) -> list[StatefulOperator]:
         """The operators with state, in a stable order, the merge μ last."""
         out = [op for op in self.operators.values() if isinstance(op, StatefulOperator)

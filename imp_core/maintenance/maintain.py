@@ -114,7 +114,8 @@ def _incremental_batches(parts: Parts, loaded: LoadedSketch, latest: VersionReco
         parts.progress(f"sketch {loaded.name}: maintaining batch {i + 1}/{len(batches)} -> {batch_target}")
         try:
             if operators is None:
-                operators = load_state(parts, loaded, latest)
+                operators = placement.rebalance(parts, load_state(parts, loaded, latest), loaded.sources,
+                                                loaded.name, run.id)
             latest = incremental(parts, loaded, operators, latest, batch_target, run)
         except (ChangeFeedUnavailableError, StateError) as e:
             if not allow_recapture:

@@ -123,6 +123,37 @@ def for_capture(parts: Parts, build: Callable[[frozenset[str]], Pipeline], sourc
     return pipeline
 
 
+def rebalance(parts: Parts, pipeline: Pipeline, sources: Mapping[str, DeltaSource], sketch: str,
+              run_id: int) -> Pipeline:
+    """A loaded pipeline placed for its state's measured sizes: in-memory operators by their bytes, external ones by
+    their tables' rows (Delta logs); the largest external until the rest fits the budget. An operator that moves is
+    written to its new place now (into new tables at ``<root>/<sketch>-r<run_id>``, or read back into memory)."""
+    sizes: dict[str, int] = {}
+    for path, node in node_paths(pipeline.plan):
+        if not can_be_external(node):
+            continue
+        op = pipeline.stage_at(path).op
+        if isinstance(op, (ExternalAggregation, ExternalDistinct)):
+            rows, _ = _stored(op.store.reference())
+            sizes[path] = rows * group_bytes(node) // 2  # groups and F_g rows, about one of each per group
+        else:
+            sizes[path] = op.state_size_bytes()  # type: ignore[attr-defined]
+    external = external_paths(sizes, parts.settings.memory_budget)
+    if external == pipeline.external:
+        return pipeline
+    moved = sorted(external ^ pipeline.external)
+    parts.progress(f"sketch {sketch}: moving the state of {', '.join(moved)} "
+                   f"({'into Delta tables' if external - pipeline.external else 'into memory'}) for its size")
+    if not external - pipeline.external:
+        return pipeline.placed(external, lambda op: op.store)
+    from imp_core.spark.state_store import DeltaGroupStore, bucket_count  # lazy start of Spark
+
+    root = f"{state_root(parts, sources)}/{_safe(sketch)}-r{run_id}"
+    return pipeline.placed(external, lambda op: DeltaGroupStore(
+        parts.spark, f"{root}/{_safe(op.op_id)}", op.key_names, op.component_schemas(),
+        buckets=bucket_count(sizes[op.op_id.split("@", 1)[1]] // max(1, GROUP_BYTES))))
+
+
 def bind_saved(parts: Parts, pipeline: Pipeline) -> None:
     """Give a loaded pipeline's external operators the stores their saved state names.
 

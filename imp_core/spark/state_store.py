@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 
 from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE
 from imp_core.engine.external import FCOUNTS, GROUPS
-from imp_core.engine.schema import COUNT, FRAG, SET
+from imp_core.engine.schema import COUNT, FRAG, SET, VALUE
 from imp_core.errors import StateError, first_line
 from imp_core.sources import storage
 from imp_core.spark.frames import to_polars, to_spark
@@ -243,7 +243,7 @@ class DeltaGroupStore:
         """The columns that name one row of a component: the state keys, plus the fragment or the value."""
         if name == GROUPS:
             return list(self.keys)
-        return [*self.keys, *[c for c in self._stored(name) if c in (FRAG, "__v")]]
+        return [*self.keys, *[c for c in self._stored(name) if c in (FRAG, VALUE) and c not in self.keys]]
 
     def _stored(self, name: str) -> dict[str, pl.DataType]:
         """A component's columns as stored (the groups' sketch is derived from ``F_g``)."""

@@ -144,3 +144,34 @@ def test_a_join_reads_only_the_groups_of_its_delta_keys() -> None:
     assert outside.sketch() == memory.sketch()
     assert len(whole_reads) == capture_reads  # the pass read the touched groups only
     assert_same_state(outside, memory, "after the pass")
+
+
+@property_test(25)
+@given(case=cases("agg"))
+def test_state_moves_between_memory_and_a_store_without_changing(case: Case) -> None:
+    """A load that finds state over (or back under) the budget moves it (``Pipeline.placed``): the state and every
+    later pass are as if it had stayed."""
+    plan = narrowed(parse_query(case.sql, {t: SCHEMAS[t] for t in TABLES}).plan,
+                    {p.table: {p.column} for p in case.parts.partitions})
+    external = external_candidates(plan)
+    try:
+        memory = Pipeline(plan, case.parts)
+    except UnsupportedError:
+        return
+    store = Store({t: case.initial.get(t, []) for t in TABLES})
+    versions = {t: 0 for t in case.initial}
+    memory.capture(LocalBackend(store.read), versions)
+    moving = memory.placed(external, lambda op: MemoryGroupStore(op.key_names, op.component_schemas()))
+    assert_same_state(moving, memory, "moved out")
+    for i, batch in enumerate(case.batches):
+        changes = store.apply(batch, case.merge_duplicates)
+        reached = dict(versions)
+        for table in sorted(changes):
+            reached[table] = store.latest()[table]
+            for p in (memory, moving):
+                p.maintain_pass(table, changes[table], LocalBackend(store.read), dict(reached))
+        versions = reached
+        moving = moving.placed(external if i % 2 else frozenset(),
+                               lambda op: MemoryGroupStore(op.key_names, op.component_schemas()))
+        assert moving.sketch() == memory.sketch(), f"after batch {i}"
+        assert_same_state(moving, memory, f"after batch {i}")

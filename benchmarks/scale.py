@@ -11,9 +11,9 @@ The parent samples
 the case's peak RSS every 0.2 s: the driver's Python process and the Spark JVM (``local[2]``, an 8 GB heap).
 
 Paths: ``memory`` (a budget no state exceeds), ``external`` (``IMP_STATE_MEMORY_BUDGET=512m``, 64m below SF10: the
-grouped aggregations that do not fit keep their state in Delta tables beside the data). Settings: ``IMP_BENCH_SCALE_CASES``
-(``SF:QUERY:PATH`` comma-separated), ``IMP_BENCH_SCALE_SIZES`` (default ``10,1000,100000``); ``--quick`` runs one
-SF0.01 case with sizes 10 and 100.
+grouped aggregations that do not fit keep their state in Delta tables beside the data). Settings:
+``IMP_BENCH_SCALE_CASES`` (``SF:QUERY:PATH`` comma-separated), ``IMP_BENCH_SCALE_SIZES`` (default
+``10,1000,100000``); ``--quick`` runs one SF0.01 case with sizes 10 and 100.
 """
 
 from __future__ import annotations

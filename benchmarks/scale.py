@@ -48,7 +48,8 @@ def run(quick: bool = False, runs: int = 1) -> list[Experiment]:
         out, peaks = _child(float(sf), query, path, sizes)
         label = f"SF{sf} {query} {path}"
         if "error" in out:
-            notes.append(f"* {label}: {out['error']}")
+            notes.append(f"* {label}: {out['error']} (driver peak RSS {peaks['python'] / 1024:.0f} MB, Spark JVM "
+                         f"peak RSS {peaks['jvm'] / 1024:.0f} MB)")
             print(f"   {label}: {out['error']}", flush=True)
             continue
         SCALE.add(f"{label} capture", "FM", 0, out["capture_s"])
@@ -88,7 +89,9 @@ def _child(sf: float, query: str, path: str, sizes: list[int]) -> tuple[dict, di
     sampler.join()
     lines = [ln for ln in out.splitlines() if ln.startswith("SCALE-CASE ")]
     if proc.returncode != 0 or not lines:
-        return {"error": f"the case process exited with {proc.returncode}"}, peaks
+        how = (f"was killed by signal {-proc.returncode}" if proc.returncode < 0
+               else f"exited with {proc.returncode}")
+        return {"error": f"the case process {how}"}, peaks
     return json.loads(lines[-1].split(" ", 1)[1]), peaks
 
 

@@ -105,3 +105,19 @@ def test_an_empty_answer_over_a_count_shows_why_count_is_unsafe() -> None:
     assert pipe.sketch() == set() and duck(sql, tables) == Counter()
     # T2 restricted to the (empty) sketch
     assert duck(sql, {"T1": tables["T1"], "T2": tables["T2"].head(0)}) == Counter({(1.0, 1.0): 1})
+
+
+def test_a_having_scalar_subquery_keeps_its_fragments_out_of_the_groups() -> None:
+    """TPC-H Q11's shape: the scalar's annotation is all of its input's fragments. Joined above the grouped
+    aggregation, it reaches each group's one output row; below it, it entered every input row and each group's
+    ``F_g`` held every fragment (groups x fragments pairs). Sketch and answer are the same either way (the shape is
+    maintained exactly in ``SHAPES``)."""
+    sql = "SELECT g, SUM(v) AS s FROM T1 GROUP BY g HAVING SUM(v) > (SELECT SUM(v) * 0.01 FROM T1)"
+    tables = {"T1": rows(list(range(20)), [1] * 20), "T2": rows([1], [1])}
+    pipe = Pipeline(parse_query(sql, {"T1": SCHEMA, "T2": SCHEMA}).plan,
+                    PartitionSet((Partition("T1", "g", (0, 5, 10, 15, 20), "int"),)))
+    pipe.capture(LocalBackend(reader(tables)), VERSIONS)
+    assert pipe.sketch() == {0, 1, 2, 3}
+    grouped = [op.canonical() for op in pipe.stateful() if op.kind == "aggregation" and
+               op.canonical()["groups"].height == 20]
+    assert len(grouped) == 1 and grouped[0]["fcounts"].height == 20  # one (group, fragment) pair per group

@@ -20,7 +20,7 @@ from imp_core.plan.sql.grouping_sets import element_sets, expand, fresh, groupin
 from imp_core.plan.sql.positions import Locator
 from imp_core.plan.sql.scope import Cte, OrderItem, Scope, SelectItem, free_name, unique_names
 from imp_core.plan.sql.set_operations import SetOperations
-from imp_core.plan.sql.subqueries import Subqueries
+from imp_core.plan.sql.subqueries import Subqueries, lift_scalars
 from imp_core.plan.sql.windows import Windows
 
 
@@ -94,6 +94,7 @@ class QueryTranslator(Subqueries, SetOperations, Windows):
         if keys is not None or having is not None or any(e.has_aggregate() for e in exprs):
             plan, item_exprs, having, order_exprs = aggregate(self.loc, source, scope, items, keys or [], having,
                                                               order, node)
+            plan = lift_scalars(plan)
             if having is not None:
                 plan = Select(plan, having)
         else:

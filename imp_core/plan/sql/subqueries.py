@@ -10,7 +10,9 @@
   aggregate row is joined in; correlated, the aggregate grouped by the correlation keys is joined on them (an outer
   row without a group compares with NULL and is dropped, as in Spark, so only aggregates that are NULL over no rows
   are accepted). In HAVING an uncorrelated scalar subquery is joined into the FROM and read as ``MAX(v)``: every row
-  of a group carries the same ``v``.
+  of a group carries the same ``v``. ``lift_scalars`` then moves that join above a grouped aggregation: the same rows
+  and the same annotations (each group's row depends on all of its rows and on the scalar's), but the scalar's
+  fragments join each group's one output row instead of entering every input row and the groups' ``F_g``.
 
 A mixin of ``blocks.QueryTranslator``; everything else (outer references past one level, correlation other than
 equalities, subqueries under OR or in the select list) is refused with the place and a hint.
@@ -25,9 +27,9 @@ import pyarrow as pa
 from sqlglot import exp
 
 from imp_core.errors import PlanError, UnsupportedError
-from imp_core.plan.expr import Binary, Cast, Col, Expr
+from imp_core.plan.expr import AggCall, Binary, Cast, Col, Expr
 from imp_core.plan.expr.types import common_type
-from imp_core.plan.nodes import AntiJoin, Plan, Project, Select
+from imp_core.plan.nodes import Aggregate, AntiJoin, Join, Plan, Project, Select
 from imp_core.plan.sql import inequality
 from imp_core.plan.sql.from_clause import FromClause
 from imp_core.plan.sql.outer_joins import outer_join
@@ -472,4 +474,50 @@ def _common(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
         return None
 
 
-__all__ = ["AntiSpec", "Subqueries"]
+def lift_scalars(agg: Plan) -> Plan:
+    """``agg`` with a HAVING scalar subquery's row joined above it instead of below it.
+
+    ``Aggregate(Join(X, S))`` with ``S`` at most one row (an aggregate without GROUP BY under projections and
+    selections), joined without a condition and read only as ``MAX(s)``, becomes ``Aggregate(X)`` joined with ``S``
+    and projected to the same columns. With GROUP BY keys every group has rows of ``X``, so ``MAX(s)`` is ``s``; with
+    no ``S`` row neither form has a group; a group's annotation is its rows' fragments and ``S``'s in both. (Without
+    GROUP BY the forms differ over an empty ``X``: one NULL row against one row carrying ``s``; left as it is.)
+    The lifted form keeps ``S``'s fragments, all of its input's, out of every input row and out of ``F_g``.
+    """
+    if not isinstance(agg, Aggregate):
+        return agg
+    join = agg.child
+    if not agg.keys or not isinstance(join, Join) or join.condition is not None or not _one_row_plan(join.right):
+        return agg
+    scalar = {f.name for f in join.right.schema}
+    lifted: dict[str, Col] = {}
+    rest: list[tuple[str, AggCall]] = []
+    for name, a in agg.aggs:
+        if not _reads(a, scalar):
+            rest.append((name, a))
+        elif a.func == "max" and not a.distinct and isinstance(a.arg, Col):
+            lifted[name] = a.arg
+        else:
+            return agg
+    if not lifted or any(_reads(k, scalar) for _, k in agg.keys):
+        return agg
+    grouped = Aggregate(join.left, agg.keys, tuple(rest))
+    # a join's sides expose ``alias.column`` names, as FROM items do
+    side = Project(grouped, tuple((f"__grouped.{f.name}", Col(f.name, f.dtype)) for f in grouped.schema))
+    items = [(n, Col(f"__grouped.{n}", k.dtype)) for n, k in agg.keys] + [
+        (n, lifted[n] if n in lifted else Col(f"__grouped.{n}", a.dtype)) for n, a in agg.aggs]
+    return Project(Join(side, join.right), tuple(items))
+
+
+def _reads(e: Expr, names: set[str]) -> bool:
+    return any(isinstance(c, Col) and c.name in names for c in e.walk())
+
+
+def _one_row_plan(plan: Plan) -> bool:
+    """At most one row: an aggregate without grouping keys under projections and selections."""
+    while isinstance(plan, (Project, Select)):
+        plan = plan.child
+    return isinstance(plan, Aggregate) and not plan.keys
+
+
+__all__ = ["AntiSpec", "Subqueries", "lift_scalars"]

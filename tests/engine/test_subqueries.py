@@ -121,3 +121,19 @@ def test_a_having_scalar_subquery_keeps_its_fragments_out_of_the_groups() -> Non
     grouped = [op.canonical() for op in pipe.stateful() if op.kind == "aggregation" and
                op.canonical()["groups"].height == 20]
     assert len(grouped) == 1 and grouped[0]["fcounts"].height == 20  # one (group, fragment) pair per group
+
+
+def test_a_rewrites_copies_of_a_subtree_are_one_stage() -> None:
+    """NOT EXISTS correlated by an inequality (TPC-H Q21's shape) is a union of two branches over the same join and
+    per-key summary; the pipeline keeps one stage (and one state) for each copy, and both branches read its delta
+    (maintained exactly in ``SHAPES``)."""
+    from imp_core.plan.nodes import Aggregate
+
+    sql = ("SELECT g, COUNT(*) AS n FROM T1 WHERE NOT EXISTS (SELECT * FROM T2 WHERE T2.g = T1.g AND T2.v <> T1.v "
+           "AND T2.v > 3) GROUP BY g")
+    plan = parse_query(sql, {"T1": SCHEMA, "T2": SCHEMA}).plan
+    pipe = Pipeline(plan, PartitionSet((Partition("T1", "g", (0, 5, 10), "int"),)))
+    summaries = [n for n in plan.walk() if isinstance(n, Aggregate) and n is not plan.child]
+    assert len(summaries) > len(set(summaries))  # the plan holds copies
+    assert len([op for op in pipe.stateful() if op.kind == "aggregation"]) == len(set(summaries)) + 1
+    assert len(list(pipe.root.walk())) < len(list(plan.walk()))

@@ -19,7 +19,7 @@ EXPECTED = ["engine_throughput", "engine_state", "capture", "skipping", "q_group
             "topk_buffers", "topk_update", "topk_memory", "whole_job", "eager_vs_lazy", "mixed_workload",
             "compaction", "lakehouse_cdf", "lakehouse_connector", "engine_v2_batch", "engine_v2_groups",
             "engine_v2_q18h", "engine_v2_q_groups", "sql_floor", "skipping_100m", "skew_split", "mixed_layout",
-            "tpch22"]
+            "tpch22", "scale"]
 
 
 def test_quick_harness_writes_every_experiment(tmp_path: Path) -> None:
@@ -43,3 +43,5 @@ def test_quick_harness_writes_every_experiment(tmp_path: Path) -> None:
         assert f"<!-- bench:{name} -->" in doc, name
     # IMP's sketch is checked against FM's inside the harness; the ratios exist for the maintenance experiments
     assert "FM/IMP" in doc
+    # the scale suite's case (SF0.01 Q18, state in Delta tables) ran and matched FM's sketch at every change size
+    assert "SF0.01 Q18 external: state" in doc and "equal to FM's: yes" in doc

@@ -91,11 +91,16 @@ def plan_fingerprint(plan: Plan, partitions: PartitionSet) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def node_paths(plan: Plan, path: str = "r") -> Iterator[tuple[str, Plan]]:
-    """Every node of ``plan`` with its path (``r``, ``r.0``, ``r.0.1``, ...), as the pipeline's stages have them."""
+def node_paths(plan: Plan, path: str = "r", seen: set[int] | None = None) -> Iterator[tuple[str, Plan]]:
+    """Every node of ``plan`` with its path (``r``, ``r.0``, ``r.0.1``, ...), as the pipeline's stages have them: a
+    node placed twice (one stage with several parents) once, at its first path."""
+    seen = set() if seen is None else seen
+    if id(plan) in seen:
+        return
+    seen.add(id(plan))
     yield path, plan
     for i, child in enumerate(plan.children):
-        yield from node_paths(child, f"{path}.{i}")
+        yield from node_paths(child, f"{path}.{i}", seen)
 
 
 def external_candidates(plan: Plan) -> frozenset[str]:

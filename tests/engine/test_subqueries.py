@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
+import polars as pl
 import pytest
 
 from imp_core.engine.local import LocalBackend
@@ -139,3 +141,22 @@ def test_a_rewrites_copies_of_a_subtree_are_one_stage() -> None:
     assert len(list(pipe.root.walk())) < len(list(plan.walk()))
     # the paths placement sizes and places are the stages' own (a copy has none)
     assert {p for p in external_candidates(plan)} == {s.path for s in pipe.root.walk() if can_be_external(s.node)}
+
+
+def test_a_having_count_above_another_tables_scalar_is_safe_on_any_column() -> None:
+    """Joined above the groups, the scalar is one exact value per answer row (it reads T2 only), so ``COUNT(*) > s``
+    rejects partial groups of T1 as it does for a constant: a sketch on ``T1.v`` (which does not decide ``g``'s groups)
+    is accepted and suffices, judged by DuckDB over random tables."""
+    sql = "SELECT g, COUNT(*) AS n FROM T1 GROUP BY g HAVING COUNT(*) > (SELECT MAX(v) FROM T2)"
+    plan = parse_query(sql, {"T1": SCHEMA, "T2": SCHEMA}).plan
+    assert check(plan, {"T1": "v"}).safe
+    parts = PartitionSet((Partition("T1", "v", (-5, 0, 5, 10, 15), "int"),))
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        tables = {"T1": rows(rng.integers(0, 4, 12).tolist(), rng.integers(-5, 15, 12).tolist()),
+                  "T2": rows([0], rng.integers(0, 4, 1).tolist())}
+        pipe = Pipeline(plan, parts)
+        pipe.capture(LocalBackend(reader(tables)), VERSIONS)
+        frag = ((pl.col("v") + 5) // 5).cast(pl.Int64)
+        kept = {"T1": tables["T1"].filter(frag.is_in(sorted(pipe.sketch()))), "T2": tables["T2"]}
+        assert duck(sql, kept, partitioned=()) == duck(sql, tables, partitioned=()), pipe.sketch()

@@ -64,18 +64,11 @@ class Stage:
     tables: frozenset[str] = field(default_factory=frozenset)
     stateless: bool = True
     from_state: bool = False
-    below: frozenset[str] = field(default_factory=frozenset)  # the paths of this stage and every stage under it
 
     def walk(self) -> Iterator[Stage]:
-        """This stage and every stage under it, each once (a shared subtree has several parents)."""
-        seen: set[int] = set()
-        todo = [self]
-        while todo:
-            s = todo.pop()
-            if id(s) not in seen:
-                seen.add(id(s))
-                yield s
-                todo.extend(reversed(s.inputs))
+        yield self
+        for s in self.inputs:
+            yield from s.walk()
 
 
 @dataclass
@@ -91,16 +84,11 @@ def plan_fingerprint(plan: Plan, partitions: PartitionSet) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def node_paths(plan: Plan, path: str = "r", seen: set[int] | None = None) -> Iterator[tuple[str, Plan]]:
-    """Every node of ``plan`` with its path (``r``, ``r.0``, ``r.0.1``, ...), as the pipeline's stages have them: a
-    node placed twice (one stage with several parents) once, at its first path."""
-    seen = set() if seen is None else seen
-    if id(plan) in seen:
-        return
-    seen.add(id(plan))
+def node_paths(plan: Plan, path: str = "r") -> Iterator[tuple[str, Plan]]:
+    """Every node of ``plan`` with its path (``r``, ``r.0``, ``r.0.1``, ...), as the pipeline's stages have them."""
     yield path, plan
     for i, child in enumerate(plan.children):
-        yield from node_paths(child, f"{path}.{i}", seen)
+        yield from node_paths(child, f"{path}.{i}")
 
 
 def external_candidates(plan: Plan) -> frozenset[str]:
@@ -143,23 +131,13 @@ class Pipeline:
                    minmax_buffer=opts.minmax_buffer, topk_index=opts.topk_index,
                    agg_index=opts.agg_index, external=external)
 
-    def _build(self, node: Plan, path: str, built: dict[int, Stage] | None = None) -> Stage:
-        """The stage of ``node`` and its inputs. A subtree a rewrite placed twice (the same node object: the two
-        branches of Q21's NOT EXISTS, an outer join's inner and padded parts) is one stage with several parents, so
-        its state is kept and updated once; it has the path of its first occurrence. Equal subtrees that are not the
-        same object stay apart: their scans have fragment columns of their own (``AnnotationLayout``)."""
-        built = {} if built is None else built
-        if id(node) in built:
-            return built[id(node)]
-        inputs = tuple(self._build(child, f"{path}.{i}", built) for i, child in enumerate(node.children))
+    def _build(self, node: Plan, path: str) -> Stage:
+        inputs = tuple(self._build(child, f"{path}.{i}") for i, child in enumerate(node.children))
         ctx = BuildContext(path, self.annotations, self.order_dependence, self.fingerprint, **self._options)
         op = build_external(node, ctx) if path in self.external else build_operator(node, ctx)
         from_state = isinstance(op, (OutputStateOperator, AntiJoinOp)) or (not isinstance(node, Scan)
                                                                        and all(s.from_state for s in inputs))
-        below = frozenset({path}).union(*(s.below for s in inputs))
-        built[id(node)] = Stage(path, node, op, inputs, frozenset(node.tables()), node.is_stateless(), from_state,
-                                below)
-        return built[id(node)]
+        return Stage(path, node, op, inputs, frozenset(node.tables()), node.is_stateless(), from_state)
 
     def stage(self, node: Plan) -> Stage:
         """The stage of plan node ``node`` (matched by identity)."""
@@ -351,16 +329,9 @@ class _Pass:
         self.deferred: list[Stage] = []  # a capture's external stages whose output goes up after it
         self._contents: dict[str, pl.DataFrame] = {}
         self._relations: dict[str, Relation] = {}
-        self._deltas: dict[str, pl.DataFrame | None] = {}
 
     def delta(self, stage: Stage) -> pl.DataFrame | None:
-        """The delta of ``stage``'s output, or None when nothing below it changed; computed once per pass (a shared
-        stage's parents read the same delta)."""
-        if stage.path not in self._deltas:
-            self._deltas[stage.path] = self._delta(stage)
-        return self._deltas[stage.path]
-
-    def _delta(self, stage: Stage) -> pl.DataFrame | None:
+        """The delta of ``stage``'s output, or None when nothing below it changed."""
         if not self._changes_below(stage):
             return None
         if self.inject is not None and stage.path in self.inject:
@@ -398,7 +369,7 @@ class _Pass:
         """Whether ``stage``'s output can change in this pass: it is or holds an injected stage, it reads the changed
         table, or (a capture) it holds state."""
         if self.inject is not None:
-            return not stage.below.isdisjoint(self.inject)
+            return any(p == stage.path or p.startswith(stage.path + ".") for p in self.inject)
         return not stage.stateless if self.capture else self.table in stage.tables
 
     def _union_delta(self, stage: Stage, op: UnionOp) -> pl.DataFrame | None:

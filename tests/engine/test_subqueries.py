@@ -14,10 +14,8 @@ import polars as pl
 import pytest
 
 from imp_core.engine.local import LocalBackend
-from imp_core.engine.operators.registry import can_be_external
-from imp_core.engine.pipeline import Pipeline, external_candidates
+from imp_core.engine.pipeline import Pipeline
 from imp_core.errors import PlanError
-from imp_core.plan.nodes import Aggregate
 from imp_core.plan.safety import check
 from imp_core.plan.sql import parse_query
 from imp_core.sketch.partition import Partition, PartitionSet
@@ -125,22 +123,6 @@ def test_a_having_scalar_subquery_keeps_its_fragments_out_of_the_groups() -> Non
     grouped = [op.canonical() for op in pipe.stateful() if op.kind == "aggregation" and
                op.canonical()["groups"].height == 20]
     assert len(grouped) == 1 and grouped[0]["fcounts"].height == 20  # one (group, fragment) pair per group
-
-
-def test_a_rewrites_copies_of_a_subtree_are_one_stage() -> None:
-    """NOT EXISTS correlated by an inequality (TPC-H Q21's shape) is a union of two branches over the same join and
-    per-key summary; the pipeline keeps one stage (and one state) for each copy, and both branches read its delta
-    (maintained exactly in ``SHAPES``)."""
-    sql = ("SELECT g, COUNT(*) AS n FROM T1 WHERE NOT EXISTS (SELECT * FROM T2 WHERE T2.g = T1.g AND T2.v <> T1.v "
-           "AND T2.v > 3) GROUP BY g")
-    plan = parse_query(sql, {"T1": SCHEMA, "T2": SCHEMA}).plan
-    pipe = Pipeline(plan, PartitionSet((Partition("T1", "g", (0, 5, 10), "int"),)))
-    summaries = [n for n in plan.walk() if isinstance(n, Aggregate) and n is not plan.child]
-    assert len(summaries) > len(set(summaries))  # the plan holds copies
-    assert len([op for op in pipe.stateful() if op.kind == "aggregation"]) == len(set(summaries)) + 1
-    assert len(list(pipe.root.walk())) < len(list(plan.walk()))
-    # the paths placement sizes and places are the stages' own (a copy has none)
-    assert {p for p in external_candidates(plan)} == {s.path for s in pipe.root.walk() if can_be_external(s.node)}
 
 
 def test_a_having_count_above_another_tables_scalar_is_safe_on_any_column() -> None:

@@ -338,21 +338,22 @@ def airflow_server(imp: Imp, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             out = open(home / f"{name}.out", "w")  # noqa: SIM115 - closed when the process ends
             server.procs[name] = subprocess.Popen([str(BIN / "airflow"), *args], env=env, cwd=home, stdout=out,
                                                   stderr=subprocess.STDOUT, start_new_session=True)
+        # The DAG processor parses one file after another: wait for every DAG the tests unpause, not only the first.
+        wanted = ("imp_maintain_on_demand", "imp_register_sketch")
         deadline = time.monotonic() + 180
         while True:
             server.check_alive()
             try:
-                if requests.get(f"{base_url}/api/v2/monitor/health", timeout=5).status_code == 200:
-                    r = server.api("GET", "/api/v2/dags/imp_maintain_on_demand")
-                    if r.status_code == 200:
-                        break
+                if requests.get(f"{base_url}/api/v2/monitor/health", timeout=5).status_code == 200 and all(
+                        server.api("GET", f"/api/v2/dags/{dag_id}").status_code == 200 for dag_id in wanted):
+                    break
             except requests.ConnectionError:
                 pass
             if time.monotonic() > deadline:
-                raise AssertionError(f"Airflow did not come up at {base_url}:\n{tail(home / 'api-server.out')}\n"
-                                     f"{tail(home / 'dag-processor.out')}")
+                raise AssertionError(f"Airflow did not come up at {base_url} with the DAGs {wanted}:\n"
+                                     f"{tail(home / 'api-server.out')}\n{tail(home / 'dag-processor.out')}")
             time.sleep(1)
-        for dag_id in ("imp_maintain_on_demand", "imp_register_sketch"):
+        for dag_id in wanted:
             r = server.api("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": False})
             assert r.status_code == 200, r.text
         yield server

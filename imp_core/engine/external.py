@@ -3,11 +3,12 @@
 only the entries of the groups it touches.
 
 The store holds an aggregation's state frames as they are saved in memory (``groups``: one row per group with its
-accumulators and sketch; ``fcounts``: ``F_g`` as (group, fragment, count); ``mm{j}``: per MIN/MAX or DISTINCT
-aggregate the (group, value, count) multiset), keyed by the group's state keys. The operator
-(``operators/aggregation_external.py``) computes a batch exactly as the in-memory engine's frame state does, over the
-touched groups' rows; the store only finds and replaces rows. ``MemoryGroupStore`` is the same contract over frames
-in this process, for tests and for the in-memory oracle. See docs/ARCHITECTURE.md, "Where state lives".
+accumulators and sketch; ``fcounts``: ``F_g`` as (group, fragment, count); ``mm{j}``: per argument of MIN/MAX or
+DISTINCT aggregates the (group, value, count) multiset, named after its first aggregate ``j``), keyed by the group's
+state keys. The operator (``operators/aggregation_external.py``) computes a batch exactly as the in-memory engine's
+frame state does, over the touched groups' rows; the store only finds and replaces rows. ``MemoryGroupStore`` is the
+same contract over frames in this process, for tests and for the in-memory oracle. See docs/ARCHITECTURE.md, "Where
+state lives".
 """
 
 from __future__ import annotations

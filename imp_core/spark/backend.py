@@ -122,8 +122,8 @@ class SparkBackend:
 
     def aggregate_input(self, child: Relation, layout: PartialLayout, versions: Versions) -> Partials:
         """The partial aggregates of a frontier aggregation per (group, fragment), grouped on Spark so that only
-        small partials come back: one job, plus one per MIN/MAX or DISTINCT aggregate (its value counts) and per decimal
-        sum over rows with |m| > 1."""
+        small partials come back: one job, plus one per argument of MIN/MAX or DISTINCT aggregates (its value counts)
+        and per decimal sum over rows with |m| > 1."""
         df = self._compile(child, versions, fragments_in_spark=True)
         frags = [col(c) for c in df.columns if is_frag_col(c)]
         keys = [compile_expr(e).alias(n) for n, e in layout.keys] if layout.keys else [F.lit(0).alias(NO_GROUP)]
@@ -144,11 +144,13 @@ class SparkBackend:
             rows = self._multiplied_out(df, keys, frag_names, layout, exact, args, rows)
         values: dict[int, pl.DataFrame] = {}
         for j in layout.valued:
+            if layout.value_owner[j] != j:
+                continue  # the same counts as an aggregate before it over the same argument
             vdf = (df.select(*keys, args[j].alias(VALUE), m).filter(col(VALUE).isNotNull())
                    .groupBy(*[col(k) for k in layout.plain_keys], col(VALUE)).agg(F.sum(m).alias(COUNT)))
             values[j] = layout.encode_values(j, layout.encode_keys(to_polars(vdf)))
             self.spark_jobs += 1
-        return layout.from_grouped(rows, frag_names, values)
+        return layout.from_grouped(rows, frag_names, layout.shared_values(values))
 
     def count_groups(self, child: Relation, keys: tuple[tuple[str, Expr], ...], versions: Versions) -> int:
         """About how many distinct ``keys`` (name, expression) the relation has (one Spark job, HyperLogLog)."""

@@ -51,7 +51,8 @@ def capture_state(spark: SparkSession, df: DataFrame, op: ExternalAggregation | 
     for j in layout.valued:
         values = (df.select(*keys, args[j].alias(VALUE), m).where(col(VALUE).isNotNull())
                   .groupBy(*[col(k) for k in names], col(VALUE)).agg(F.sum(m).alias(COUNT)))
-        op.store.write(f"mm{j}", as_stored(spark, values, stored[f"mm{j}"]))
+        if f"mm{j}" in stored:  # aggregates over one argument keep its counts once
+            op.store.write(f"mm{j}", as_stored(spark, values, stored[f"mm{j}"]))
         groups = _with_value(groups, values, names, j, layout.aggs[j][1].func, layout.aggs[j][1].distinct)
     op.store.write("groups", as_stored(spark, groups, stored["groups"]))
     parts = [per_fragment.where(col(f).isNotNull()).select(*[col(k) for k in names], col(f).alias(FRAG),

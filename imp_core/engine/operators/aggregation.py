@@ -23,7 +23,7 @@ from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, lists_by_sl
 from imp_core.engine.operators import small_batch
 from imp_core.engine.operators.base import OutputStateOperator
 from imp_core.engine.operators.context import BuildContext
-from imp_core.engine.operators.distinct_values import state_names, value_multisets
+from imp_core.engine.operators.distinct_values import state_names, stored, value_multisets
 from imp_core.engine.operators.minmax import ValueMultiset
 from imp_core.engine.operators.minmax_keyed import SLOT, KeyedValueMultiset
 from imp_core.engine.operators.partials import PartialLayout, Partials, Term, agg_columns
@@ -193,7 +193,7 @@ class Aggregation(OutputStateOperator):
 
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
         frames = {"groups": self.groups, "fcounts": self.group_fragments}
-        for j, multiset in self.multisets.items():
+        for j, multiset in stored(self.multisets).items():
             frames[f"mm{j}"] = multiset.values
             if isinstance(multiset, ValueMultiset) and self.minmax_buffer:
                 frames[f"mmb{j}"] = multiset.bounds
@@ -208,7 +208,7 @@ class Aggregation(OutputStateOperator):
         try:
             self._load(frames["groups"].cast(self._groups_schema()),  # type: ignore[arg-type]
                        frames["fcounts"].cast({**self.key_types, FRAG: FRAG_DTYPE, COUNT: pl.Int64}),  # type: ignore[arg-type]
-                       {j: frames[f"mm{j}"] for j in self.multisets})
+                       {j: frames[f"mm{j}"] for j in stored(self.multisets)})
             for j, multiset in self.multisets.items():
                 if isinstance(multiset, ValueMultiset) and self.minmax_buffer:
                     multiset.bounds = frames[f"mmb{j}"]

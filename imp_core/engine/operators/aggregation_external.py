@@ -20,7 +20,7 @@ from imp_core.engine.external import FCOUNTS, GROUPS, GroupStore, MemoryGroupSto
 from imp_core.engine.operators.aggregation import LAYOUT, Aggregation
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.distinct import DistinctOp
-from imp_core.engine.operators.distinct_values import state_names
+from imp_core.engine.operators.distinct_values import state_names, stored
 from imp_core.engine.operators.partials import Partials
 from imp_core.engine.schema import GROUP_ROWS, MULT, SET
 from imp_core.errors import StateError
@@ -41,7 +41,7 @@ class _External:
     def component_schemas(self: Any) -> dict[str, dict[str, pl.DataType]]:
         """The schema of each state component (the frames the in-memory engine saves)."""
         schemas = {GROUPS: self._groups_schema(), FCOUNTS: dict(self._fcounts.schema)}
-        for j, multiset in self.multisets.items():
+        for j, multiset in stored(self.multisets).items():
             schemas[f"mm{j}"] = dict(multiset.values.schema)
         return schemas
 
@@ -61,12 +61,12 @@ class _External:
             self._cleared = True
         old = self.store.fetch(keys)
         self._groups, self._fcounts = old[GROUPS], old[FCOUNTS]
-        for j, multiset in self.multisets.items():
+        for j, multiset in stored(self.multisets).items():
             multiset.values = old[f"mm{j}"]
         try:
             out = Aggregation._apply_frames(self, partials, partial, fp)
             rows = {GROUPS: self._groups, FCOUNTS: self._fcounts,
-                    **{f"mm{j}": m.values for j, m in self.multisets.items()}}
+                    **{f"mm{j}": m.values for j, m in stored(self.multisets).items()}}
             self.store.replace(keys, rows)
         finally:
             Aggregation.reset(self)  # only the store holds state between batches
@@ -129,7 +129,7 @@ class _External:
         memory = Aggregation(self.op_id, self.keys, self.aggs, self.key_types, self.fingerprint,
                              bounds={self.aggs[j][0] for j in self.bounded}, keyed=False)
         frames = self.whole_frames()
-        memory._load(frames[GROUPS], frames[FCOUNTS], {j: frames[f"mm{j}"] for j in self.multisets})
+        memory._load(frames[GROUPS], frames[FCOUNTS], {j: frames[f"mm{j}"] for j in stored(self.multisets)})
         return memory.canonical()
 
     def memory_bytes(self: Any) -> int:

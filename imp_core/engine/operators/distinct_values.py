@@ -166,6 +166,10 @@ def value_multisets(op_id: str, layout: PartialLayout, keyed: bool, buffer: int,
 
     ``keys_of`` (the aggregation's bound method) is held weakly: the multisets must not point back at their operator,
     a cycle that kept a dropped pipeline's whole state alive until a full garbage collection.
+
+    Aggregates over one argument (``layout.value_owner``) keep one copy of its counts: the later ones share the
+    first one's (``share``) when both keep them the same way (keyed, or frames without a buffer: a buffer keeps
+    each MIN or MAX its own best values). Only the first one's counts are saved (``stored``).
     """
     key_types = {k: layout.key_types[k] for k in layout.key_names}
     keys_of = _weakly(keys_of)
@@ -181,7 +185,20 @@ def value_multisets(op_id: str, layout: PartialLayout, keyed: bool, buffer: int,
             out[j] = KeyedValueMultiset(op_id, j, a.func, value_type, floats, keys_of)
         else:
             out[j] = ValueMultiset(op_id, j, a.func, key_types, value_type, floats, buffer)
+        owner = out[layout.value_owner[j]]
+        if owner is not out[j]:
+            mine = out[j]
+            if isinstance(mine, KeyedValueMultiset) and isinstance(owner, KeyedValueMultiset):
+                mine.share(owner)
+            elif isinstance(mine, ValueMultiset) and isinstance(owner, ValueMultiset) and not (mine.buffer or
+                                                                                              owner.buffer):
+                mine.share(owner)
     return out
+
+
+def stored(multisets: dict[int, ValueMultiset | KeyedValueMultiset]) -> dict[int, ValueMultiset | KeyedValueMultiset]:
+    """The multisets that hold their own counts (the others read an earlier one's): the ones state saves."""
+    return {j: m for j, m in multisets.items() if m.owner is None}
 
 
 def state_names(aggs: tuple[tuple[str, AggCall], ...]) -> list[str]:
@@ -189,4 +206,4 @@ def state_names(aggs: tuple[tuple[str, AggCall], ...]) -> list[str]:
     return [f"{a.func} distinct" if a.distinct else a.func for _, a in aggs]
 
 
-__all__ = ["DistinctValues", "KeyedDistinctValues", "distinct_sums", "state_names", "value_multisets"]
+__all__ = ["DistinctValues", "KeyedDistinctValues", "distinct_sums", "state_names", "stored", "value_multisets"]

@@ -31,7 +31,24 @@ class ValueMultiset:
         self.value_type = value_type
         self.float_values = float_values  # values are doubles as order keys (``float_order_key``)
         self.buffer = buffer
+        self.owner: ValueMultiset | None = None  # the multiset whose counts this one reads (``share``)
+        self._counts: list[pl.DataFrame] = [pl.DataFrame()]
         self.reset()
+
+    @property
+    def values(self) -> pl.DataFrame:
+        """The counts: state keys, ``__v``, ``__n`` (positive)."""
+        return self._counts[0]
+
+    @values.setter
+    def values(self, frame: pl.DataFrame) -> None:
+        self._counts[0] = frame
+
+    def share(self, owner: ValueMultiset) -> None:
+        """Read ``owner``'s counts (an earlier aggregate over the same argument, without a buffer) instead of keeping
+        a copy: ``owner`` folds each batch's changes, which are this one's too, before this one reads them."""
+        assert not self.buffer and not owner.buffer and owner.value_type == self.value_type
+        self.owner, self._counts = owner, owner._counts
 
     def reset(self) -> None:
         self.values = pl.DataFrame(schema={**self.key_types, VALUE: self.value_type, COUNT: pl.Int64})
@@ -63,7 +80,7 @@ class ValueMultiset:
         """
         keys = self.keys
         values = self.values
-        if changes is None or not changes.height:
+        if changes is None or not changes.height or self.owner is not None:  # a shared multiset: folded by its owner
             return values
         changes = changes.cast(self.key_types)  # type: ignore[arg-type]
         changes = changes.with_columns(pl.col(VALUE).cast(self.value_type))

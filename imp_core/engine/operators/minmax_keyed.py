@@ -34,12 +34,33 @@ class KeyedValueMultiset:
         self.value_type = value_type
         self.float_values = float_values  # values are doubles as order keys (``float_order_key``)
         self.keys_of = keys_of
+        self.owner: KeyedValueMultiset | None = None  # the multiset whose counts this one reads (``share``)
+        self._held = _Counts()
         self.reset()
 
+    def share(self, owner: KeyedValueMultiset) -> None:
+        """Read ``owner``'s counts (an earlier aggregate over the same argument) instead of keeping a copy. Every
+        multiset of a batch probes before any commits, so this one sees the counts before the batch as ``owner``
+        does; only ``owner`` commits them."""
+        assert owner.value_type == self.value_type
+        self.owner, self._held = owner, owner._held
+
+    @property
+    def entries(self) -> SlotColumns:
+        return self._held.entries
+
+    @property
+    def index(self) -> KeyIndex:
+        return self._held.index
+
+    @property
+    def by_slot(self) -> SortedMap:
+        return self._held.by_slot
+
     def reset(self) -> None:
-        self.entries = SlotColumns({SLOT: pl.Int64, VALUE: self.value_type, COUNT: pl.Int64})
-        self.index = KeyIndex([SLOT, VALUE])
-        self.by_slot = SortedMap(shift=32)
+        self._held.entries = SlotColumns({SLOT: pl.Int64, VALUE: self.value_type, COUNT: pl.Int64})
+        self._held.index = KeyIndex([SLOT, VALUE])
+        self._held.by_slot = SortedMap(shift=32)
 
     @property
     def values(self) -> pl.DataFrame:
@@ -55,9 +76,11 @@ class KeyedValueMultiset:
                               pl.col(COUNT).cast(pl.Int64))
         at = self.entries.append(frame)
         self.index.build(frame.select(SLOT, VALUE), self.entries)
-        self.by_slot = SortedMap.build(_slot_keys(frame.get_column(SLOT).to_numpy(), at), at, 32)
+        self._held.by_slot = SortedMap.build(_slot_keys(frame.get_column(SLOT).to_numpy(), at), at, 32)
 
     def nbytes(self) -> int:
+        if self.owner is not None:
+            return 0  # counted by the owner
         return self.entries.nbytes() + self.index.nbytes() + self.by_slot.nbytes()
 
     def prepare(self, changes: pl.DataFrame | None, slots: np.ndarray, old: pl.Series,
@@ -138,9 +161,10 @@ class KeyedValueMultiset:
         return self.entries.rows(entry[counts > 0]).select(SLOT, VALUE)
 
     def commit(self, batch: Probe) -> None:
-        """Write the batch's counts: changed entries in place, new values appended and indexed."""
+        """Write the batch's counts: changed entries in place, new values appended and indexed (by the owner of
+        shared counts only)."""
         chg, pos, after = batch.changes, batch.pos, batch.after
-        if not pos.size:
+        if not pos.size or self.owner is not None:
             return
         found = pos >= 0
         self.entries.scatter(pos[found], pl.DataFrame({SLOT: chg.get_column(SLOT).filter(pl.Series(found)),
@@ -152,6 +176,14 @@ class KeyedValueMultiset:
             at = self.entries.append(added.with_columns(pl.Series(COUNT, after[new], dtype=pl.Int64)))
             self.index.insert(added, at, self.entries, batch.hashes[new], batch.taken[new])
             self.by_slot.put(_slot_keys(added.get_column(SLOT).to_numpy(), at), at)
+
+
+class _Counts:
+    """The arrays of a keyed multiset's counts, held apart so that multisets over one argument share them."""
+
+    entries: SlotColumns
+    index: KeyIndex
+    by_slot: SortedMap
 
 
 class Probe(NamedTuple):

@@ -150,6 +150,13 @@ class PartialLayout:
         self.minmax = [j for j, (_, a) in enumerate(aggs) if a.func in ("min", "max")]
         self.distinct = [j for j, (_, a) in enumerate(aggs) if a.distinct]
         self.valued = sorted([*self.minmax, *self.distinct])  # the aggregates whose value counts are kept
+        # per valued aggregate, the first one over the same argument: their value counts are the same (one is
+        # computed per argument, and the multisets share it where they can, ``distinct_values.value_multisets``)
+        self.value_owner: dict[int, int] = {}
+        for j in self.valued:
+            arg = aggs[j][1].arg
+            self.value_owner[j] = next(o for o in self.valued if aggs[o][1].arg == arg and (
+                self.value_type(o) == self.value_type(j)) and self.float_values(o) == self.float_values(j))
         self.accumulators = [Accumulator(GROUP_ROWS, Term.ROWS, None, pl.Int64)]
         for j, (_, a) in enumerate(aggs):
             self.accumulators += _accumulators(j, a, j in bounded)
@@ -172,6 +179,10 @@ class PartialLayout:
         arg = self.aggs[j][1].arg
         assert arg is not None
         return pl.Int64 if self.float_values(j) else polars_type(arg.dtype)
+
+    def shared_values(self, owned: dict[int, pl.DataFrame]) -> dict[int, pl.DataFrame]:
+        """Value counts per valued aggregate from those of each argument's first aggregate (the same frame)."""
+        return {j: owned[self.value_owner[j]] for j in self.valued}
 
     # -- plain values (a backend's output) in the state's layout ----------------------------------------------------
 
@@ -283,10 +294,11 @@ class PartialLayout:
         batch above ``SMALL_BATCH`` rows only where its groups are numbered without a sort (a compact key)."""
         keys = self.key_names
         d = self._input_exprs.with_columns(delta)
-        values = {j: self.encode_values(j, d.select([*keys, pl.col(f"__arg{j}").alias(VALUE), MULT])
-                                        .filter(pl.col(VALUE).is_not_null())
-                                        .group_by([*keys, VALUE]).agg(pl.col(MULT).sum().alias(COUNT)))
-                  for j in self.valued}
+        owned = {j: self.encode_values(j, d.select([*keys, pl.col(f"__arg{j}").alias(VALUE), MULT])
+                                       .filter(pl.col(VALUE).is_not_null())
+                                       .group_by([*keys, VALUE]).agg(pl.col(MULT).sum().alias(COUNT)))
+                 for j in self.valued if self.value_owner[j] == j}
+        values = self.shared_values(owned)
         folded = self._folded(d, sort=d.height <= SMALL_BATCH) if numpy and self._numpy_terms else None
         if folded is not None:
             groups, fragments, rows = folded

@@ -150,12 +150,22 @@ FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The files that take minutes, longest first: `./dev test` hands whole files to two processes in collection order, so
+# these start first and the short files fill in around them (started last, one of them would end the run alone).
+LONG_FILES = ("tests/sources/test_lakehouse_matrix.py", "tests/test_benchmarks_smoke.py",
+              "tests/airflow/test_cluster.py", "tests/spark/test_state_store.py",
+              "tests/maintenance/test_external_placement.py", "tests/airflow/test_dags_e2e.py",
+              "tests/maintenance/test_capped_driver.py", "tests/engine/test_properties.py")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for name in getattr(item, "fixturenames", ()):
             for marker in FIXTURE_MARKERS.get(name, ()):
                 if item.get_closest_marker(marker) is None:
                     item.add_marker(marker)
+    rank = {path: i for i, path in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(LONG_FILES)))  # stable: the rest in order
 
 
 # What is watched: the processes a test starts (a JVM through spark-submit or java, the Postgres server programs, the

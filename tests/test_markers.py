@@ -79,3 +79,11 @@ def test_fixtures_apply_the_marker_and_the_guard_fails_unmarked_starts(tmp_path:
     out = spark.stdout + spark.stderr
     assert spark.returncode == 0, out
     assert "3 passed, 2 deselected" in out, out
+
+
+def test_the_files_started_first_exist() -> None:
+    """``LONG_FILES`` names files by path: a renamed one would silently start last again."""
+    from tests.conftest import LONG_FILES
+
+    root = CONFTEST.parent.parent
+    assert [p for p in LONG_FILES if not (root / p).is_file()] == []

@@ -150,8 +150,9 @@ FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
 }
 
 
-# The files that take minutes, longest first: `./dev test` hands whole files to two processes in collection order, so
-# these start first and the short files fill in around them (started last, one of them would end the run alone).
+# The files that take minutes, longest first: `./dev test` hands whole files to two processes in collection order
+# (`--no-loadscope-reorder`: xdist would otherwise start the files with the most tests first), so these start first
+# and the short files fill in around them (started last, one of them would end the run alone).
 LONG_FILES = ("tests/sources/test_lakehouse_matrix.py", "tests/test_benchmarks_smoke.py",
               "tests/airflow/test_cluster.py", "tests/spark/test_state_store.py",
               "tests/maintenance/test_external_placement.py", "tests/airflow/test_dags_e2e.py",

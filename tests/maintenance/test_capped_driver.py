@@ -40,6 +40,11 @@ def capped(service, path: Path, budget: str) -> tuple[int, dict]:  # noqa: ANN00
                               capture_output=True, text=True, timeout=1200)
     finally:
         group.rmdir()
+        # the capture's embedded catalog outlives it (a killed process never stops it): stop it here
+        from imp_core.catalog.embedded import stop_embedded
+        from imp_core.config import Settings
+
+        stop_embedded(Settings.from_env({"IMP_HOME": env["IMP_HOME"]}))
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("CAPPED ")]
     return done.returncode, json.loads(lines[-1].split(" ", 1)[1]) if lines else {"ok": False, "error": "died"}
 

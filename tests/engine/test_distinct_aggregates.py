@@ -31,6 +31,22 @@ def G(g: list, v: list, mult: list[int], frags: list[int], v_type: pl.DataType =
     return delta({"g": g, "v": v}, mult, frags={"__f0": frags}, types={"g": pl.Int64, "v": v_type})
 
 
+def random_batch(rng: random.Random, held: list[tuple[int, int | None, int]], values: list[int | None],
+                 deletes: float) -> pl.DataFrame:
+    """1-6 random changes: with probability ``deletes`` a delete of a row of ``held`` (the (g, v, fragment) rows
+    present), else an insert of a row with a value from ``values``; ``held`` follows them."""
+    batch = []
+    for _ in range(rng.randint(1, 6)):
+        if held and rng.random() < deletes:
+            batch.append((held.pop(rng.randrange(len(held))), -1))
+        else:
+            row = (rng.randint(0, 3), rng.choice(values), rng.randint(0, 3))
+            batch.append((row, 1))
+            held.append(row)
+    g, v, f = zip(*(r for r, _ in batch))
+    return G(list(g), list(v), [m for _, m in batch], list(f))
+
+
 @pytest.mark.parametrize("keyed", [True, False])
 def test_count_distinct_follows_each_value_count(keyed: bool) -> None:
     op = distinct_op("count_d", "sum_d", "count", keyed=keyed)
@@ -133,16 +149,7 @@ def test_random_changes_equal_a_recomputation(keyed: bool) -> None:
     op = distinct_op("count_d", "sum_d", "count_star", keyed=keyed)
     held: list[tuple[int, int | None, int]] = []  # (g, v, fragment) of every row present
     for step in range(40):
-        batch = []
-        for _ in range(rng.randint(1, 6)):
-            if held and rng.random() < 0.4:
-                batch.append((held.pop(rng.randrange(len(held))), -1))
-            else:
-                row = (rng.randint(0, 3), rng.choice([None, -2, 0, 1, 1, 5, 2 ** 63 - 1]), rng.randint(0, 3))
-                batch.append((row, 1))
-                held.append(row)
-        g, v, f = zip(*(r for r, _ in batch))
-        op.process(G(list(g), list(v), [m for _, m in batch], list(f)))
+        op.process(random_batch(rng, held, [None, -2, 0, 1, 1, 5, 2 ** 63 - 1], 0.4))
         if step == 20:
             meta, frames = op.state_frames()
             op = distinct_op("count_d", "sum_d", "count_star", keyed=keyed)
@@ -167,16 +174,7 @@ def test_aggregates_over_one_argument_keep_its_counts_once(keyed: bool) -> None:
     rng = random.Random(38)
     held: list[tuple[int, int | None, int]] = []
     for step in range(40):
-        batch = []
-        for _ in range(rng.randint(1, 6)):
-            if held and rng.random() < 0.45:
-                batch.append((held.pop(rng.randrange(len(held))), -1))
-            else:
-                row = (rng.randint(0, 3), rng.choice([None, -2, 0, 1, 1, 5, 7]), rng.randint(0, 3))
-                batch.append((row, 1))
-                held.append(row)
-        g, v, f = zip(*(r for r, _ in batch))
-        op.process(G(list(g), list(v), [m for _, m in batch], list(f)))
+        op.process(random_batch(rng, held, [None, -2, 0, 1, 1, 5, 7], 0.45))
         if step in (15, 30):
             meta, frames = op.state_frames()
             assert [n for n in frames if n.startswith("mm")] == ["mm0"]

@@ -9,7 +9,7 @@ pipeline. See docs/ARCHITECTURE.md, "Passes and backends".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import polars as pl
@@ -30,10 +30,17 @@ class Relation:
     node: Plan
     annotations: AnnotationLayout
     from_state: tuple[tuple[Plan, pl.DataFrame], ...] = ()
+    # subtrees whose contents are the result of an operator keeping its state outside the process (its operator: the
+    # backend reads the result from the operator's store where it can, ``capture_external``)
+    external: tuple[tuple[Plan, Any], ...] = ()
 
     def state_of(self, node: Plan) -> pl.DataFrame | None:
         """The contents of ``node`` if it is one of ``from_state``."""
         return next((frame for n, frame in self.from_state if n is node), None)
+
+    def external_of(self, node: Plan) -> Any:
+        """The operator whose store holds ``node``'s contents, if it is one of ``external``."""
+        return next((op for n, op in self.external if n is node), None)
 
 
 class CaptureBackend(Protocol):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,42 +33,26 @@ from imp_core.engine.operators.context import BuildContext, JoinCaching
 from imp_core.engine.operators.group_topk import GroupTopKOp
 from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.merge import Merge
-from imp_core.engine.operators.projection import Projection
 from imp_core.engine.operators.registry import build_external, build_operator, can_be_external
-from imp_core.engine.operators.selection import Selection
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.operators.union import UnionOp
 from imp_core.engine.order_dependence import OrderDependence
 from imp_core.engine.schema import COUNT, MULT
+from imp_core.engine.stages import (
+    Stage,
+    backend_roots,
+    contents_for,
+    external_below,
+    holds_external,
+    is_external,
+    state_roots,
+)
 from imp_core.engine.state import Chunk, Fetch
 from imp_core.errors import StateError
-from imp_core.plan.expr import Col
 from imp_core.plan.nodes import Join, Plan, Scan, explain
 from imp_core.sketch.partition import PartitionSet
 
 ALL_KEYS = 2**31 - 2  # no limit on the keys a backend counts (Spark's LIMIT takes a 32-bit count)
-
-
-@dataclass(eq=False)
-class Stage:
-    """A plan node bound to its operator; ``path`` is the node's position (``r``, ``r.0``, ``r.0.1``, ...).
-
-    ``from_state``: the node's current contents follow from operator state alone (its operator keeps its output, or
-    every input does), so a join reads them in memory, never from the tables. Decided once, when the tree is built.
-    """
-
-    path: str
-    node: Plan
-    op: Operator
-    inputs: tuple[Stage, ...]
-    tables: frozenset[str] = field(default_factory=frozenset)
-    stateless: bool = True
-    from_state: bool = False
-
-    def walk(self) -> Iterator[Stage]:
-        yield self
-        for s in self.inputs:
-            yield from s.walk()
 
 
 @dataclass
@@ -327,6 +311,7 @@ class _Pass:
         self.capture, self.table, self.changes, self.netting = capture, table, changes, netting
         self.inject = inject
         self.deferred: list[Stage] = []  # a capture's external stages whose output goes up after it
+        self._captured: dict[str, pl.DataFrame | None] = {}  # deltas of stages captured ahead of their parent
         self._contents: dict[str, pl.DataFrame] = {}
         self._relations: dict[str, Relation] = {}
 
@@ -336,6 +321,8 @@ class _Pass:
             return None
         if self.inject is not None and stage.path in self.inject:
             return self.inject[stage.path]
+        if stage.path in self._captured:
+            return self._captured.pop(stage.path)
         op = stage.op
         if isinstance(stage.node, Scan):
             assert isinstance(op, UnaryOperator) and self.changes is not None
@@ -355,6 +342,15 @@ class _Pass:
         if isinstance(op, UnionOp):
             return self._union_delta(stage, op)
         assert isinstance(op, UnaryOperator)
+        return self._unary_delta(stage, op)
+
+    def _unary_delta(self, stage: Stage, op: UnaryOperator) -> pl.DataFrame | None:
+        """The delta of a one-input operator's output: its input's delta processed, or (a capture of an external
+        operator above other operators' results) its state captured on the backend in one go."""
+        if self.capture and isinstance(op, (ExternalAggregation, ExternalDistinct)):
+            stacked = self._capture_stacked(stage)
+            if stacked is not None:
+                return stacked
         child = self.delta(stage.inputs[0])
         if child is None:
             return None
@@ -418,10 +414,42 @@ class _Pass:
         op.reset()
         return op.process(backend.relation(child, self.versions))
 
+    def _capture_stacked(self, stage: Stage) -> pl.DataFrame | None:
+        """Capture an external operator whose input reads other operators' results on the backend, in one go: the
+        results of external operators below are read from their stores there, those in memory shipped, so they never
+        go up through the operators in between (``spark/external_capture.py``). None where it cannot: the caller then
+        pushes the results below up through the pass (their deltas, computed here, are kept for it)."""
+        op = stage.op
+        assert isinstance(op, (ExternalAggregation, ExternalDistinct))
+        if not hasattr(self.backend, "capture_external"):
+            return None
+        roots = list(backend_roots(stage.inputs[0]))
+        # a result computed in memory must not hold external state (its contents would come whole into memory)
+        if any(not is_external(r) and holds_external(r) for r in roots):
+            return None
+        for r in roots:
+            self._captured[r.path] = self.delta(r)
+        # an external operator below a root captured on the backend sends its result up later, after this one's:
+        # this capture would see its groups twice
+        below = [d for d in self.deferred if d.path.startswith(stage.path + ".") and d not in roots]
+        if below:
+            return None
+        held = tuple((r.node, self.state_contents(r)) for r in roots if not is_external(r))
+        external = tuple((r.node, r.op) for r in roots if is_external(r))
+        op.reset()
+        rel = Relation(stage.inputs[0].node, self.pipeline.annotations, held, external)
+        if not self.backend.capture_external(rel, op, self.versions):
+            return None
+        op.bind(op.store)
+        for r in roots:
+            self._captured.pop(r.path, None)
+        self.deferred = [d for d in self.deferred if d not in roots] + [stage]
+        return op.empty_delta()
+
     def relation(self, stage: Stage) -> Relation:
         """``stage``'s subtree as the backend computes it, with the contents of its parts held in state."""
         if stage.path not in self._relations:
-            frames = tuple((s.node, self.state_contents(s)) for s in _state_roots(stage))
+            frames = tuple((s.node, self.state_contents(s)) for s in state_roots(stage))
             self._relations[stage.path] = Relation(stage.node, self.pipeline.annotations, frames)
         return self._relations[stage.path]
 
@@ -442,44 +470,6 @@ class _Pass:
                 out = op.process(self.state_contents(stage.inputs[0]))
             self._contents[stage.path] = out
         return self._contents[stage.path]
-
-
-def _external_below(stage: Stage) -> bool:
-    """Whether ``stage``'s contents come from external state through projections and selections only."""
-    while isinstance(stage.op, (Projection, Selection)):
-        stage = stage.inputs[0]
-    return isinstance(stage.op, (ExternalAggregation, ExternalDistinct))
-
-
-def _contents_for(stage: Stage, wanted: pl.DataFrame) -> pl.DataFrame | None:
-    """``stage``'s current rows whose columns equal a row of ``wanted`` (its columns named as ``stage``'s output):
-    read from the external state below for those keys only, through rename-only projections and selections; None
-    when a key is not a group key down there."""
-    op = stage.op
-    if isinstance(op, Selection):
-        below = _contents_for(stage.inputs[0], wanted)
-        return None if below is None else op.process(below)
-    if isinstance(op, Projection):
-        renames = {name: e.name for name, e in op.items if isinstance(e, Col)}
-        if not set(wanted.columns) <= set(renames):
-            return None
-        below = _contents_for(stage.inputs[0], wanted.rename({c: renames[c] for c in wanted.columns}))
-        return None if below is None else op.process(below)
-    if isinstance(op, (ExternalAggregation, ExternalDistinct)):
-        plain = {n for n, _ in op.keys} - set(op.layout.float_keys)
-        if not set(wanted.columns) <= plain:
-            return None
-        return op.output_for(wanted)
-    return None
-
-
-def _state_roots(stage: Stage) -> Iterator[Stage]:
-    """The topmost stages below ``stage`` (or ``stage`` itself) whose contents follow from operator state."""
-    if stage.from_state:
-        yield stage
-        return
-    for s in stage.inputs:
-        yield from _state_roots(s)
 
 
 class _StageSide:
@@ -507,10 +497,10 @@ class _StageSide:
         assert isinstance(join, Join)
         left_keys, right_keys, _ = join.equi_keys()
         mine, theirs = (right_keys, left_keys) if delta_is_left else (left_keys, right_keys)
-        if not mine or not _external_below(self.stage):
+        if not mine or not external_below(self.stage):
             return None
         wanted = delta.select([pl.col(t).alias(m) for m, t in zip(mine, theirs)]).unique()
-        return _contents_for(self.stage, wanted)
+        return contents_for(self.stage, wanted)
 
     def _cache_backend(self) -> JoinCacheBackend | None:
         """The backend's cache look-ups, unless the side is in memory anyway or the backend has none."""

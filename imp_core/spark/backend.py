@@ -36,7 +36,7 @@ from imp_core.plan.expr import Expr
 from imp_core.plan.nodes import Join, Plan
 from imp_core.sources.delta import DeltaSource
 from imp_core.spark.compile import PlanCompiler, col, compile_expr
-from imp_core.spark.external_capture import capture_state
+from imp_core.spark.external_capture import capture_state, output_frame
 from imp_core.spark.frames import to_polars, to_spark
 from imp_core.spark.terms import EXACT, TERMS, exact_term, exact_value
 
@@ -83,8 +83,12 @@ class SparkBackend:
             self._scans[key] = self.sources[table].scan(self.spark, version)
         return self._scans[key]
 
-    def _compile(self, rel: Relation, versions: Versions, fragments_in_spark: bool) -> DataFrame:
+    def _compile(self, rel: Relation, versions: Versions, fragments_in_spark: bool,
+                 external: Mapping[int, DataFrame] | None = None) -> DataFrame:
+        """``rel`` as a Spark DataFrame; ``external``: the results of ``rel.external``'s operators, by node id."""
         def from_state(node: Plan) -> DataFrame | None:
+            if external is not None and id(node) in external:
+                return external[id(node)]
             held = rel.state_of(node)
             if held is None:
                 return None
@@ -162,9 +166,17 @@ class SparkBackend:
 
     def capture_external(self, child: Relation, op: ExternalAggregation | ExternalDistinct,
                          versions: Versions) -> bool:
-        """Capture an external aggregation's state on Spark into its store (``spark/external_capture.py``); False
-        for the shapes it leaves to the caller."""
-        done = capture_state(self.spark, self._compile(child, versions, fragments_in_spark=True), op)
+        """Capture an external aggregation's state on Spark into its store (``spark/external_capture.py``), its
+        input reading the results of the external operators below it (``child.external``) from their tables; False
+        for the shapes it leaves to the caller (nothing written then)."""
+        external = {}
+        for node, below in child.external:
+            frame = output_frame(self.spark, below)
+            if frame is None:
+                return False
+            external[id(node)] = frame
+        done = capture_state(self.spark, self._compile(child, versions, fragments_in_spark=True, external=external),
+                             op)
         self.spark_jobs += int(done) * (3 + len(op.layout.valued))
         return done
 

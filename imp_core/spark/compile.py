@@ -415,7 +415,7 @@ class PlanCompiler:
         branches = [sub.compile(b) for b in node.inputs]
         frags = list(dict.fromkeys(c for b in branches for c in b.columns if is_frag_col(c)))
         if any(SET in b.columns for b in branches):
-            branches = [_as_set(b) for b in branches]
+            branches = [as_set(b) for b in branches]
             frags = []
         aligned = [b.select(*[col(n) for n in node.names], col(MULT),
                             *[col(c) if c in b.columns else F.lit(None).cast("int").alias(c) for c in frags],
@@ -478,7 +478,7 @@ def _sort_columns(order: tuple[SortKey, ...]) -> list[Column]:
 _ANTI_TOTAL, _ANTI_NULLS = "__anti_total", "__anti_nulls"  # a NOT IN subquery's rows, and those with a NULL key
 
 
-def _as_set(df: DataFrame) -> DataFrame:
+def as_set(df: DataFrame) -> DataFrame:
     """``df`` with its fragment columns (and set, if any) folded into one sorted, duplicate-free ``__sk`` array."""
     frags = [c for c in df.columns if is_frag_col(c)]
     parts = [F.array(*[col(c) for c in frags])] if frags else []

@@ -8,19 +8,29 @@ and its value in the groups table the extreme, the count or the sum of the value
 the state the in-memory engine builds from the same partials (``tests/spark/test_state_store.py`` compares them).
 Shapes it leaves to the in-process fold (the caller then folds the partials there): float group keys, floating
 point MIN/MAX or DISTINCT values (kept as order keys), rows with multiplicities other than one.
+
+Stacked external operators: the input of an aggregation may read the result of external operators below it
+(``Relation.external``); :func:`output_frame` computes such a result from its Delta tables on Spark (the groups with
+rows, their output values from the stored accumulators and extremes, their sketches from ``F_g``), so a capture of
+the operator above never brings the groups below to the driver. Its value rules are the in-memory engine's
+(``Aggregation.output_exprs``) for the outputs that need no rounding decision: counts, integer and decimal sums,
+integer averages, extremes and DISTINCT values of non-float arguments; an operator with another output (a float
+sum, a decimal average, an order-dependent bound) is left to the in-process path.
 """
 
 from __future__ import annotations
 
 import polars as pl
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from imp_core.engine.external import FCOUNTS, GROUPS
 from imp_core.engine.operators.aggregation_external import ExternalAggregation, ExternalDistinct
 from imp_core.engine.operators.partials import agg_columns
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, SET, VALUE, is_frag_col
-from imp_core.spark.compile import col, compile_expr
-from imp_core.spark.frames import to_spark
+from imp_core.spark.compile import as_set, col, compile_expr
+from imp_core.spark.frames import spark_schema, to_spark
 from imp_core.spark.terms import row_term
 
 
@@ -33,6 +43,9 @@ def capture_state(spark: SparkSession, df: DataFrame, op: ExternalAggregation | 
     m = col(MULT)
     if df.where(F.abs(m) != 1).limit(1).count():
         return False
+    with_sets = SET in df.columns  # rows carrying results of aggregations below: one fragment set per row
+    if with_sets:
+        df = as_set(df)
     frag_names = [c for c in df.columns if is_frag_col(c)]
     names = layout.key_names
     keys = [compile_expr(e).alias(n) for n, e in layout.keys]
@@ -41,7 +54,7 @@ def capture_state(spark: SparkSession, df: DataFrame, op: ExternalAggregation | 
     for c in layout.accumulators:
         x = args[c.agg] if c.agg is not None else m
         sums.append(F.sum(row_term(c, x, m)).alias(c.name))
-    per_fragment = df.groupBy(*keys, *[col(f) for f in frag_names]).agg(*sums)
+    per_fragment = df.groupBy(*keys, *[col(f) for f in frag_names], *([col(SET)] if with_sets else [])).agg(*sums)
     stored = {name: {k: t for k, t in schema.items() if k != SET} for name, schema in op.component_schemas().items()}
     groups = per_fragment.groupBy(*[col(k) for k in names]).agg(
         *[F.sum(col(c.name)).alias(c.name) for c in layout.accumulators])
@@ -55,17 +68,28 @@ def capture_state(spark: SparkSession, df: DataFrame, op: ExternalAggregation | 
             op.store.write(f"mm{j}", as_stored(spark, values, stored[f"mm{j}"]))
         groups = _with_value(groups, values, names, j, layout.aggs[j][1].func, layout.aggs[j][1].distinct)
     op.store.write("groups", as_stored(spark, groups, stored["groups"]))
-    parts = [per_fragment.where(col(f).isNotNull()).select(*[col(k) for k in names], col(f).alias(FRAG),
-                                                            col(GROUP_ROWS).alias(COUNT)) for f in frag_names]
-    if parts:
-        fcounts = parts[0]
-        for p in parts[1:]:
-            fcounts = fcounts.unionByName(p)
-        fcounts = fcounts.groupBy(*[col(k) for k in names], col(FRAG)).agg(F.sum(col(COUNT)).alias(COUNT))
-    else:
+    fcounts = _fragment_counts(per_fragment, names, frag_names, with_sets)
+    if fcounts is None:
         fcounts = to_spark(spark, pl.DataFrame(schema=stored["fcounts"]))
     op.store.write("fcounts", as_stored(spark, fcounts, stored["fcounts"]))
     return True
+
+
+def _fragment_counts(per_fragment: DataFrame, names: list[str], frag_names: list[str],
+                     with_sets: bool) -> DataFrame | None:
+    """``F_g`` from the partials per (group, annotation): one pair per fragment column, and per fragment of a set
+    (a set row counts once per fragment of its set, as the in-memory engine's pairs do); None without annotation."""
+    parts = [per_fragment.where(col(f).isNotNull()).select(*[col(k) for k in names], col(f).alias(FRAG),
+                                                            col(GROUP_ROWS).alias(COUNT)) for f in frag_names]
+    if with_sets:
+        parts.append(per_fragment.select(*[col(k) for k in names], F.explode(col(SET)).alias(FRAG),
+                                         col(GROUP_ROWS).alias(COUNT)))
+    if not parts:
+        return None
+    fcounts = parts[0]
+    for p in parts[1:]:
+        fcounts = fcounts.unionByName(p)
+    return fcounts.groupBy(*[col(k) for k in names], col(FRAG)).agg(F.sum(col(COUNT)).alias(COUNT))
 
 
 def _with_value(groups: DataFrame, values: DataFrame, names: list[str], j: int, func: str,
@@ -81,15 +105,61 @@ def _with_value(groups: DataFrame, values: DataFrame, names: list[str], j: int, 
     else:
         agg = F.min(v) if func == "min" else F.max(v)
     per_group = values.where(col(COUNT) > 0).groupBy(*[col(k) for k in names]).agg(agg.alias(extreme))
-    other = per_group.select(*[col(k).alias(f"__g{i}") for i, k in enumerate(names)], col(extreme))
+    out = _left_join(groups, per_group, names)
+    if distinct and func == "count":
+        out = out.withColumn(extreme, F.coalesce(col(extreme), F.lit(0)))
+    return out
+
+
+def _left_join(left: DataFrame, right: DataFrame, names: list[str]) -> DataFrame:
+    """``left`` with ``right``'s other columns, matched on ``names`` (NULL keys equal each other)."""
+    other = right.select(*[col(k).alias(f"__g{i}") for i, k in enumerate(names)],
+                         *[col(c) for c in right.columns if c not in names])
     cond: Column | None = None
     for i, k in enumerate(names):
         term = col(k).eqNullSafe(F.col(f"__g{i}"))
         cond = term if cond is None else cond & term
-    out = groups.join(other, on=cond, how="left").drop(*[f"__g{i}" for i in range(len(names))])
-    if distinct and func == "count":
-        out = out.withColumn(extreme, F.coalesce(col(extreme), F.lit(0)))
-    return out
+    return left.join(other, on=cond, how="left").drop(*[f"__g{i}" for i in range(len(names))])
+
+
+def output_frame(spark: SparkSession, op: ExternalAggregation | ExternalDistinct) -> DataFrame | None:
+    """``op``'s current result (its groups with rows, annotated with their sketches, multiplicity 1) computed by
+    Spark from its store's tables; None when the store is not Delta tables or an output needs a rounding decision
+    (see the module docstring)."""
+    table = getattr(op.store, "table", None)
+    layout = op.layout
+    if table is None or layout.float_keys or not layout.keys or op.bounded or op.floats:
+        return None
+    groups, fcounts = table(GROUPS), table(FCOUNTS)
+    if groups is None or fcounts is None:
+        return None
+    values = []
+    for j, (name, a) in enumerate(op.aggs):
+        cols = agg_columns(j)
+        n = col(cols.non_null)
+        if a.arg is None:
+            value = col(GROUP_ROWS)
+        elif a.distinct:
+            value = col(cols.extreme)
+        elif a.func == "count":
+            value = n
+        elif a.func == "sum" and not layout.float_values(j):
+            value = F.when(n > 0, col(cols.sum))
+        elif a.func == "avg" and pa.types.is_integer(a.arg.dtype):
+            value = F.when(n > 0, col(cols.sum).cast("double") / n.cast("double"))
+        elif a.func in ("min", "max") and not layout.float_values(j):
+            value = col(cols.extreme)
+        else:
+            return None
+        values.append(value.alias(name))
+    names = layout.key_names
+    sets = (fcounts.where(col(COUNT) > 0).groupBy(*[col(k) for k in names])
+            .agg(F.array_sort(F.collect_set(col(FRAG).cast("int"))).alias(SET)))
+    live = _left_join(groups.where(col(GROUP_ROWS) > 0), sets, names)
+    out = live.select(*[col(k) for k in names], *values, F.lit(1).cast("long").alias(MULT),
+                      F.coalesce(col(SET), F.array().cast("array<int>")).alias(SET))
+    target = spark_schema(op.delta_schema())  # the types the in-memory result has in Spark
+    return out.select(*[col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
 
 
 def as_stored(spark: SparkSession, df: DataFrame, schema: dict[str, pl.DataType]) -> DataFrame:
@@ -99,4 +169,4 @@ def as_stored(spark: SparkSession, df: DataFrame, schema: dict[str, pl.DataType]
     return df.select(*[col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
 
 
-__all__ = ["as_stored", "capture_state"]
+__all__ = ["as_stored", "capture_state", "output_frame"]

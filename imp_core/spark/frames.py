@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import polars as pl
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
 
 from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE
 from imp_core.spark.types import arrow_schema_to_spark
@@ -21,6 +24,16 @@ def to_spark(spark: SparkSession, df: pl.DataFrame) -> DataFrame:
     Always through Arrow, also when empty: the JVM builds the frame from Arrow batches, so executors never start a
     Python worker (``createDataFrame([], schema)`` would, and a cluster's workers need not have Python).
     """
+    table = _arrow(df)
+    return spark.createDataFrame(table, arrow_schema_to_spark(table.schema))
+
+
+def spark_schema(schema: Mapping[str, pl.DataType]) -> T.StructType:
+    """The Spark schema :func:`to_spark` gives a frame of ``schema``."""
+    return arrow_schema_to_spark(_arrow(pl.DataFrame(schema=dict(schema))).schema)
+
+
+def _arrow(df: pl.DataFrame) -> pa.Table:
     casts = {}
     for name, dtype in df.schema.items():
         if dtype == FRAG_DTYPE:
@@ -28,8 +41,7 @@ def to_spark(spark: SparkSession, df: pl.DataFrame) -> DataFrame:
         elif dtype == SET_DTYPE:
             casts[name] = pl.List(pl.Int32)
     table = df.cast(casts).to_arrow() if casts else df.to_arrow()  # type: ignore[arg-type]
-    table = table.cast(pa.schema([pa.field(f.name, _plain(f.type)) for f in table.schema]))
-    return spark.createDataFrame(table, arrow_schema_to_spark(table.schema))
+    return table.cast(pa.schema([pa.field(f.name, _plain(f.type)) for f in table.schema]))
 
 
 def _plain(t: pa.DataType) -> pa.DataType:
@@ -40,4 +52,4 @@ def _plain(t: pa.DataType) -> pa.DataType:
     return t
 
 
-__all__ = ["to_polars", "to_spark"]
+__all__ = ["spark_schema", "to_polars", "to_spark"]

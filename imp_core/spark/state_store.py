@@ -148,6 +148,13 @@ class DeltaGroupStore:
     def size(self) -> dict[str, int]:
         return {name: int(self._table(name).count()) if self.pinned else 0 for name in self.schemas}
 
+    def table(self, name: str) -> DataFrame | None:
+        """Component ``name`` at its pinned version as a Spark DataFrame of its stored columns (None before the
+        first write): the state read by the executors, for a capture computed on Spark above it."""
+        if name not in self.pinned:
+            return None
+        return self._table(name).drop(BUCKET)
+
     def reference(self) -> dict[str, Any]:
         return {"store": "delta", "format": FORMAT, "location": self.location, "versions": dict(self.pinned),
                 "buckets": self.buckets}

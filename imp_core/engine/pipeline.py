@@ -333,7 +333,7 @@ class _Pass:
         if isinstance(op, BinaryOperator):
             left, right = stage.inputs
             if self.capture and isinstance(op, AntiJoinOp):  # its state starts from both inputs whole
-                dl, dr = self._input_relation(left), self._key_rows(right, op.right_keys)
+                dl, dr = self._anti_join_inputs(left, right, op.right_keys)
             else:
                 dl, dr = self.delta(left), self.delta(right)
             self.pipeline.stats.join_calls += int(dl is not None and dl.height > 0) + \
@@ -421,30 +421,57 @@ class _Pass:
         pushes the results below up through the pass (their deltas, computed here, are kept for it)."""
         op = stage.op
         assert isinstance(op, (ExternalAggregation, ExternalDistinct))
-        if not hasattr(self.backend, "capture_external"):
+        found = self._backend_relation(stage.inputs[0])
+        if found is None:
             return None
-        roots = list(backend_roots(stage.inputs[0]))
-        # a result computed in memory must not hold external state (its contents would come whole into memory)
-        if any(not is_external(r) and holds_external(r) for r in roots):
-            return None
-        for r in roots:
-            self._captured[r.path] = self.delta(r)
-        # an external operator below a root captured on the backend sends its result up later, after this one's:
-        # this capture would see its groups twice
-        below = [d for d in self.deferred if d.path.startswith(stage.path + ".") and d not in roots]
-        if below:
-            return None
-        held = tuple((r.node, self.state_contents(r)) for r in roots if not is_external(r))
-        external = tuple((r.node, r.op) for r in roots if is_external(r))
+        rel, roots = found
         op.reset()
-        rel = Relation(stage.inputs[0].node, self.pipeline.annotations, held, external)
         if not self.backend.capture_external(rel, op, self.versions):
             return None
         op.bind(op.store)
+        self._consumed(roots)
+        self.deferred.append(stage)
+        return op.empty_delta()
+
+    def _backend_relation(self, stage: Stage) -> tuple[Relation, list[Stage]] | None:
+        """In a capture, ``stage``'s subtree as the backend computes it with the results of the external operators
+        below read from their stores (``Relation.external``), and the operators whose results it reads; None when the
+        backend cannot read one of them, or a result held in memory is not whole yet (an external operator below it
+        sends its result up only after the pass)."""
+        if not hasattr(self.backend, "reads_external"):
+            return None
+        roots = list(backend_roots(stage))
+        for r in roots:
+            if r.path not in self._captured:
+                self._captured[r.path] = self.delta(r)
+        if any(d.path.startswith(stage.path + ".") and d not in roots for d in self.deferred):
+            return None
+        held = tuple((r.node, self.state_contents(r)) for r in roots if not is_external(r))
+        external = tuple((r.node, r.op) for r in roots if is_external(r))
+        rel = Relation(stage.node, self.pipeline.annotations, held, external)
+        return (rel, roots) if self.backend.reads_external(rel) else None
+
+    def _consumed(self, roots: list[Stage]) -> None:
+        """The results of ``roots`` went into an operator above them whole: nothing of theirs goes up any more."""
         for r in roots:
             self._captured.pop(r.path, None)
-        self.deferred = [d for d in self.deferred if d not in roots] + [stage]
-        return op.empty_delta()
+        self.deferred = [d for d in self.deferred if d not in roots]
+
+    def _anti_join_inputs(self, left: Stage, right: Stage, keys: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """In a capture, an anti join's inputs whole (its state starts from them): read by the backend with the
+        results of external operators below from their stores where it can, else pushed up through the pass."""
+        dl = dr = None
+        if holds_external(left) and (found := self._backend_relation(left)) is not None:
+            dl = self.backend.relation(found[0], self.versions)
+            self._consumed(found[1])
+        if holds_external(right) and isinstance(self.backend, JoinCacheBackend) and \
+                (found := self._backend_relation(right)) is not None:
+            counts = self.backend.key_counts(found[0], keys, ALL_KEYS, self.versions)
+            if counts is not None:
+                dr = counts.select([*keys, pl.col(COUNT).cast(pl.Int64).alias(MULT)])
+                self._consumed(found[1])
+        return (dl if dl is not None else self._input_relation(left),
+                dr if dr is not None else self._key_rows(right, keys))
 
     def relation(self, stage: Stage) -> Relation:
         """``stage``'s subtree as the backend computes it, with the contents of its parts held in state."""

@@ -32,6 +32,7 @@ from imp_core.engine.schema import (
     is_interval_column,
     join_columns,
 )
+from imp_core.errors import UnsupportedError
 from imp_core.plan.expr import Expr
 from imp_core.plan.nodes import Join, Plan
 from imp_core.sources.delta import DeltaSource
@@ -83,11 +84,20 @@ class SparkBackend:
             self._scans[key] = self.sources[table].scan(self.spark, version)
         return self._scans[key]
 
-    def _compile(self, rel: Relation, versions: Versions, fragments_in_spark: bool,
-                 external: Mapping[int, DataFrame] | None = None) -> DataFrame:
-        """``rel`` as a Spark DataFrame; ``external``: the results of ``rel.external``'s operators, by node id."""
+    def reads_external(self, rel: Relation) -> bool:
+        """Whether the results of ``rel.external``'s operators can be computed here from their stores' tables."""
+        return all(output_frame(self.spark, op) is not None for _, op in rel.external)
+
+    def _compile(self, rel: Relation, versions: Versions, fragments_in_spark: bool) -> DataFrame:
+        external = {}
+        for node, op in rel.external:  # the caller checked them (``reads_external``)
+            frame = output_frame(self.spark, op)
+            if frame is None:
+                raise UnsupportedError(f"the result of {op.op_id} cannot be computed on Spark from its state tables")
+            external[id(node)] = frame
+
         def from_state(node: Plan) -> DataFrame | None:
-            if external is not None and id(node) in external:
+            if id(node) in external:
                 return external[id(node)]
             held = rel.state_of(node)
             if held is None:
@@ -169,14 +179,9 @@ class SparkBackend:
         """Capture an external aggregation's state on Spark into its store (``spark/external_capture.py``), its
         input reading the results of the external operators below it (``child.external``) from their tables; False
         for the shapes it leaves to the caller (nothing written then)."""
-        external = {}
-        for node, below in child.external:
-            frame = output_frame(self.spark, below)
-            if frame is None:
-                return False
-            external[id(node)] = frame
-        done = capture_state(self.spark, self._compile(child, versions, fragments_in_spark=True, external=external),
-                             op)
+        if not self.reads_external(child):
+            return False
+        done = capture_state(self.spark, self._compile(child, versions, fragments_in_spark=True), op)
         self.spark_jobs += int(done) * (3 + len(op.layout.valued))
         return done
 

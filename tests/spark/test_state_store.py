@@ -154,6 +154,9 @@ STACKED = [
     "HAVING SUM(r.b) > 1) x JOIN s ON x.a = s.e GROUP BY s.t",
     "SELECT y.nb, SUM(y.sc) AS t FROM (SELECT x.a, x.nb, SUM(s.c) AS sc FROM (SELECT r.a, COUNT(DISTINCT r.b) AS nb "
     "FROM r GROUP BY r.a) x JOIN s ON x.a = s.e GROUP BY x.a, x.nb) y GROUP BY y.nb",
+    # Q21's shape: a NOT EXISTS with an inequality becomes per-key summaries of s (external), a UNION ALL and an anti
+    # join kept in memory, whose inputs are read from the summaries' tables
+    "SELECT r.n, COUNT(*) AS c FROM r WHERE NOT EXISTS (SELECT * FROM s WHERE s.e = r.a AND s.c <> r.b) GROUP BY r.n",
 ]
 
 

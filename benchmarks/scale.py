@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 
 from benchmarks.harness import Experiment
@@ -233,7 +234,8 @@ if __name__ == "__main__":
     spec = json.loads(sys.argv[1])
     try:
         result = case(spec["sf"], spec["query"], spec["sizes"])
-    except Exception as e:  # noqa: BLE001 - the parent reports it
+    except Exception as e:  # noqa: BLE001 - the parent reports it (its first line); the traceback goes to stderr
+        traceback.print_exc()
         result = {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
     sys.stdout.write("SCALE-CASE " + json.dumps(result, default=str) + "\n")
     sys.stdout.flush()

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import polars as pl
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE
@@ -25,7 +26,11 @@ def to_spark(spark: SparkSession, df: pl.DataFrame) -> DataFrame:
     Python worker (``createDataFrame([], schema)`` would, and a cluster's workers need not have Python).
     """
     table = _arrow(df)
-    return spark.createDataFrame(table, arrow_schema_to_spark(table.schema))
+    schema = arrow_schema_to_spark(table.schema)
+    if table.num_rows == 0:  # pyspark cannot convert an empty list column: one row of NULLs, filtered out on the JVM
+        nulls = pa.table({f.name: pa.nulls(1, f.type) for f in table.schema})
+        return spark.createDataFrame(nulls, schema).where(F.lit(False))
+    return spark.createDataFrame(table, schema)
 
 
 def spark_schema(schema: Mapping[str, pl.DataType]) -> T.StructType:

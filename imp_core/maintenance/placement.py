@@ -168,7 +168,8 @@ def bind_saved(parts: Parts, pipeline: Pipeline) -> None:
         reference = getattr(op, "reference", None)
         if not reference:
             raise StateError(f"operator {op.op_id}: its saved state names no external tables; recapture the sketch")
-        return DeltaGroupStore.from_reference(parts.spark, op.key_names, op.component_schemas(), reference)
+        return DeltaGroupStore.from_reference(parts.spark, op.key_names, op.component_schemas(), reference,
+                                              parts.settings.state_retention)
 
     pipeline.bind_stores(store_of)
 
@@ -194,15 +195,14 @@ def external_of(placement: Mapping[str, Mapping[str, Any]] | None) -> frozenset[
 
 
 def _stored(reference: Mapping[str, Any]) -> tuple[int, int]:
-    """Rows and bytes of an external state's tables at their pinned versions, from the Delta logs."""
-    rows = size = 0
-    if reference.get("store") != "delta":
-        return int(sum((reference.get("rows") or {}).values())), 0
-    for name, version in reference.get("versions", {}).items():
-        files = DeltaSource(name, f"{reference['location']}/{name}").files(int(version))
-        rows += sum(f.num_records or 0 for f in files)
-        size += sum(f.size_bytes for f in files)
-    return rows, size
+    """Rows and bytes of an external state at its pinned version: the live rows the reference counts, the bytes of
+    the table's files from its Delta log."""
+    rows = int(sum((reference.get("rows") or {}).values()))
+    if reference.get("store") != "delta" or reference.get("version") is None:
+        return rows, 0
+    from imp_core.spark.state_store import TABLE
+    files = DeltaSource(TABLE, f"{reference['location']}/{TABLE}").files(int(reference["version"]))
+    return rows, sum(f.size_bytes for f in files)
 
 
 def _safe(name: str) -> str:

@@ -58,6 +58,7 @@ def capture_state(spark: SparkSession, df: DataFrame, op: ExternalAggregation | 
     stored = {name: {k: t for k, t in schema.items() if k != SET} for name, schema in op.component_schemas().items()}
     groups = per_fragment.groupBy(*[col(k) for k in names]).agg(
         *[F.sum(col(c.name)).alias(c.name) for c in layout.accumulators])
+    components: dict[str, DataFrame] = {}
     for c in layout.compensated:
         if c.compensation is not None:
             groups = groups.withColumn(c.compensation, F.lit(0.0))
@@ -65,13 +66,13 @@ def capture_state(spark: SparkSession, df: DataFrame, op: ExternalAggregation | 
         values = (df.select(*keys, args[j].alias(VALUE), m).where(col(VALUE).isNotNull())
                   .groupBy(*[col(k) for k in names], col(VALUE)).agg(F.sum(m).alias(COUNT)))
         if f"mm{j}" in stored:  # aggregates over one argument keep its counts once
-            op.store.write(f"mm{j}", as_stored(spark, values, stored[f"mm{j}"]))
+            components[f"mm{j}"] = as_stored(spark, values, stored[f"mm{j}"])
         groups = _with_value(groups, values, names, j, layout.aggs[j][1].func, layout.aggs[j][1].distinct)
-    op.store.write("groups", as_stored(spark, groups, stored["groups"]))
+    components[GROUPS] = as_stored(spark, groups, stored[GROUPS])
     fcounts = _fragment_counts(per_fragment, names, frag_names, with_sets)
-    if fcounts is None:
-        fcounts = to_spark(spark, pl.DataFrame(schema=stored["fcounts"]))
-    op.store.write("fcounts", as_stored(spark, fcounts, stored["fcounts"]))
+    if fcounts is not None:
+        components[FCOUNTS] = as_stored(spark, fcounts, stored[FCOUNTS])
+    op.store.write_all(components)  # type: ignore[union-attr]
     return True
 
 

@@ -1,42 +1,55 @@
-"""External operator state as Delta tables beside the data, read and written by Spark (the JVM only).
+"""External operator state as one Delta table per operator beside the data, read and written by Spark (the JVM only).
 
-One Delta table per state component of an operator (``groups``, ``fcounts`` = ``F_g``, ``mm{j}`` value multisets:
-``engine/external.py``), at ``<location>/<component>``, with a hash-bucket column ``__bucket`` (the state keys'
-``xxhash64`` modulo the bucket count) it is partitioned by, deletion vectors on. A batch:
+The components of an operator's state (``groups``, ``fcounts`` = ``F_g``, ``mm{j}`` value multisets:
+``engine/external.py``) share one Delta table at ``<location>/state``: the state keys, ``__c`` (the component), a
+component's other columns as ``<component>$<column>`` (NULL in the other components' rows), ``__seq`` (the store
+version that wrote the row) and a hash-bucket column ``__bucket`` (the keys' ``xxhash64`` modulo the bucket count) the
+table is partitioned by. A batch costs one read and one append, whatever the number of components:
 
 * **fetch**: the batch's keys go to Spark as a small frame; their buckets are computed there (one small job), and
-  each component's rows of those keys are read at the pinned version (``versionAsOf``), pruned to the buckets;
-* **replace**: the touched groups' new rows against the rows fetched for them give, per component, the rows to
-  upsert and the rows to delete; one ``MERGE`` per changed component writes them (a new Delta version).
+  the rows of those keys are read in one job at the pinned version (``versionAsOf``), pruned to the buckets;
+* **replace**: the groups whose rows changed are appended whole (every component's new rows plus a ``#`` marker row
+  per group, ``__seq`` the new version): a group's rows are those of its latest ``__seq``, so the append replaces the
+  older rows without a ``MERGE`` (no file of the table is rewritten). When the rows appended since the last
+  compaction exceed a quarter of the live rows (and :data:`COMPACT_MIN_ROWS`), the table is rewritten with the
+  latest rows only.
 
-A version of the sketch pins the Delta version of each component (its ``reference``, sealed in the catalog with the
-operator state). Nothing else reads a state table, so versions written by a job that then died before its catalog
-commit are never read: the next job that writes restores the table to its pinned version first. A group's sketch
-``__sk`` is not stored: it is the group's fragments with a positive count in ``fcounts``. See docs/ARCHITECTURE.md,
-"Where state lives".
+A version of the sketch pins the Delta version of the table (its ``reference``, sealed in the catalog with the
+operator state, with the live rows per component and the versions earlier sketch versions pinned). Appends remove no
+file; a compaction does, and then vacuums the files that no sketch version within ``IMP_STATE_RETENTION`` reads.
+Nothing else reads a state table, so versions written by a job
+that then died before its catalog commit are never read: the next job that writes restores the table to its pinned
+version first. A group's sketch ``__sk`` is not stored: it is the group's fragments with a positive count in
+``fcounts``. See docs/ARCHITECTURE.md, "Where state lives".
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator, Mapping
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import polars as pl
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE
 from imp_core.engine.external import FCOUNTS, GROUPS
-from imp_core.engine.schema import COUNT, FRAG, SET, VALUE
+from imp_core.engine.schema import COUNT, FRAG, SET
 from imp_core.errors import StateError, first_line
 from imp_core.sources import storage
-from imp_core.spark.frames import to_polars, to_spark
+from imp_core.spark.frames import spark_schema, to_polars, to_spark
 
 BUCKET = "__bucket"
-OP = "__op"  # in a MERGE's source: U (upsert) or D (delete)
-FORMAT = 1
+PART = "__c"  # the component a row belongs to
+SEQ = "__seq"  # the store version that wrote the row: a group's rows are those of its latest
+MARKER = "#"  # the component of the row every append writes per replaced group (a group whose new rows are none)
+TABLE = "state"
+FORMAT = 2
 CHUNK_ROWS = 1 << 20  # rows per chunk when the whole state is read (a capture's output, a move back into memory)
+COMPACT_MIN_ROWS = 1 << 20  # appended rows below which a table is never compacted
+VACUUM_MARGIN_HOURS = 1  # files removed this long before the oldest kept version's commit stay (clock skew)
+MAX_PINS = 64  # earlier sketch versions' pinned table versions a reference remembers (for retention)
 _TABLE_PROPERTIES = {"delta.enableDeletionVectors": "true", "delta.enableChangeDataFeed": "false"}
 
 
@@ -46,228 +59,297 @@ def bucket_count(groups: int) -> int:
     return max(1, min(256, -(-groups // 1_000_000)))
 
 
+def retain_hours(age_seconds: float) -> int:
+    """The whole hours a VACUUM keeps removed files for so that a version committed ``age_seconds`` ago still reads
+    (Delta rounds the retention to whole hours: rounded up here, plus :data:`VACUUM_MARGIN_HOURS`)."""
+    return math.ceil(max(0.0, age_seconds) / 3600) + VACUUM_MARGIN_HOURS
+
+
 class DeltaGroupStore:
-    """:class:`~imp_core.engine.external.GroupStore` over Delta tables at ``location`` (a local path or ``s3://``)."""
+    """:class:`~imp_core.engine.external.GroupStore` over one Delta table at ``location`` (a local path or ``s3://``)."""
 
     def __init__(self, spark: SparkSession, location: str, keys: list[str],
-                 schemas: Mapping[str, Mapping[str, pl.DataType]], versions: Mapping[str, int] | None = None,
-                 buckets: int = 1) -> None:
+                 schemas: Mapping[str, Mapping[str, pl.DataType]], version: int | None = None,
+                 buckets: int = 1, rows: Mapping[str, int] | None = None, log: int = 0, pins: Sequence[int] = (),
+                 retention: int = 5) -> None:
         self.spark = spark
         self.location = location.rstrip("/")
         self.keys = list(keys)
         self.schemas = {name: dict(schema) for name, schema in schemas.items()}
-        self.pinned: dict[str, int] = dict(versions or {})
+        self.pinned = version  # the table's Delta version this store reads (None before the first write)
         self.buckets = buckets
-        self._fetched: dict[str, pl.DataFrame] = {}
-        self._touched: list[int] = []  # the buckets of the last fetch's keys
-        self._checked: set[str] = set()  # components whose orphaned versions were rolled back
+        self.rows = {name: int((rows or {}).get(name, 0)) for name in self.schemas}  # live rows per component
+        self.log = log  # rows appended since the table was last written whole
+        self.pins = [int(p) for p in pins][-MAX_PINS:]  # the versions earlier sketch versions pinned, oldest first
+        self.retention = retention  # sketch versions whose state is kept (IMP_STATE_RETENTION)
+        self._columns = self._wide_schema()
+        self._fetched: pl.DataFrame | None = None  # the wide rows of the last fetch
+        self._checked = False  # orphaned versions rolled back
         if storage.is_s3(self.location):
             storage.configure_spark(spark)
 
     @classmethod
     def from_reference(cls, spark: SparkSession, keys: list[str], schemas: Mapping[str, Mapping[str, pl.DataType]],
-                       reference: Mapping[str, Any]) -> DeltaGroupStore:
-        """The store a saved version names.
+                       reference: Mapping[str, Any], retention: int = 5) -> DeltaGroupStore:
+        """The store a saved version names (``retention``: sketch versions whose state is kept).
 
         Raises:
             StateError: The reference is not one this imp writes.
         """
         if reference.get("store") != "delta" or reference.get("format") != FORMAT:
-            raise StateError(f"external state reference {dict(reference)} is not one this imp reads; recapture the "
+            raise StateError(f"external state reference (store {reference.get('store')}, format "
+                             f"{reference.get('format')}) is not one this imp reads (format {FORMAT}); recapture the "
                              f"sketch")
-        versions = {str(k): int(v) for k, v in reference["versions"].items()}
-        if set(versions) != set(schemas):
+        rows = {str(k): int(v) for k, v in reference["rows"].items()}
+        if set(rows) != set(schemas):
             raise StateError(f"external state at {storage.redact(reference['location'])} has components "
-                             f"{sorted(versions)}, the operator {sorted(schemas)}; recapture the sketch")
-        return cls(spark, reference["location"], keys, schemas, versions, int(reference["buckets"]))
+                             f"{sorted(rows)}, the operator {sorted(schemas)}; recapture the sketch")
+        return cls(spark, reference["location"], keys, schemas, int(reference["version"]), int(reference["buckets"]),
+                   rows, int(reference.get("log", 0)), reference.get("pins", ()), retention)
 
     # -- the contract ------------------------------------------------------------------------------------------------
 
     def fetch(self, keys: pl.DataFrame) -> dict[str, pl.DataFrame]:
         wanted = keys.select(self.keys).unique()
-        if not self.pinned or wanted.height == 0:
-            out = {name: pl.DataFrame(schema=self._stored(name)) for name in self.schemas}
+        if self.pinned is None or wanted.height == 0:
+            wide = self._empty_wide()
         else:
             kdf = F.broadcast(self._bucketed(to_spark(self.spark, wanted)))
-            self._touched = sorted(int(r[0]) for r in kdf.select(BUCKET).distinct().collect())
-            out = {name: self._read_keys(name, kdf, self._touched) for name in self.schemas}
-        self._fetched = out
-        return {name: self._engine(name, df, out[FCOUNTS]) for name, df in out.items()}
+            buckets = sorted(int(r[0]) for r in kdf.select(BUCKET).distinct().collect())
+            wide = self._read_keys(kdf, buckets, self.keys)
+        self._fetched = wide
+        return self._split(wide)
 
     def fetch_where(self, keys: pl.DataFrame) -> dict[str, pl.DataFrame]:
         wanted = keys.unique()
-        if not self.pinned or wanted.height == 0:
-            raw = {name: pl.DataFrame(schema=self._stored(name)) for name in self.schemas}
-        else:
-            kdf = to_spark(self.spark, wanted)
-            buckets = None
-            if list(wanted.columns) == self.keys:
-                kdf = self._bucketed(kdf)
-                buckets = sorted(int(r[0]) for r in kdf.select(BUCKET).distinct().collect())
-            kdf = F.broadcast(kdf)
-            raw = {name: self._read_keys(name, kdf, buckets, list(wanted.columns)) for name in self.schemas}
-        return {name: self._engine(name, df, raw[FCOUNTS]) for name, df in raw.items()}
+        if self.pinned is None or wanted.height == 0:
+            return self._split(self._empty_wide())
+        kdf = to_spark(self.spark, wanted)
+        buckets = None
+        if list(wanted.columns) == self.keys:
+            kdf = self._bucketed(kdf)
+            buckets = sorted(int(r[0]) for r in kdf.select(BUCKET).distinct().collect())
+        return self._split(self._read_keys(F.broadcast(kdf), buckets, list(wanted.columns)))
 
     def replace(self, keys: pl.DataFrame, rows: Mapping[str, pl.DataFrame]) -> None:
+        old = self._fetched if self._fetched is not None else self._empty_wide()
+        seq = (self.pinned if self.pinned is not None else -1) + 1
+        new = self._wide({name: self._stored_rows(name, rows.get(name)) for name in self.schemas}, seq)
+        changed = _changed_groups(old.drop(SEQ), new.drop(SEQ), self.keys)
+        self._fetched = None
+        if changed.height == 0:
+            return
+        written = new.join(changed, on=self.keys, how="semi", nulls_equal=True)
+        markers = changed.with_columns(pl.lit(MARKER).alias(PART), pl.lit(seq, dtype=pl.Int64).alias(SEQ))
+        append = pl.concat([written, markers], how="diagonal_relaxed").select(list(self._columns))
+        replaced = old.join(changed, on=self.keys, how="semi", nulls_equal=True)
         for name in self.schemas:
-            old = self._fetched.get(name, pl.DataFrame(schema=self._stored(name)))
-            new = self._stored_rows(name, rows.get(name))
-            source = _changed_rows(old, new, self._identity(name))
-            if source is not None:
-                self._merge(name, source)
-        self._fetched, self._touched = {}, []
+            self.rows[name] += (_count(written, name) - _count(replaced, name))
+        self._restore()
+        self._append(to_spark(self.spark, append.cast(self._columns)))  # type: ignore[arg-type]
+        self.log += append.height
+        if self.log >= max(COMPACT_MIN_ROWS, sum(self.rows.values()) // 4):
+            self.compact()
 
     def load(self, frames: Mapping[str, pl.DataFrame]) -> None:
-        for name in self.schemas:
-            self.write(name, to_spark(self.spark, self._stored_rows(name, frames.get(name))))
+        self.write_all({name: to_spark(self.spark, self._stored_rows(name, frames.get(name)))
+                        for name in self.schemas})
 
-    def write(self, name: str, df: DataFrame) -> None:
-        """Replace component ``name`` with ``df`` (its stored columns; bucketed here), written by the executors."""
-        out = self._bucketed(df.select(*[F.col(_q(c)) for c in self._stored(name)]))
-        writer = out.repartition(BUCKET).write.format("delta").mode("overwrite").partitionBy(BUCKET)
-        writer = writer.option("overwriteSchema", "true")
-        for k, v in _TABLE_PROPERTIES.items():
-            writer = writer.option(k, v)
-        self._restore(name)
-        writer.save(self._uri(name))
-        self.pinned[name] = self._latest(name)
+    def write_all(self, frames: Mapping[str, DataFrame]) -> None:
+        """Replace the whole state by ``frames`` (a component's stored columns each; a component missing is empty),
+        written by the executors in one job, and count each component's rows."""
+        parts = [self._wide_frame(name, frames[name], 0) for name in self.schemas if name in frames]
+        out = self._empty_spark() if not parts else parts[0]
+        for p in parts[1:]:
+            out = out.unionByName(p)
+        self._overwrite(out)
+        counts = {str(r[0]): int(r[1]) for r in self._table().groupBy(PART).count().collect()}
+        self.rows = {name: counts.get(name, 0) for name in self.schemas}
 
     def contents(self) -> Iterator[dict[str, pl.DataFrame]]:
-        if not self.pinned:
-            yield {name: pl.DataFrame(schema=self._engine_schema(name)) for name in self.schemas}
+        if self.pinned is None:
+            yield self._split(self._empty_wide())
             return
-        rows = max(1, self.size()[GROUPS])
-        per_chunk = max(1, self.buckets * CHUNK_ROWS // rows)
+        per_chunk = max(1, self.buckets * CHUNK_ROWS // max(1, self.rows.get(GROUPS, 0)))
         for first in range(0, self.buckets, per_chunk):
             chosen = list(range(first, min(self.buckets, first + per_chunk)))
-            raw = {name: to_polars(self._table(name).where(F.col(BUCKET).isin(chosen)).drop(BUCKET))
-                   for name in self.schemas}
-            raw = {name: self._cast(name, df) for name, df in raw.items()}
-            yield {name: self._engine(name, df, raw[FCOUNTS]) for name, df in raw.items()}
+            yield self._split(self._latest_rows(to_polars(self._table().where(F.col(BUCKET).isin(chosen))
+                                                          .drop(BUCKET))))
 
     def size(self) -> dict[str, int]:
-        return {name: int(self._table(name).count()) if self.pinned else 0 for name in self.schemas}
+        return dict(self.rows)
 
     def table(self, name: str) -> DataFrame | None:
-        """Component ``name`` at its pinned version as a Spark DataFrame of its stored columns (None before the
+        """Component ``name`` at the pinned version as a Spark DataFrame of its stored columns (None before the
         first write): the state read by the executors, for a capture computed on Spark above it."""
-        if name not in self.pinned:
+        if self.pinned is None:
             return None
-        return self._table(name).drop(BUCKET)
+        df = self._table()
+        if self.log:
+            latest = F.max(F.col(SEQ)).over(Window.partitionBy(*[F.col(_q(k)) for k in self.keys]))
+            df = df.withColumn("__latest", latest).where(F.col(SEQ) == F.col("__latest"))
+        return df.where(F.col(PART) == name).select(
+            *[F.col(_q(self._physical(name, c))).alias(c) for c in self._stored(name)])
 
     def reference(self) -> dict[str, Any]:
-        return {"store": "delta", "format": FORMAT, "location": self.location, "versions": dict(self.pinned),
-                "buckets": self.buckets}
+        pins = [*self.pins, *([self.pinned] if self.pinned is not None else [])]
+        return {"store": "delta", "format": FORMAT, "location": self.location, "version": self.pinned,
+                "buckets": self.buckets, "rows": dict(self.rows), "log": self.log, "pins": pins[-MAX_PINS:]}
+
+    def compact(self) -> None:
+        """Rewrite the table with each group's latest rows only (the appended history goes)."""
+        df = self._table()
+        latest = F.max(F.col(SEQ)).over(Window.partitionBy(*[F.col(_q(k)) for k in self.keys]))
+        live = (df.withColumn("__latest", latest).where((F.col(SEQ) == F.col("__latest")) & (F.col(PART) != MARKER))
+                .drop("__latest", BUCKET).withColumn(SEQ, F.lit(0).cast("long")))
+        self._overwrite(live)  # Delta reads the pinned snapshot while the overwrite commits a new one
+        kept = self.pins[-(self.retention - 1):] if self.retention > 1 else []
+        if kept:  # the files older compactions replaced that no kept sketch version reads go
+            self.vacuum(kept[0])
 
     # -- housekeeping ---------------------------------------------------------------------------------------------
 
-    def vacuum(self, oldest: Mapping[str, int]) -> None:
-        """Remove the files no version from ``oldest[component]`` on needs (older sketch versions' state goes)."""
-        for name, version in oldest.items():
-            history = self.spark.sql(f"DESCRIBE HISTORY delta.`{_uri_sql(self._uri(name))}`")
-            stamp = history.where(F.col("version") == version).select("timestamp").collect()
-            if not stamp:
-                continue
-            hours = self.spark.sql("SELECT (unix_timestamp(current_timestamp()) - unix_timestamp("
-                                   f"TIMESTAMP'{stamp[0][0]}')) / 3600.0").collect()[0][0]
-            retain = max(0.0, float(hours)) + 1.0
-            key = "spark.databricks.delta.retentionDurationCheck.enabled"
-            before = self.spark.conf.get(key, None)
-            self.spark.conf.set(key, "false")
+    def vacuum(self, oldest: int) -> None:
+        """Remove the files no version from ``oldest`` on needs (older sketch versions' state goes). Delta's
+        retention is in whole hours: the files removed within ``VACUUM_MARGIN_HOURS`` plus the rounding before that
+        version's commit stay too. ``LITE``: the files to delete come from the log, not a listing of the table."""
+        uri = _uri_sql(self._uri())
+        history = self.spark.sql(f"DESCRIBE HISTORY delta.`{uri}`")
+        age = history.where(F.col("version") == oldest).select(
+            F.unix_micros(F.current_timestamp()) - F.unix_micros(F.col("timestamp"))).collect()
+        if not age:
+            return
+        retain = retain_hours(age[0][0] / 1e6)
+        key = "spark.databricks.delta.retentionDurationCheck.enabled"
+        before = self.spark.conf.get(key, None)
+        self.spark.conf.set(key, "false")
+        try:
             try:
-                self.spark.sql(f"VACUUM delta.`{_uri_sql(self._uri(name))}` RETAIN {retain:.2f} HOURS")
-            finally:
-                if before is None:
-                    self.spark.conf.unset(key)
-                else:
-                    self.spark.conf.set(key, before)
+                self.spark.sql(f"VACUUM delta.`{uri}` LITE RETAIN {retain} HOURS")
+            except Exception:  # noqa: BLE001 - the log no longer covers the removals: list the table instead
+                self.spark.sql(f"VACUUM delta.`{uri}` RETAIN {retain} HOURS")
+        finally:
+            if before is None:
+                self.spark.conf.unset(key)
+            else:
+                self.spark.conf.set(key, before)
+        self.pinned = self._latest()  # the vacuum's own commits change no row
 
     # -- inside ---------------------------------------------------------------------------------------------------
 
-    def _uri(self, name: str) -> str:
-        return storage.spark_uri(f"{self.location}/{name}")
+    def _uri(self) -> str:
+        return storage.spark_uri(f"{self.location}/{TABLE}")
 
-    def _table(self, name: str) -> DataFrame:
+    def _table(self) -> DataFrame:
         try:
-            return self.spark.read.format("delta").option("versionAsOf", self.pinned[name]).load(self._uri(name))
+            return self.spark.read.format("delta").option("versionAsOf", self.pinned).load(self._uri())
         except Exception as e:  # noqa: BLE001 - Spark's AnalysisException
-            raise StateError(f"external state {name} at {storage.redact(self.location)} (version "
-                             f"{self.pinned.get(name)}) cannot be read: {storage.redact(first_line(e))}; recapture "
-                             f"the sketch") from e
+            raise StateError(f"external state at {storage.redact(self.location)} (version {self.pinned}) cannot be "
+                             f"read: {storage.redact(first_line(e))}; recapture the sketch") from e
 
-    def _latest(self, name: str) -> int:
-        row = self.spark.sql(f"DESCRIBE HISTORY delta.`{_uri_sql(self._uri(name))}` LIMIT 1").select("version").first()
+    def _latest(self) -> int:
+        row = self.spark.sql(f"DESCRIBE HISTORY delta.`{_uri_sql(self._uri())}` LIMIT 1").select("version").first()
         assert row is not None
         return int(row[0])
 
-    def _restore(self, name: str) -> None:
+    def _restore(self) -> None:
         """Before the first write of this job: roll back versions after the pinned one (a job that died before its
         catalog commit wrote them; no version of the sketch names them)."""
-        if name in self._checked or name not in self.pinned:
-            self._checked.add(name)
+        if self._checked or self.pinned is None:
+            self._checked = True
             return
-        self._checked.add(name)
-        if self._latest(name) > self.pinned[name]:
-            self.spark.sql(f"RESTORE TABLE delta.`{_uri_sql(self._uri(name))}` TO VERSION AS OF {self.pinned[name]}")
+        self._checked = True
+        if self._latest() > self.pinned:
+            self.spark.sql(f"RESTORE TABLE delta.`{_uri_sql(self._uri())}` TO VERSION AS OF {self.pinned}")
+
+    def _overwrite(self, df: DataFrame) -> None:
+        out = self._bucketed(df).repartition(BUCKET)
+        writer = out.write.format("delta").mode("overwrite").partitionBy(BUCKET).option("overwriteSchema", "true")
+        for k, v in _TABLE_PROPERTIES.items():
+            writer = writer.option(k, v)
+        self._restore()
+        writer.save(self._uri())
+        self.pinned, self.log = self._latest(), 0
+
+    def _append(self, df: DataFrame) -> None:
+        self._bucketed(df).coalesce(1).write.format("delta").mode("append").partitionBy(BUCKET).save(self._uri())
+        self.pinned = self._latest()
 
     def _bucketed(self, df: DataFrame) -> DataFrame:
         cols = [F.col(_q(k)) for k in self.keys]
         return df.withColumn(BUCKET, F.pmod(F.xxhash64(*cols), F.lit(self.buckets)).cast("int"))
 
-    def _read_keys(self, name: str, keys: DataFrame, buckets: list[int] | None,
-                   columns: list[str] | None = None) -> pl.DataFrame:
-        table = self._table(name)
+    def _read_keys(self, keys: DataFrame, buckets: list[int] | None, columns: list[str]) -> pl.DataFrame:
+        """The latest rows (every component's, and the markers) of the groups matching ``keys`` on ``columns``."""
+        table = self._table()
         if buckets is not None:
             table = table.where(F.col(BUCKET).isin(buckets))
         cond: Column | None = None
-        for k in columns or self.keys:
+        for k in columns:
             term = table[_q(k)].eqNullSafe(keys[_q(k)])
             cond = term if cond is None else cond & term
-        return self._cast(name, to_polars(table.join(keys, on=cond, how="left_semi").drop(BUCKET)))
+        raw = to_polars(table.join(keys, on=cond, how="left_semi").drop(BUCKET))
+        return self._latest_rows(raw).cast(self._columns, strict=False)  # type: ignore[arg-type]
 
-    def _merge(self, name: str, source: pl.DataFrame) -> None:
-        self._restore(name)
-        ident = self._identity(name)
-        src = self._bucketed(to_spark(self.spark, source))
-        view = f"imp_state_src_{re.sub(r'[^0-9A-Za-z_]', '_', name)}"
-        src.createOrReplaceTempView(view)
-        on = " AND ".join(f"t.{_q(c)} <=> s.{_q(c)}" for c in ident) + f" AND t.{BUCKET} = s.{BUCKET}"
-        if self._touched:  # the partitions a MERGE may touch, as literals (Delta prunes the others)
-            on += f" AND t.{BUCKET} IN ({', '.join(str(b) for b in self._touched)})"
-        cols = [*self._stored(name), BUCKET]
-        sets = ", ".join(f"t.{_q(c)} = s.{_q(c)}" for c in cols)
-        values = ", ".join(f"s.{_q(c)}" for c in cols)
-        names = ", ".join(_q(c) for c in cols)
-        try:
-            self.spark.sql(f"MERGE INTO delta.`{_uri_sql(self._uri(name))}` AS t USING {view} AS s ON {on} "
-                           f"WHEN MATCHED AND s.{OP} = 'D' THEN DELETE WHEN MATCHED THEN UPDATE SET {sets} "
-                           f"WHEN NOT MATCHED AND s.{OP} = 'U' THEN INSERT ({names}) VALUES ({values})")
-        finally:
-            self.spark.catalog.dropTempView(view)
-        self.pinned[name] = self._latest(name)
+    def _latest_rows(self, wide: pl.DataFrame) -> pl.DataFrame:
+        if not self.log or wide.height == 0:
+            return wide
+        return wide.filter(pl.col(SEQ) == pl.col(SEQ).max().over(self.keys))
 
-    def _identity(self, name: str) -> list[str]:
-        """The columns that name one row of a component: the state keys, plus the fragment or the value."""
-        if name == GROUPS:
-            return list(self.keys)
-        return [*self.keys, *[c for c in self._stored(name) if c in (FRAG, VALUE) and c not in self.keys]]
+    def _wide_schema(self) -> dict[str, pl.DataType]:
+        """The table's columns (but the bucket) with their polars types."""
+        groups = self.schemas[GROUPS]
+        out: dict[str, pl.DataType] = {k: groups[k] for k in self.keys}
+        out[PART] = pl.String()
+        out[SEQ] = pl.Int64()
+        for name in self.schemas:
+            for c, t in self._stored(name).items():
+                if c not in self.keys:
+                    out[self._physical(name, c)] = t
+        return out
+
+    def _physical(self, name: str, column: str) -> str:
+        return column if column in self.keys else f"{name}${column}"
+
+    def _wide(self, frames: Mapping[str, pl.DataFrame], seq: int) -> pl.DataFrame:
+        parts = [df.rename({c: self._physical(name, c) for c in df.columns})
+                 .with_columns(pl.lit(name).alias(PART), pl.lit(seq, dtype=pl.Int64).alias(SEQ))
+                 for name, df in frames.items()]
+        out = pl.concat([self._empty_wide(), *parts], how="diagonal_relaxed")
+        return out.select(list(self._columns)).cast(self._columns)  # type: ignore[arg-type]
+
+    def _wide_frame(self, name: str, df: DataFrame, seq: int) -> DataFrame:
+        types = spark_schema(self._columns)
+        own = {self._physical(name, c): c for c in self._stored(name)}
+        return df.select(*[(F.col(_q(own[f.name])) if f.name in own else
+                            F.lit(name) if f.name == PART else F.lit(seq) if f.name == SEQ else
+                            F.lit(None)).cast(f.dataType).alias(f.name) for f in types.fields])
+
+    def _empty_wide(self) -> pl.DataFrame:
+        return pl.DataFrame(schema=self._columns)
+
+    def _empty_spark(self) -> DataFrame:
+        return to_spark(self.spark, self._empty_wide())
+
+    def _split(self, wide: pl.DataFrame) -> dict[str, pl.DataFrame]:
+        """The wide rows per component, as the operator holds them."""
+        raw = {}
+        for name in self.schemas:
+            stored = self._stored(name)
+            own = wide.filter(pl.col(PART) == name)
+            raw[name] = own.select([pl.col(self._physical(name, c)).alias(c) for c in stored]).cast(
+                stored, strict=False)  # type: ignore[arg-type]
+        return {name: self._engine(name, df, raw[FCOUNTS]) for name, df in raw.items()}
 
     def _stored(self, name: str) -> dict[str, pl.DataType]:
         """A component's columns as stored (the groups' sketch is derived from ``F_g``)."""
         return {c: t for c, t in self.schemas[name].items() if c != SET}
-
-    def _engine_schema(self, name: str) -> dict[str, pl.DataType]:
-        return self.schemas[name]
 
     def _stored_rows(self, name: str, df: pl.DataFrame | None) -> pl.DataFrame:
         schema = self._stored(name)
         if df is None:
             return pl.DataFrame(schema=schema)
         return df.select(list(schema)).cast(schema)  # type: ignore[arg-type]
-
-    def _cast(self, name: str, df: pl.DataFrame) -> pl.DataFrame:
-        schema = self._stored(name)
-        return df.select(list(schema)).cast(schema, strict=False)  # type: ignore[arg-type]
 
     def _engine(self, name: str, df: pl.DataFrame, fcounts: pl.DataFrame) -> pl.DataFrame:
         """A component as the operator holds it: the groups with their sketches rebuilt from ``F_g``."""
@@ -280,16 +362,17 @@ class DeltaGroupStore:
         return out.select(list(self.schemas[name]))
 
 
-def _changed_rows(old: pl.DataFrame, new: pl.DataFrame, identity: list[str]) -> pl.DataFrame | None:
-    """The rows a MERGE must write to turn ``old`` into ``new`` (``__op`` U or D), None when they are equal."""
-    if old.height == 0 and new.height == 0:
-        return None
-    same = new.join(old, on=list(new.columns), how="semi", nulls_equal=True)
-    upserts = new.join(same, on=list(new.columns), how="anti", nulls_equal=True)
-    gone = old.join(new.select(identity), on=identity, how="anti", nulls_equal=True)
-    if upserts.height == 0 and gone.height == 0:
-        return None
-    return pl.concat([upserts.with_columns(pl.lit("U").alias(OP)), gone.with_columns(pl.lit("D").alias(OP))])
+def _changed_groups(old: pl.DataFrame, new: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """The keys of the groups whose rows (any component's) differ between ``old`` and ``new``."""
+    old, new = old.filter(pl.col(PART) != MARKER), new.filter(pl.col(PART) != MARKER)
+    columns = list(new.columns)
+    only_new = new.join(old, on=columns, how="anti", nulls_equal=True)
+    only_old = old.join(new, on=columns, how="anti", nulls_equal=True)
+    return pl.concat([only_new.select(keys), only_old.select(keys)]).unique()
+
+
+def _count(wide: pl.DataFrame, name: str) -> int:
+    return wide.filter(pl.col(PART) == name).height
 
 
 def _q(name: str) -> str:
@@ -300,4 +383,4 @@ def _uri_sql(uri: str) -> str:
     return uri.replace("`", "``")
 
 
-__all__ = ["BUCKET", "DeltaGroupStore", "bucket_count"]
+__all__ = ["BUCKET", "DeltaGroupStore", "bucket_count", "retain_hours"]

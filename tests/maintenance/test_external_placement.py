@@ -128,9 +128,9 @@ def test_state_on_object_storage_beside_the_table(service, outside, s3_server: s
     reference_root = "s3://lake/external/_imp_state/"
     state = [s for s in service.describe("s3ext_ext")["state"] if s["where"] == "external"]
     assert state and state[0]["rows"] > 0
-    listed = DeltaTable(f"{reference_root}{'s3ext_ext'}-r{_capture_run(service, 's3ext_ext')}/aggregation_r.0.0/groups",
+    listed = DeltaTable(f"{reference_root}{'s3ext_ext'}-r{_capture_run(service, 's3ext_ext')}/aggregation_r.0.0/state",
                         storage_options=options)
-    assert listed.version() >= 1  # written at capture, merged by maintenance
+    assert listed.version() >= 1  # written at capture, appended to by maintenance
 
 
 def _capture_run(service, name: str) -> int:  # noqa: ANN001

@@ -58,16 +58,16 @@ def test_the_delta_store_keeps_the_contract_of_the_memory_store(spark, tmp_path:
     # group (2, NULL) goes, (3, c) changes and loses fragment 0, (9, z) is new
     new = {GROUPS: groups([(3, "c", 3, -1.0, [2]), (9, "z", 1, 7.0, [5])]),
            FCOUNTS: fcounts([(3, "c", 2, 3), (9, "z", 5, 1)])}
-    before = dict(delta.pinned)
+    before = delta.pinned
     for store in (memory, delta):
         store.replace(keys, new)
-    assert all(delta.pinned[n] > before[n] for n in SCHEMAS_OF)
+    assert delta.pinned == before + 1  # one append for every component
     for name in SCHEMAS_OF:
         whole_m = next(memory.contents())[name]
         whole_d = pl.concat([c[name] for c in delta.contents()])
         assert same(whole_m, whole_d), name
     assert delta.size() == memory.size() == {GROUPS: 3, FCOUNTS: 3}
-    assert delta.reference()["versions"] == delta.pinned
+    assert delta.reference()["version"] == delta.pinned and delta.reference()["rows"] == delta.size()
 
     # reopened from its reference, the store reads the pinned versions
     reopened = DeltaGroupStore.from_reference(spark, KEYS, SCHEMAS_OF, delta.reference())
@@ -85,8 +85,86 @@ def test_versions_no_catalog_commit_named_are_rolled_back_before_the_next_write(
     assert again.fetch(keys)[GROUPS].get_column("__n").to_list() == [1]  # the pinned version, not the orphan
     again.replace(keys, {GROUPS: groups([(1, "a", 2, 2.0, [0])]), FCOUNTS: fcounts([(1, "a", 0, 2)])})
     assert again.fetch(keys)[GROUPS].get_column("__n").to_list() == [2]
-    history = spark.sql(f"DESCRIBE HISTORY delta.`{tmp_path / 'state' / GROUPS}`").select("operation").collect()
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{tmp_path / 'state' / 'state'}`").select("operation").collect()
     assert "RESTORE" in {r[0] for r in history}
+
+
+def test_appended_groups_replace_their_older_rows_until_a_compaction_drops_them(spark, tmp_path: Path,  # noqa: ANN001
+                                                                                 monkeypatch) -> None:  # noqa: ANN001
+    """A replace appends the changed groups whole (a marker row for a group that goes); reads see each group's latest
+    rows, on the driver and on Spark (``table``), at the pinned version; a compaction rewrites the latest rows only."""
+    from imp_core.spark import state_store
+
+    monkeypatch.setattr(state_store, "COMPACT_MIN_ROWS", 12)
+    memory = MemoryGroupStore(KEYS, SCHEMAS_OF)
+    delta = DeltaGroupStore(spark, str(tmp_path / "state"), KEYS, SCHEMAS_OF, buckets=2)
+    for store in (memory, delta):
+        store.load({GROUPS: groups([(k, "a", 1, float(k), [0]) for k in range(6)]),
+                    FCOUNTS: fcounts([(k, "a", 0, 1) for k in range(6)])})
+    steps = [({1: (2, [0, 1]), 2: None}, "an update and a group that goes"),
+             ({2: (1, [3]), 7: (1, [2])}, "the gone group back, a new one"),
+             ({1: (2, [0, 1]), 3: None, 4: None}, "an unchanged group (not written), two that go")]
+    seen = []
+    for change, what in steps:
+        keys = pl.DataFrame({"k": list(change), "s": ["a"] * len(change)})
+        rows = {GROUPS: groups([(k, "a", n, 0.5, frags) for k, v in change.items() if v for n, frags in [v]]),
+                FCOUNTS: fcounts([(k, "a", f, 1) for k, v in change.items() if v for f in v[1]])}
+        before = delta.pinned
+        for store in (memory, delta):
+            store.fetch(keys)
+            store.replace(keys, rows)
+        seen.append((delta.reference(), next(memory.contents())))
+        assert delta.size() == memory.size(), what
+        assert delta.pinned is not None and before is not None and delta.pinned > before, what
+        for name in SCHEMAS_OF:
+            assert same(next(memory.contents())[name], pl.concat([c[name] for c in delta.contents()])), what
+            on_spark = pl.from_arrow(delta.table(name).toArrow())  # type: ignore[union-attr]
+            assert same(next(memory.contents())[name].drop("__sk", strict=False), on_spark.cast(
+                {c: t for c, t in SCHEMAS_OF[name].items() if c != "__sk"})), what  # type: ignore[arg-type]
+    assert seen[1][0]["log"] > 0 and seen[2][0]["log"] == 0, "the third append passes 12 rows: compacted"
+    operations = [r[0] for r in spark.sql(f"DESCRIBE HISTORY delta.`{tmp_path / 'state' / 'state'}`")
+                  .select("operation").collect()]
+    assert operations.count("WRITE") == 5  # the load, three appends, the compaction
+    assert spark.read.format("delta").load(str(tmp_path / "state" / "state")).count() == sum(memory.size().values())
+    reopened = DeltaGroupStore.from_reference(spark, KEYS, SCHEMAS_OF, seen[0][0])  # an older version, with its log
+    for name in SCHEMAS_OF:
+        assert same(seen[0][1][name], pl.concat([c[name] for c in reopened.contents()])), name
+
+
+def test_a_compaction_vacuums_what_no_kept_sketch_version_reads(spark, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """Sketch versions are simulated by reopening the store from each reference (as a maintenance run does): a
+    compaction vacuums with a retention that covers the oldest sketch version kept (``retention`` 2: the one before),
+    which still reads; its own commits do not look like a dead job's (no RESTORE). Delta's retention is in whole
+    hours, so no file a test just removed is old enough to go: the hours are :func:`retain_hours`'s, below."""
+    from imp_core.spark import state_store
+
+    monkeypatch.setattr(state_store, "COMPACT_MIN_ROWS", 1)
+    store = DeltaGroupStore(spark, str(tmp_path / "state"), KEYS, SCHEMAS_OF, buckets=1, retention=2)
+    store.load({GROUPS: groups([(1, "a", 1, 1.0, [0]), (2, "a", 1, 2.0, [0])]),
+                FCOUNTS: fcounts([(1, "a", 0, 1), (2, "a", 0, 1)])})
+    references = [store.reference()]
+    keys = pl.DataFrame({"k": [1], "s": ["a"]})
+    for n in (2, 3, 4):  # each sketch version's run: an append, then a compaction (every append passes 1 row)
+        store = DeltaGroupStore.from_reference(spark, KEYS, SCHEMAS_OF, references[-1], retention=2)
+        store.fetch(keys)
+        store.replace(keys, {GROUPS: groups([(1, "a", n, 1.0, [0])]), FCOUNTS: fcounts([(1, "a", 0, n)])})
+        references.append(store.reference())
+    assert references[-1]["pins"] == [r["version"] for r in references]
+    table = tmp_path / "state" / "state"
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").select("operation").collect()
+    operations = [r["operation"] for r in history]
+    assert operations.count("VACUUM START") == 3 and "RESTORE" not in operations
+    again = DeltaGroupStore.from_reference(spark, KEYS, SCHEMAS_OF, references[-2])
+    assert again.fetch(keys)[GROUPS].get_column("__n").to_list() == [3]  # the kept version still reads
+
+
+def test_a_vacuum_keeps_what_a_version_of_any_age_reads() -> None:
+    """Delta rounds a VACUUM's retention to whole hours: the hours given cover the version's age and the margin."""
+    from imp_core.spark.state_store import VACUUM_MARGIN_HOURS, retain_hours
+
+    for age in (0.0, 1.0, 1799.0, 1801.0, 3600.0, 3601.0, 86_399.0):
+        assert retain_hours(age) - VACUUM_MARGIN_HOURS >= age / 3600 and isinstance(retain_hours(age), int), age
+    assert retain_hours(3601.0) == 2 + VACUUM_MARGIN_HOURS
 
 
 @property_test(6)

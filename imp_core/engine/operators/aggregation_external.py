@@ -4,7 +4,7 @@
 A batch asks the store for the rows of the groups it touches (groups, ``F_g``, value multisets), folds itself into
 them with the frame engine's rules of :class:`~imp_core.engine.operators.aggregation.Aggregation` (the same code,
 so the same values and output deltas as in memory), and hands the touched groups' new rows back; the store writes
-them (Spark MERGEs into Delta tables). The saved state is the store's reference, not frames. See
+them (an append to its Delta table, on Spark). The saved state is the store's reference, not frames. See
 docs/ARCHITECTURE.md, "Where state lives".
 """
 

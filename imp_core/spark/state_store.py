@@ -133,6 +133,8 @@ class DeltaGroupStore:
         return self._split(self._read_keys(F.broadcast(kdf), buckets, list(wanted.columns)))
 
     def replace(self, keys: pl.DataFrame, rows: Mapping[str, pl.DataFrame]) -> None:
+        if self._fetched is None:  # the groups' current rows are what the append supersedes (and the counts drop)
+            self.fetch(keys)
         old = self._fetched if self._fetched is not None else self._empty_wide()
         seq = (self.pinned if self.pinned is not None else -1) + 1
         new = self._wide({name: self._stored_rows(name, rows.get(name)) for name in self.schemas}, seq)

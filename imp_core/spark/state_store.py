@@ -111,26 +111,11 @@ class DeltaGroupStore:
     # -- the contract ------------------------------------------------------------------------------------------------
 
     def fetch(self, keys: pl.DataFrame) -> dict[str, pl.DataFrame]:
-        wanted = keys.select(self.keys).unique()
-        if self.pinned is None or wanted.height == 0:
-            wide = self._empty_wide()
-        else:
-            kdf = F.broadcast(self._bucketed(to_spark(self.spark, wanted)))
-            buckets = sorted(int(r[0]) for r in kdf.select(BUCKET).distinct().collect())
-            wide = self._read_keys(kdf, buckets, self.keys)
-        self._fetched = wide
-        return self._split(wide)
+        self._fetched = self._read(keys.select(self.keys).unique())
+        return self._split(self._fetched)
 
     def fetch_where(self, keys: pl.DataFrame) -> dict[str, pl.DataFrame]:
-        wanted = keys.unique()
-        if self.pinned is None or wanted.height == 0:
-            return self._split(self._empty_wide())
-        kdf = to_spark(self.spark, wanted)
-        buckets = None
-        if list(wanted.columns) == self.keys:
-            kdf = self._bucketed(kdf)
-            buckets = sorted(int(r[0]) for r in kdf.select(BUCKET).distinct().collect())
-        return self._split(self._read_keys(F.broadcast(kdf), buckets, list(wanted.columns)))
+        return self._split(self._read(keys.unique()))
 
     def replace(self, keys: pl.DataFrame, rows: Mapping[str, pl.DataFrame]) -> None:
         if self._fetched is None:  # the groups' current rows are what the append supersedes (and the counts drop)
@@ -282,11 +267,20 @@ class DeltaGroupStore:
         cols = [F.col(_q(k)) for k in self.keys]
         return df.withColumn(BUCKET, F.pmod(F.xxhash64(*cols), F.lit(self.buckets)).cast("int"))
 
-    def _read_keys(self, keys: DataFrame, buckets: list[int] | None, columns: list[str]) -> pl.DataFrame:
-        """The latest rows (every component's, and the markers) of the groups matching ``keys`` on ``columns``."""
+    def _read(self, wanted: pl.DataFrame) -> pl.DataFrame:
+        """The latest rows (every component's, and the markers) of the groups matching a row of ``wanted`` on its
+        columns: one Spark job reads them, pruned to the keys' buckets when ``wanted`` has every state key (one
+        small job computes them)."""
+        if self.pinned is None or wanted.height == 0:
+            return self._empty_wide()
+        columns = list(wanted.columns)
+        keys = to_spark(self.spark, wanted)
         table = self._table()
-        if buckets is not None:
+        if columns == self.keys:
+            keys = self._bucketed(keys)
+            buckets = sorted(int(r[0]) for r in keys.select(BUCKET).distinct().collect())
             table = table.where(F.col(BUCKET).isin(buckets))
+        keys = F.broadcast(keys)
         cond: Column | None = None
         for k in columns:
             term = table[_q(k)].eqNullSafe(keys[_q(k)])

@@ -7,7 +7,12 @@ version that wrote the row) and a hash-bucket column ``__bucket`` (the keys' ``x
 table is partitioned by. A batch costs one read and one append, whatever the number of components:
 
 * **fetch**: the batch's keys go to Spark as a small frame; their buckets are computed there (one small job), and
-  the rows of those keys are read in one job at the pinned version (``versionAsOf``), pruned to the buckets;
+  the rows of those keys are read in one job at the pinned version (``versionAsOf``), pruned to the buckets and, by
+  the files' key statistics, to the ranges the batch's first key falls in: a whole write sorts each bucket by the
+  keys into files of at most :data:`FILE_ROWS` rows, so a batch of integer or date keys close to each other (new
+  orders, recent dates) reads a few files whatever the table's size. The ranges filter only a batch whose ranges
+  cover at most :data:`SELECTIVE` of the table's key span (kept in the reference): a filter that keeps most rows
+  costs more per row than the files it skips (keys spread over the whole domain read every file, unfiltered);
 * **replace**: the groups whose rows changed are appended whole (every component's new rows plus a ``#`` marker row
   per group, ``__seq`` the new version): a group's rows are those of its latest ``__seq``, so the append replaces the
   older rows without a ``MERGE`` (no file of the table is rewritten). When the rows appended since the last
@@ -48,6 +53,9 @@ TABLE = "state"
 FORMAT = 2
 CHUNK_ROWS = 1 << 20  # rows per chunk when the whole state is read (a capture's output, a move back into memory)
 COMPACT_MIN_ROWS = 1 << 20  # appended rows below which a table is never compacted
+FILE_ROWS = 1 << 18  # rows per file of a whole write (each a narrow key range the fetch's filter skips by)
+MAX_RANGES = 8  # key ranges the fetch's skipping filter has at most (the batch's first key split at its widest gaps)
+SELECTIVE = 0.25  # the part of the table's key span a batch's ranges may cover for the fetch to filter by them
 VACUUM_MARGIN_HOURS = 1  # files removed this long before the oldest kept version's commit stay (clock skew)
 MAX_PINS = 64  # earlier sketch versions' pinned table versions a reference remembers (for retention)
 _TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false", "delta.enableChangeDataFeed": "false"}  # no row is ever
@@ -72,7 +80,7 @@ class DeltaGroupStore:
     def __init__(self, spark: SparkSession, location: str, keys: list[str],
                  schemas: Mapping[str, Mapping[str, pl.DataType]], version: int | None = None,
                  buckets: int = 1, rows: Mapping[str, int] | None = None, log: int = 0, pins: Sequence[int] = (),
-                 retention: int = 5) -> None:
+                 retention: int = 5, span: Sequence[int] | None = None) -> None:
         self.spark = spark
         self.location = location.rstrip("/")
         self.keys = list(keys)
@@ -83,6 +91,8 @@ class DeltaGroupStore:
         self.log = log  # rows appended since the table was last written whole
         self.pins = [int(p) for p in pins][-MAX_PINS:]  # the versions earlier sketch versions pinned, oldest first
         self.retention = retention  # sketch versions whose state is kept (IMP_STATE_RETENTION)
+        self.ranged = self.schemas[GROUPS][self.keys[0]] in _RANGED  # the first key's files can be skipped by range
+        self.span = (int(span[0]), int(span[1])) if span and self.ranged else None  # its lowest, highest (physical)
         self._columns = self._wide_schema()
         self._fetched: pl.DataFrame | None = None  # the wide rows of the last fetch
         self._checked = False  # orphaned versions rolled back
@@ -106,7 +116,7 @@ class DeltaGroupStore:
             raise StateError(f"external state at {storage.redact(reference['location'])} has components "
                              f"{sorted(rows)}, the operator {sorted(schemas)}; recapture the sketch")
         return cls(spark, reference["location"], keys, schemas, int(reference["version"]), int(reference["buckets"]),
-                   rows, int(reference.get("log", 0)), reference.get("pins", ()), retention)
+                   rows, int(reference.get("log", 0)), reference.get("pins", ()), retention, reference.get("span"))
 
     # -- the contract ------------------------------------------------------------------------------------------------
 
@@ -136,6 +146,7 @@ class DeltaGroupStore:
         self._restore()
         self._append(to_spark(self.spark, append.cast(self._columns)))  # type: ignore[arg-type]
         self.log += append.height
+        self._widen(append.get_column(self.keys[0]))
         if self.log >= max(COMPACT_MIN_ROWS, sum(self.rows.values()) // 4):
             self.compact()
 
@@ -151,8 +162,13 @@ class DeltaGroupStore:
         for p in parts[1:]:
             out = out.unionByName(p)
         self._overwrite(out)
-        counts = {str(r[0]): int(r[1]) for r in self._table().groupBy(PART).count().collect()}
-        self.rows = {name: counts.get(name, 0) for name in self.schemas}
+        first = F.col(_q(self.keys[0]))
+        physical = (F.unix_date(first) if self.schemas[GROUPS][self.keys[0]] == pl.Date else first).cast("long")
+        stats = self._table().groupBy(PART).agg(F.count(F.lit(1)), F.min(physical), F.max(physical)).collect()
+        self.rows = {name: 0 for name in self.schemas}
+        self.rows.update({str(r[0]): int(r[1]) for r in stats if str(r[0]) in self.rows})
+        ends = [(int(r[2]), int(r[3])) for r in stats if r[2] is not None]
+        self.span = (min(e[0] for e in ends), max(e[1] for e in ends)) if ends and self.ranged else None
 
     def contents(self) -> Iterator[dict[str, pl.DataFrame]]:
         if self.pinned is None:
@@ -182,7 +198,8 @@ class DeltaGroupStore:
     def reference(self) -> dict[str, Any]:
         pins = [*self.pins, *([self.pinned] if self.pinned is not None else [])]
         return {"store": "delta", "format": FORMAT, "location": self.location, "version": self.pinned,
-                "buckets": self.buckets, "rows": dict(self.rows), "log": self.log, "pins": pins[-MAX_PINS:]}
+                "buckets": self.buckets, "rows": dict(self.rows), "log": self.log, "pins": pins[-MAX_PINS:],
+                "span": list(self.span) if self.span else None}
 
     def compact(self) -> None:
         """Rewrite the table with each group's latest rows only (the appended history goes)."""
@@ -251,8 +268,9 @@ class DeltaGroupStore:
             self.spark.sql(f"RESTORE TABLE delta.`{_uri_sql(self._uri())}` TO VERSION AS OF {self.pinned}")
 
     def _overwrite(self, df: DataFrame) -> None:
-        out = self._bucketed(df).repartition(BUCKET)
-        writer = out.write.format("delta").mode("overwrite").partitionBy(BUCKET).option("overwriteSchema", "true")
+        out = self._bucketed(df).repartition(BUCKET).sortWithinPartitions(BUCKET, *[_q(k) for k in self.keys])
+        writer = (out.write.format("delta").mode("overwrite").partitionBy(BUCKET).option("overwriteSchema", "true")
+                  .option("maxRecordsPerFile", FILE_ROWS))
         for k, v in _TABLE_PROPERTIES.items():
             writer = writer.option(k, v)
         self._restore()
@@ -280,6 +298,10 @@ class DeltaGroupStore:
             keys = self._bucketed(keys)
             buckets = sorted(int(r[0]) for r in keys.select(BUCKET).distinct().collect())
             table = table.where(F.col(BUCKET).isin(buckets))
+        if self.keys[0] in columns and self.span is not None:
+            skip = _skipping_filter(wanted.get_column(self.keys[0]), _q(self.keys[0]), self.span)
+            if skip is not None:
+                table = table.where(skip)
         keys = F.broadcast(keys)
         cond: Column | None = None
         for k in columns:
@@ -287,6 +309,13 @@ class DeltaGroupStore:
             cond = term if cond is None else cond & term
         raw = to_polars(table.join(keys, on=cond, how="left_semi").drop(BUCKET))
         return self._latest_rows(raw).cast(self._columns, strict=False)  # type: ignore[arg-type]
+
+    def _widen(self, keys: pl.Series) -> None:
+        """The key span after an append of ``keys`` (a compaction keeps it: a span too wide only filters less)."""
+        present = keys.drop_nulls().to_physical()
+        if self.span is None or present.len() == 0:
+            return
+        self.span = (min(self.span[0], int(present.min())), max(self.span[1], int(present.max())))  # type: ignore[arg-type]
 
     def _latest_rows(self, wide: pl.DataFrame) -> pl.DataFrame:
         if not self.log or wide.height == 0:
@@ -359,6 +388,52 @@ class DeltaGroupStore:
         return out.select(list(self.schemas[name]))
 
 
+_RANGED = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.Date)  # key types whose order Spark and polars agree on
+
+
+def key_runs(values: pl.Series, limit: int = MAX_RANGES) -> list[tuple[Any, Any]] | None:
+    """At most ``limit`` closed ranges (lowest, highest) that hold every non-NULL value of ``values``: the sorted
+    distinct values split at their widest gaps. None for a type other than signed integers and dates (floats: NaN;
+    timestamps: time zones; strings: no gaps to measure)."""
+    if values.dtype not in _RANGED:
+        return None
+    present = values.drop_nulls().unique().sort()
+    n = present.len()
+    if n == 0:
+        return []
+    if n <= limit:
+        cuts = list(range(1, n))
+    else:
+        gaps = present.to_physical().cast(pl.Float64).diff().slice(1)  # gap i lies between values i and i + 1
+        cuts = sorted(int(i) + 1 for i in gaps.arg_sort(descending=True).slice(0, limit - 1))
+    bounds = [0, *cuts, n]
+    return [(present[a], present[b - 1]) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def _skipping_filter(values: pl.Series, column: str, span: tuple[int, int]) -> Column | None:
+    """A filter that keeps every row whose ``column`` is one of ``values`` (NULL included) and lets Delta skip the
+    files, and Parquet the row groups, whose key range holds none of them (:func:`key_runs`); None when the ranges
+    cover more than :data:`SELECTIVE` of ``span`` (the table's lowest and highest key, physical values)."""
+    runs = key_runs(values)
+    if runs is None:
+        return None
+    physical = [(int(pl.Series([lo], dtype=values.dtype).to_physical()[0]),
+                 int(pl.Series([hi], dtype=values.dtype).to_physical()[0])) for lo, hi in runs]
+    if sum(hi - lo + 1 for lo, hi in physical) > SELECTIVE * (span[1] - span[0] + 1):
+        return None
+    col, kind = F.col(column), spark_schema({"v": values.dtype}).fields[0].dataType
+    terms = [col == F.lit(lo).cast(kind) if lo == hi else col.between(F.lit(lo).cast(kind), F.lit(hi).cast(kind))
+             for lo, hi in runs]
+    if values.null_count():
+        terms.append(col.isNull())
+    if not terms:
+        return None
+    out = terms[0]
+    for t in terms[1:]:
+        out = out | t
+    return out
+
+
 def _changed_groups(old: pl.DataFrame, new: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """The keys of the groups whose rows (any component's) differ between ``old`` and ``new``."""
     old, new = old.filter(pl.col(PART) != MARKER), new.filter(pl.col(PART) != MARKER)
@@ -380,4 +455,4 @@ def _uri_sql(uri: str) -> str:
     return uri.replace("`", "``")
 
 
-__all__ = ["BUCKET", "DeltaGroupStore", "bucket_count", "retain_hours"]
+__all__ = ["BUCKET", "DeltaGroupStore", "bucket_count", "key_runs", "retain_hours"]

@@ -173,6 +173,59 @@ def test_a_vacuum_keeps_what_a_version_of_any_age_reads() -> None:
     assert retain_hours(3601.0) == 2 + VACUUM_MARGIN_HOURS
 
 
+def test_a_fetch_of_keys_close_together_reads_only_the_files_of_their_range(spark, tmp_path: Path,  # noqa: ANN001
+                                                                          monkeypatch) -> None:  # noqa: ANN001
+    """A whole write sorts the rows by key into small files; a batch whose keys cover little of the table's key span
+    is filtered by their ranges (and a NULL key), so Delta skips the other files; a batch spread over the span is
+    not. Either way the fetch is the memory store's, also for keys appended beyond the span."""
+    from imp_core.spark import state_store
+
+    monkeypatch.setattr(state_store, "FILE_ROWS", 100)
+    memory = MemoryGroupStore(KEYS, SCHEMAS_OF)
+    delta = DeltaGroupStore(spark, str(tmp_path / "state"), KEYS, SCHEMAS_OF, buckets=1)
+    start = {GROUPS: groups([(k, "a", 1, float(k), [k % 3]) for k in range(1000)] + [(None, "n", 1, 0.0, [1])]),
+             FCOUNTS: fcounts([(k, "a", k % 3, 1) for k in range(1000)] + [(None, "n", 1, 1)])}
+    for store in (memory, delta):
+        store.load(start)
+    assert delta.reference()["span"] == [0, 999]
+    table = delta._table()
+    files = len(table.inputFiles())
+    close = pl.DataFrame({"k": [10, 12, None, 400, 401], "s": ["a", "a", "n", "a", "x"]})
+    spread = pl.DataFrame({"k": list(range(0, 1000, 50)), "s": ["a"] * 20})
+    skip = state_store._skipping_filter(close.get_column("k"), "k", delta.span)  # type: ignore[arg-type]
+    assert files >= 20 and skip is not None and 1 <= len(table.where(skip).inputFiles()) <= 3
+    assert state_store._skipping_filter(spread.get_column("k"), "k", delta.span) is None  # type: ignore[arg-type]
+    for keys in (close, spread):
+        for name in SCHEMAS_OF:
+            assert same(memory.fetch(keys)[name], delta.fetch(keys)[name]), name
+    beyond = pl.DataFrame({"k": [5000], "s": ["a"]})
+    for store in (memory, delta):
+        store.fetch(beyond)
+        store.replace(beyond, {GROUPS: groups([(5000, "a", 1, 1.0, [2])]), FCOUNTS: fcounts([(5000, "a", 2, 1)])})
+    assert delta.reference()["span"] == [0, 5000]
+    for name in SCHEMAS_OF:
+        assert same(memory.fetch(beyond)[name], delta.fetch(beyond)[name]), name
+
+
+def test_key_runs_hold_every_key_in_few_ranges() -> None:
+    """The skipping filter's ranges: at most the limit, every value inside one, split at the widest gaps."""
+    import datetime
+
+    from imp_core.spark.state_store import key_runs
+
+    assert key_runs(pl.Series([5, 1, 2, 100, 101, None]), 3) == [(1, 2), (5, 5), (100, 101)]
+    assert key_runs(pl.Series([*range(100), 1000, 5000]), 3) == [(0, 99), (1000, 1000), (5000, 5000)]
+    day = datetime.date(2020, 1, 1)
+    assert key_runs(pl.Series([day, day + datetime.timedelta(400), day + datetime.timedelta(401)]), 2) == [
+        (day, day), (day + datetime.timedelta(400), day + datetime.timedelta(401))]
+    assert key_runs(pl.Series([None], dtype=pl.Int64)) == []
+    assert key_runs(pl.Series([1.5])) is None and key_runs(pl.Series(["a"])) is None
+    values = pl.Series([7 * i * i % 10_007 for i in range(3000)])
+    runs = key_runs(values, 8)
+    assert runs is not None and len(runs) <= 8
+    assert all(any(lo <= v <= hi for lo, hi in runs) for v in values.to_list())
+
+
 @property_test(6)
 @given(case=cases("agg"))
 def test_the_external_path_on_delta_agrees_with_the_memory_engine(spark, tmp_path_factory, case: Case) -> None:  # noqa: ANN001

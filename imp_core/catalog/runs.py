@@ -135,6 +135,11 @@ class RunStore(LockStore):
                     cleared += self.discard_capture_run(run_id)
         return cleared
 
+    def running_ids(self) -> set[int]:
+        """The ids of every run still marked ``running`` (of any sketch, and captures without one yet)."""
+        with self._transaction("list running runs") as conn:
+            return set(conn.execute(sa.text("SELECT id FROM maintenance_run WHERE status = 'running'")).scalars())
+
     def get_run(self, run_id: int) -> RunRecord:
         """One maintenance run.
 

@@ -29,7 +29,7 @@ from imp_core.maintenance.repartition import advance_rows, tracked_rows
 from imp_core.maintenance.runs import Run, commit, maintenance_run, new_version, table_identities
 from imp_core.maintenance.statistics import rows_per_version
 from imp_core.maintenance.strategy import Strategy
-from imp_core.sources import names
+from imp_core.sources import names, storage
 from imp_core.sources.delta import VERSION
 
 DEFAULT_BATCH = 1000
@@ -81,11 +81,25 @@ def maintain(parts: Parts, name: str, strategy: str | None = None, batch_size: i
                                  start=latest) as run:
                 result.versions.append(recapture(parts, loaded, latest, target, reason, run))
             result.recaptured = reason
-            return result
-        guards.check_schemas(catalog, loaded, target)
-        with maintenance_run(catalog, trigger, chosen.value, sketch_id=loaded.record.id, start=latest) as run:
-            _incremental_batches(parts, loaded, latest, target, chosen, batch_size, allow_recapture, run, result)
+        else:
+            guards.check_schemas(catalog, loaded, target)
+            with maintenance_run(catalog, trigger, chosen.value, sketch_id=loaded.record.id, start=latest) as run:
+                _incremental_batches(parts, loaded, latest, target, chosen, batch_size, allow_recapture, run, result)
+        _clean_up_state(parts, loaded)
     return result
+
+
+def _clean_up_state(parts: Parts, loaded: LoadedSketch) -> None:
+    """Remove the external state folders no kept version reads (:func:`placement.clean_up`); a failure is reported,
+    not raised: the versions are committed, and the next run tries again."""
+    try:
+        removed = placement.clean_up(parts, loaded.name, loaded.sources)
+    except Exception as e:  # noqa: BLE001 - housekeeping after the commit must not fail the run
+        parts.progress(f"sketch {loaded.name}: could not remove external state no version reads: "
+                       f"{storage.redact(first_line(e))}; the next run tries again")
+        return
+    if removed:
+        parts.progress(f"sketch {loaded.name}: removed external state no kept version reads ({', '.join(removed)})")
 
 
 def _cheaper_recapture(parts: Parts, loaded: LoadedSketch, latest: VersionRecord, target: Mapping[str, int],

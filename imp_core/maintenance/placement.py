@@ -25,6 +25,7 @@ from imp_core.engine.pipeline import Pipeline, node_paths
 from imp_core.errors import StateError
 from imp_core.maintenance.parts import Parts
 from imp_core.plan.nodes import Aggregate, Plan
+from imp_core.sources import storage
 from imp_core.sources.delta import DeltaSource
 
 if TYPE_CHECKING:
@@ -182,8 +183,10 @@ def recorded(pipeline: Pipeline) -> dict[str, dict[str, Any]]:
     for op in pipeline.stateful():
         if op.op_id in external:
             assert isinstance(op, (ExternalAggregation, ExternalDistinct))
-            rows, size = _stored(op.store.reference())
-            out[op.op_id] = {"where": "external", "bytes": size, "rows": rows}
+            reference = op.store.reference()
+            rows, size = _stored(reference)
+            out[op.op_id] = {"where": "external", "bytes": size, "rows": rows,
+                             "folder": posixpath.basename(posixpath.dirname(str(reference["location"]).rstrip("/")))}
         else:
             out[op.op_id] = {"where": "memory", "bytes": int(op.state_size_bytes())}
     return out
@@ -192,6 +195,48 @@ def recorded(pipeline: Pipeline) -> dict[str, dict[str, Any]]:
 def external_of(placement: Mapping[str, Mapping[str, Any]] | None) -> frozenset[str]:
     """The node paths of the operators a version recorded as external."""
     return frozenset(op.split("@", 1)[1] for op, p in (placement or {}).items() if p.get("where") == "external")
+
+
+def clean_up(parts: Parts, sketch: str, sources: Mapping[str, DeltaSource]) -> list[str]:
+    """Remove the run folders ``<sketch>-r<run>`` under the state root that no version whose state the catalog keeps
+    names (of this sketch, or of a live sketch whose folders are named alike) and no running run may be writing: the
+    state of earlier captures once retention dropped their versions, of a dropped sketch of the same name, and of a
+    job that died before its commit. Call with the sketch's lock held, after its run finished. Only the current
+    state root is looked at. Returns the folders removed.
+
+    Nothing is removed while a kept version predates the recorded folders (``state_placement`` without ``folder``):
+    which folder it reads is then unknown.
+    """
+    catalog = parts.catalog
+    safe = _safe(sketch)
+    keep: set[str] = set()
+    ever_external = False
+    for record in catalog.list_sketches():
+        if _safe(record.name) != safe:
+            continue
+        versions = catalog.versions(record.id)
+        ever_external |= any(external_of(v.state_placement) for v in versions)
+        for version in versions[-max(1, parts.settings.state_retention):]:
+            for placed in (version.state_placement or {}).values():
+                if placed.get("where") != "external":
+                    continue
+                if "folder" not in placed:
+                    return []
+                keep.add(str(placed["folder"]))
+    if not ever_external:
+        return []
+    root = state_root(parts, sources)
+    spark = None if storage.is_local(root) else parts.spark
+    running = catalog.running_ids()
+    pattern = re.compile(rf"{re.escape(safe)}-r(\d+)")
+    removed = []
+    for name in storage.child_dirs(root, spark):
+        found = pattern.fullmatch(name)
+        if found is None or name in keep or int(found.group(1)) in running:
+            continue
+        storage.remove_tree(f"{root}/{name}", spark)
+        removed.append(name)
+    return removed
 
 
 def _stored(reference: Mapping[str, Any]) -> tuple[int, int]:
@@ -209,5 +254,5 @@ def _safe(name: str) -> str:
     return re.sub(r"[^0-9A-Za-z_.-]", "_", name)
 
 
-__all__ = ["STATE_DIR", "bind_new", "bind_saved", "decide", "external_of", "external_paths", "group_bytes",
+__all__ = ["STATE_DIR", "bind_new", "bind_saved", "clean_up", "decide", "external_of", "external_paths", "group_bytes",
            "recorded", "state_root"]

@@ -9,6 +9,7 @@ messages. See docs/DEPLOYMENT.md, "Object storage".
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
@@ -194,6 +195,37 @@ def configure_spark(spark: SparkSession, config: S3Config | None = None) -> None
 _applied: dict[int, Any] = {}
 
 
+def child_dirs(uri: str, spark: SparkSession | None = None) -> list[str]:
+    """The names of the folders directly under ``uri`` (none if it does not exist); S3 is listed through the
+    session's S3A file system (``spark`` required), with the same settings as the tables."""
+    if is_local(uri):
+        root = uri.removeprefix("file://")
+        return sorted(e.name for e in os.scandir(root) if e.is_dir()) if os.path.isdir(root) else []
+    fs, path = _hadoop(uri, spark)
+    if not fs.exists(path):
+        return []
+    return sorted(str(s.getPath().getName()) for s in fs.listStatus(path) if s.isDirectory())
+
+
+def remove_tree(uri: str, spark: SparkSession | None = None) -> None:
+    """Delete the folder ``uri`` and everything under it (S3 through the session's S3A file system)."""
+    if is_local(uri):
+        shutil.rmtree(uri.removeprefix("file://"), ignore_errors=False)
+        return
+    fs, path = _hadoop(uri, spark)
+    fs.delete(path, True)
+
+
+def _hadoop(uri: str, spark: SparkSession | None) -> tuple[Any, Any]:
+    if spark is None:
+        raise ConfigError(f"listing {redact(uri)} needs a Spark session (object storage is reached through S3A)")
+    if is_s3(uri):
+        configure_spark(spark)
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(spark_uri(uri))
+    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
+
+
 def redact(text: str) -> str:
     """``text`` with every configured secret replaced by ``***``."""
     try:
@@ -206,5 +238,5 @@ def redact(text: str) -> str:
     return text
 
 
-__all__ = ["S3Config", "configure", "configure_spark", "delta_rs_options", "delta_rs_uri", "is_local", "is_s3",
-           "normalize", "redact", "s3_config", "scheme", "spark_uri"]
+__all__ = ["S3Config", "child_dirs", "configure", "configure_spark", "delta_rs_options", "delta_rs_uri", "is_local",
+           "is_s3", "normalize", "redact", "remove_tree", "s3_config", "scheme", "spark_uri"]

@@ -8,11 +8,12 @@ table is partitioned by. A batch costs one read and one append, whatever the num
 
 * **fetch**: the batch's keys go to Spark as a small frame; their buckets are computed there (one small job), and
   the rows of those keys are read in one job at the pinned version (``versionAsOf``), pruned to the buckets and, by
-  the files' key statistics, to the ranges the batch's first key falls in: a whole write sorts each bucket by the
-  keys into files of at most :data:`FILE_ROWS` rows, so a batch of integer or date keys close to each other (new
-  orders, recent dates) reads a few files whatever the table's size. The ranges filter only a batch whose ranges
-  cover at most :data:`SELECTIVE` of the table's key span (kept in the reference): a filter that keeps most rows
-  costs more per row than the files it skips (keys spread over the whole domain read every file, unfiltered);
+  the files' key statistics, to the ranges the batch's sort key (the first integer or date key) falls in: a whole
+  write sorts each bucket by that key into files of at most :data:`FILE_ROWS` rows, so a batch whose keys lie close
+  to each other (new orders, recent dates) reads a few files whatever the table's size. The ranges filter only a
+  batch whose ranges cover at most :data:`SELECTIVE` of the table's span of that key (kept in the reference): a
+  filter that keeps most rows costs more per row than the files it skips (keys spread over the whole domain read
+  every file, unfiltered);
 * **replace**: the groups whose rows changed are appended whole (every component's new rows plus a ``#`` marker row
   per group, ``__seq`` the new version): a group's rows are those of its latest ``__seq``, so the append replaces the
   older rows without a ``MERGE`` (no file of the table is rewritten). When the rows appended since the last
@@ -54,7 +55,7 @@ FORMAT = 2
 CHUNK_ROWS = 1 << 20  # rows per chunk when the whole state is read (a capture's output, a move back into memory)
 COMPACT_MIN_ROWS = 1 << 20  # appended rows below which a table is never compacted
 FILE_ROWS = 1 << 18  # rows per file of a whole write (each a narrow key range the fetch's filter skips by)
-MAX_RANGES = 8  # key ranges the fetch's skipping filter has at most (the batch's first key split at its widest gaps)
+MAX_RANGES = 8  # key ranges the fetch's skipping filter has at most (the batch's sort key split at its widest gaps)
 SELECTIVE = 0.25  # the part of the table's key span a batch's ranges may cover for the fetch to filter by them
 VACUUM_MARGIN_HOURS = 1  # files removed this long before the oldest kept version's commit stay (clock skew)
 MAX_PINS = 64  # earlier sketch versions' pinned table versions a reference remembers (for retention)
@@ -91,7 +92,9 @@ class DeltaGroupStore:
         self.log = log  # rows appended since the table was last written whole
         self.pins = [int(p) for p in pins][-MAX_PINS:]  # the versions earlier sketch versions pinned, oldest first
         self.retention = retention  # sketch versions whose state is kept (IMP_STATE_RETENTION)
-        self.ranged = self.schemas[GROUPS][self.keys[0]] in _RANGED  # the first key's files can be skipped by range
+        # the key the files are sorted and skipped by: the first integer or date key (else the first, not skipped)
+        self.sort_key = next((k for k in self.keys if self.schemas[GROUPS][k] in _RANGED), self.keys[0])
+        self.ranged = self.schemas[GROUPS][self.sort_key] in _RANGED
         self.span = (int(span[0]), int(span[1])) if span and self.ranged else None  # its lowest, highest (physical)
         self._columns = self._wide_schema()
         self._fetched: pl.DataFrame | None = None  # the wide rows of the last fetch
@@ -146,7 +149,7 @@ class DeltaGroupStore:
         self._restore()
         self._append(to_spark(self.spark, append.cast(self._columns)))  # type: ignore[arg-type]
         self.log += append.height
-        self._widen(append.get_column(self.keys[0]))
+        self._widen(append.get_column(self.sort_key))
         if self.log >= max(COMPACT_MIN_ROWS, sum(self.rows.values()) // 4):
             self.compact()
 
@@ -162,8 +165,8 @@ class DeltaGroupStore:
         for p in parts[1:]:
             out = out.unionByName(p)
         self._overwrite(out)
-        first = F.col(_q(self.keys[0]))
-        physical = (F.unix_date(first) if self.schemas[GROUPS][self.keys[0]] == pl.Date else first).cast("long")
+        first = F.col(_q(self.sort_key))
+        physical = (F.unix_date(first) if self.schemas[GROUPS][self.sort_key] == pl.Date else first).cast("long")
         stats = self._table().groupBy(PART).agg(F.count(F.lit(1)), F.min(physical), F.max(physical)).collect()
         self.rows = {name: 0 for name in self.schemas}
         self.rows.update({str(r[0]): int(r[1]) for r in stats if str(r[0]) in self.rows})
@@ -268,7 +271,8 @@ class DeltaGroupStore:
             self.spark.sql(f"RESTORE TABLE delta.`{_uri_sql(self._uri())}` TO VERSION AS OF {self.pinned}")
 
     def _overwrite(self, df: DataFrame) -> None:
-        out = self._bucketed(df).repartition(BUCKET).sortWithinPartitions(BUCKET, *[_q(k) for k in self.keys])
+        order = [self.sort_key, *[k for k in self.keys if k != self.sort_key]]
+        out = self._bucketed(df).repartition(BUCKET).sortWithinPartitions(BUCKET, *[_q(k) for k in order])
         writer = (out.write.format("delta").mode("overwrite").partitionBy(BUCKET).option("overwriteSchema", "true")
                   .option("maxRecordsPerFile", FILE_ROWS))
         for k, v in _TABLE_PROPERTIES.items():
@@ -298,8 +302,8 @@ class DeltaGroupStore:
             keys = self._bucketed(keys)
             buckets = sorted(int(r[0]) for r in keys.select(BUCKET).distinct().collect())
             table = table.where(F.col(BUCKET).isin(buckets))
-        if self.keys[0] in columns and self.span is not None:
-            skip = _skipping_filter(wanted.get_column(self.keys[0]), _q(self.keys[0]), self.span)
+        if self.sort_key in columns and self.span is not None:
+            skip = _skipping_filter(wanted.get_column(self.sort_key), _q(self.sort_key), self.span)
             if skip is not None:
                 table = table.where(skip)
         keys = F.broadcast(keys)

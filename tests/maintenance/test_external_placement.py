@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import TableNotFoundError
 
 from tests.conftest import s3_write_options
 from tests.oracles import answers_with_and_without_sketch
@@ -113,6 +114,38 @@ def test_a_job_killed_between_the_state_write_and_the_commit_leaves_nothing_used
     assert fragments(service, "kext_ext") == fragments(service, "kext_mem")
 
 
+def test_state_no_kept_version_reads_is_removed_after_a_run(service, outside, tmp_path: Path) -> None:  # noqa: ANN001
+    """With ``IMP_STATE_RETENTION=1`` a recapture's run folder replaces the capture's, which goes after the run, with
+    a dead job's folder; a folder a running run may be writing and another sketch's folder stay."""
+    from imp_core.maintenance.service import SketchService
+
+    kept_one = SketchService(replace(outside.settings, state_retention=1), catalog=service.catalog,
+                             spark=service.spark)
+    uri = str(tmp_path / "gc")
+    write_deltalake(uri, rows(0, 60), configuration=CDF)
+    twins(service, kept_one, uri, "gc")
+    root = tmp_path / "_imp_state"
+    first = f"gc_ext-r{_capture_run(service, 'gc_ext')}"
+    running = service.catalog.start_run(service.catalog.get_sketch("gc_mem").id, "lazy", "test")
+    for planted in ("gc_ext-r999999", f"gc_ext-r{running}", "gc_mem_other-r1", "gc_ext-r1-x"):
+        (root / planted / "aggregation_r.0.0").mkdir(parents=True)
+    assert (root / first).is_dir()
+    again = kept_one.recapture("gc_ext")
+    latest = f"gc_ext-r{again.run_id}"
+    left = sorted(p.name for p in root.iterdir())
+    assert latest in left and first not in left and "gc_ext-r999999" not in left, left
+    assert {f"gc_ext-r{running}", "gc_mem_other-r1", "gc_ext-r1-x"} <= set(left), left
+    placed_in = [p for p in service.catalog.latest_version(service.catalog.get_sketch("gc_ext").id)
+                 .state_placement.values() if p["where"] == "external"]  # type: ignore[union-attr]
+    assert [p["folder"] for p in placed_in] == [latest]
+    change(uri, 0)
+    assert kept_one.maintain("gc_ext").recaptured is None and service.maintain("gc_mem").recaptured is None
+    assert fragments(service, "gc_ext") == fragments(service, "gc_mem")
+    assert (root / latest).is_dir()
+    with_sketch, without = answers_with_and_without_sketch(kept_one, SQL.format(t="gc"))
+    assert with_sketch.sketch is not None and sorted(map(tuple, with_sketch.rows)) == sorted(map(tuple, without.rows))
+
+
 def test_state_on_object_storage_beside_the_table(service, outside, s3_server: str) -> None:  # noqa: ANN001
     from imp_core.sources.storage import configure_spark
 
@@ -131,6 +164,13 @@ def test_state_on_object_storage_beside_the_table(service, outside, s3_server: s
     listed = DeltaTable(f"{reference_root}{'s3ext_ext'}-r{_capture_run(service, 's3ext_ext')}/aggregation_r.0.0/state",
                         storage_options=options)
     assert listed.version() >= 1  # written at capture, appended to by maintenance
+    orphan = f"{reference_root}s3ext_ext-r999999/aggregation_r.0.0/state"  # a dead job's state
+    write_deltalake(orphan, rows(0, 3), storage_options=options)
+    change(uri, 2, options)
+    assert outside.maintain("s3ext_ext").recaptured is None  # then removes the folder no version reads
+    with pytest.raises(TableNotFoundError):
+        DeltaTable(orphan, storage_options=options)
+    assert DeltaTable(listed.table_uri, storage_options=options).version() > listed.version()
 
 
 def _capture_run(service, name: str) -> int:  # noqa: ANN001

@@ -198,6 +198,10 @@ def test_a_fetch_of_keys_close_together_reads_only_the_files_of_their_range(spar
     for keys in (close, spread):
         for name in SCHEMAS_OF:
             assert same(memory.fetch(keys)[name], delta.fetch(keys)[name]), name
+    swapped = DeltaGroupStore(spark, str(tmp_path / "swapped"), ["s", "k"], SCHEMAS_OF, buckets=1)
+    swapped.load(start)  # files sorted and skipped by the first integer key, not by the first key
+    assert swapped.sort_key == "k" and swapped.reference()["span"] == [0, 999]
+    assert same(delta.fetch(close)[GROUPS], swapped.fetch(close.select("s", "k"))[GROUPS])
     beyond = pl.DataFrame({"k": [5000], "s": ["a"]})
     for store in (memory, delta):
         store.fetch(beyond)

@@ -85,7 +85,8 @@ def maintain(parts: Parts, name: str, strategy: str | None = None, batch_size: i
             guards.check_schemas(catalog, loaded, target)
             with maintenance_run(catalog, trigger, chosen.value, sketch_id=loaded.record.id, start=latest) as run:
                 _incremental_batches(parts, loaded, latest, target, chosen, batch_size, allow_recapture, run, result)
-        _clean_up_state(parts, loaded)
+        if any(placement.external_of(v.state_placement) for v in (latest, *result.versions)):
+            _clean_up_state(parts, loaded)  # only after a run that read or wrote external state
     return result
 
 

@@ -57,6 +57,9 @@ class Optimizations:
     minmax_buffer: int = 0
     small_side_rows: int = 100_000
     partner_rows: int = 1_000_000  # largest partner index (rows of a large join side that can join) kept in state
+    # largest join side (rows of the tables it reads, from their Delta logs) a join cache is built for: building one
+    # evaluates the side whole, which beyond this costs more than many per-delta Spark joins with key push-down
+    side_cache_rows: int = 10_000_000
 
     @classmethod
     def parse(cls, text: str | None) -> Optimizations:
@@ -80,9 +83,9 @@ class Optimizations:
         for part in (p.strip() for p in text.split(",") if p.strip()):
             if "=" in part:
                 key, _, value = part.partition("=")
-                if key not in ("topk_buffer", "minmax_buffer", "small_side_rows", "partner_rows"):
+                if key not in ("topk_buffer", "minmax_buffer", "small_side_rows", "partner_rows", "side_cache_rows"):
                     raise ConfigError(f"{ENV_OPTIMIZATIONS}: unknown setting {key!r}; use topk_buffer=N, "
-                                      f"minmax_buffer=N, small_side_rows=N or partner_rows=N")
+                                      f"minmax_buffer=N, small_side_rows=N, partner_rows=N or side_cache_rows=N")
                 try:
                     changes[key] = int(value)
                 except ValueError as e:

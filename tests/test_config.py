@@ -15,9 +15,9 @@ def test_everything_is_on_by_default() -> None:
 
 
 def test_switches_and_sizes() -> None:
-    opts = Optimizations.parse("-partners,-bloom,partner_rows=500,topk_buffer=20")
+    opts = Optimizations.parse("-partners,-bloom,partner_rows=500,topk_buffer=20,side_cache_rows=7")
     assert not opts.partner_index and not opts.bloom_filters and opts.netting
-    assert (opts.partner_rows, opts.topk_buffer) == (500, 20)
+    assert (opts.partner_rows, opts.topk_buffer, opts.side_cache_rows) == (500, 20, 7)
     assert not any([Optimizations.parse("none").partner_index, Optimizations.parse("none").join_key_pushdown])
 
 

@@ -34,7 +34,7 @@ from imp_core.engine.schema import (
 )
 from imp_core.errors import UnsupportedError
 from imp_core.plan.expr import Expr
-from imp_core.plan.nodes import Join, Plan
+from imp_core.plan.nodes import Join, Plan, Scan
 from imp_core.sources.delta import DeltaSource
 from imp_core.spark.compile import PlanCompiler, col, compile_expr
 from imp_core.spark.external_capture import capture_state, output_frame
@@ -70,6 +70,7 @@ class SparkBackend:
         self.sources = sources
         self.opts = optimizations or Optimizations()
         self._scans: dict[tuple[str, int], DataFrame] = {}
+        self._table_rows: dict[tuple[str, int], int] = {}
         self.spark_jobs = 0
 
     @property
@@ -241,13 +242,39 @@ class SparkBackend:
 
     def side_summary(self, side: Relation, keys: list[str], max_rows: int,
                      versions: Versions) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
-        """A small side whole (one job: at most ``max_rows + 1`` rows come back), else its join-key counts."""
+        """A small side whole (one job: at most ``max_rows + 1`` rows come back), else its join-key counts; neither
+        for a side too large to evaluate whole (``too_large_to_cache``)."""
+        if self.too_large_to_cache(side, versions):
+            return None, None
         df = self._compile(side, versions, fragments_in_spark=False)
         if max_rows > 0:
             head = self._collect(df.limit(max_rows + 1), side)
             if head.height <= max_rows:
                 return head, None
         return None, self._collect(_key_counts(df, keys), side)
+
+    def too_large_to_cache(self, side: Relation, versions: Versions) -> bool:
+        """Whether ``side`` reads more than ``side_cache_rows`` rows (its tables' row counts from their Delta logs,
+        and its external operators' state rows): summarizing it evaluates it whole (at SF10, Q18's join of
+        lineitem, orders and customer takes ~2 minutes on ``local[2]``), more than many per-delta joins with the key
+        push-down, and its key counts alone would outgrow the driver."""
+        def rows(node: Plan) -> int:
+            op, held = side.external_of(node), side.state_of(node)
+            if op is not None:
+                return sum(op.store.size().values())
+            if held is not None:
+                return held.height
+            if isinstance(node, Scan):
+                return self._rows_of(node.table, versions[node.table])
+            return sum(rows(c) for c in node.children)
+
+        return rows(side.node) > self.opts.side_cache_rows
+
+    def _rows_of(self, table: str, version: int) -> int:
+        key = (table, version)
+        if key not in self._table_rows:
+            self._table_rows[key] = sum(f.num_records or 0 for f in self.sources[table].files(version))
+        return self._table_rows[key]
 
     def rows_with_keys(self, side: Relation, keys: list[str], values: pl.DataFrame, max_rows: int,
                        versions: Versions) -> pl.DataFrame | None:
@@ -270,6 +297,8 @@ class SparkBackend:
 
     def key_counts(self, side: Relation, keys: list[str], max_keys: int, versions: Versions) -> pl.DataFrame | None:
         """One job; at most ``max_keys + 1`` keys come back (a side with more is not worth listing)."""
+        if self.too_large_to_cache(side, versions):
+            return None
         df = self._compile(side, versions, fragments_in_spark=False)
         out = self._collect(_key_counts(df, keys).limit(max_keys + 1), side)
         return None if out.height > max_keys else out

@@ -85,6 +85,30 @@ def test_join_caches_on_spark(spark, tmp_path, small_rows: int) -> None:  # noqa
     assert join.caches["right"][0] == ("rows" if small_rows else "bloom")
 
 
+@pytest.mark.parametrize("limit", [0, 1_000])
+def test_a_side_reading_more_rows_than_side_cache_rows_gets_no_cache(spark, tmp_path, limit: int) -> None:  # noqa: ANN001
+    """A side whose tables hold more than ``side_cache_rows`` rows (from their Delta logs) is never summarized (no
+    Spark job evaluates it whole): each delta is joined with it on Spark, and the sketch is the same."""
+
+    write_delta(tmp_path / "R", R0.to_arrow(), mode="overwrite")
+    write_delta(tmp_path / "S", S0.to_arrow(), mode="overwrite")
+    sources = {"R": DeltaSource("R", tmp_path / "R"), "S": DeltaSource("S", tmp_path / "S")}
+    backend = SparkBackend(spark, sources, Optimizations(side_cache_rows=limit))
+    plain, _ = build_plain()
+    pipe = Pipeline(plain.plan, plain.partitions, join_caching=JoinCaching(bloom=True, small_rows=0))
+    pipe.capture(backend, {"R": 0, "S": 0})
+    [join] = [op for op in pipe.stateful() if op.kind == "join"]
+    side = Relation(join.node.right, pipe.annotations)
+    assert backend.too_large_to_cache(side, {"R": 0, "S": 0}) == (S0.height > limit)
+    write_delta(tmp_path / "R", DELTA_R.drop(MULT).to_arrow())
+    jobs = backend.spark_jobs
+    out = pipe.maintain_pass("R", pl.from_arrow(sources["R"].changes(0, 1)).drop("__version"), backend,
+                             {"R": 1, "S": 0})
+    assert set(out.added) == {0, 3} and pipe.sketch() == {0, 1, 2, 3}
+    assert (join.caches["right"] is None) == (limit == 0)
+    assert backend.spark_jobs - jobs == (1 if limit == 0 else 2)  # the join alone, or the key counts and the join
+
+
 # -- the Spark join side (a shipped delta joined with the other input at a version) ---------------------------------
 
 

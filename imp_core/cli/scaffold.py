@@ -20,7 +20,7 @@ from imp_core.errors import ImpError, UsageError, first_line
 from imp_core.inputs import check_sketch_name
 from imp_core.maintenance.strategy import Strategy
 from imp_core.security.redact import install_log_filter, register_url, scrub, url_secrets
-from imp_core.spark.failures import as_source_error
+from imp_core.spark.failures import as_known_error
 
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
@@ -127,7 +127,7 @@ def run_main(prog: str, argv: Sequence[str] | None, parser: Callable[[], argpars
         sys.stderr.write(f"{prog}: interrupted\n")
         return EXIT_INTERRUPTED
     except Exception as e:  # noqa: BLE001 - last line of defence: one line, not a traceback
-        known = as_source_error(e)
+        known = as_known_error(e)
         if known is not None:
             sys.stderr.write(f"{prog}: error: {scrub(first_line(known))}\n")
             return known.exit_code

@@ -34,7 +34,7 @@ from imp_core.maintenance.loading import load_sketch
 from imp_core.maintenance.maintain import MaintenanceResult
 from imp_core.maintenance.parts import Parts
 from imp_core.maintenance.strategy import Strategy
-from imp_core.spark.failures import as_source_error
+from imp_core.spark.failures import as_known_error
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ def maintain_group(parts: Parts, sketches: Sequence[str], strategy: str | None =
                 out.unusable[name] = first_line(e)
                 parts.progress(out.unusable[name])
             except Exception as e:  # noqa: BLE001 - one sketch's failure, whatever it is, must not stop the others
-                out.failed[name] = first_line(as_source_error(e) or e)
+                out.failed[name] = first_line(as_known_error(e) or e)
                 log.error("sketch %s failed: %s", name, out.failed[name])
                 try:
                     _record_failure(catalog, name, chosen, trigger, out.failed[name], watermark)

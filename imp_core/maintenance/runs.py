@@ -21,7 +21,7 @@ from imp_core.maintenance import placement
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
 from imp_core.sources.delta import DeltaSource
-from imp_core.spark.failures import as_source_error
+from imp_core.spark.failures import as_known_error
 
 
 @dataclass
@@ -61,7 +61,7 @@ def maintenance_run(catalog: Catalog, trigger: str, strategy: str, *, sketch_id:
     try:
         yield run
     except BaseException as e:
-        catalog.finish_run(run.id, "failed", error=first_line(as_source_error(e) or e))
+        catalog.finish_run(run.id, "failed", error=first_line(as_known_error(e) or e))
         raise
     _succeeded(catalog, run)
 

@@ -28,8 +28,8 @@ def as_known_error(error: BaseException) -> ImpError | None:
                           f"spark.driver.maxResultSize, {too_large.group(2)}): an operator whose state stays in the "
                           f"driver (a top-k per group, an anti join, a join cache) outgrew it on this table; lower "
                           f"IMP_STATE_MEMORY_BUDGET so that aggregations keep their state in Delta tables, sketch a "
-                          f"query without that operator, or raise spark.driver.maxResultSize and "
-                          f"IMP_SPARK_DRIVER_MEMORY")
+                          f"query without that operator, or raise spark.driver.maxResultSize (spark-defaults.conf in "
+                          f"SPARK_CONF_DIR, or the job's --conf) and IMP_SPARK_DRIVER_MEMORY")
     return as_source_error(error)
 
 

@@ -2,13 +2,14 @@
 (Delta tables beside the data, maintained by Spark: ``imp_core.spark.state_store``), and a batch reads and rewrites
 only the entries of the groups it touches.
 
-The store holds an aggregation's state frames as they are saved in memory (``groups``: one row per group with its
-accumulators and sketch; ``fcounts``: ``F_g`` as (group, fragment, count); ``mm{j}``: per argument of MIN/MAX or
-DISTINCT aggregates the (group, value, count) multiset, named after its first aggregate ``j``), keyed by the group's
-state keys. The operator (``operators/aggregation_external.py``) computes a batch exactly as the in-memory engine's
-frame state does, over the touched groups' rows; the store only finds and replaces rows. ``MemoryGroupStore`` is the
-same contract over frames in this process, for tests and for the in-memory oracle. See docs/ARCHITECTURE.md, "Where
-state lives".
+The store holds an operator's state frames keyed by its state keys, one or more components per operator. An
+aggregation's (``operators/aggregation_external.py``) are its frames as they are saved in memory (``groups``: one
+row per group with its accumulators and sketch; ``fcounts``: ``F_g`` as (group, fragment, count); ``mm{j}``: per
+argument of MIN/MAX or DISTINCT aggregates the (group, value, count) multiset, named after its first aggregate
+``j``); a top-k per group's (``operators/group_topk_external.py``) is ``rows``, its input rows keyed by the partition
+key. The operator computes a batch exactly as its in-memory form does, over the touched groups' rows; the store only
+finds and replaces rows. ``MemoryGroupStore`` is the same contract over frames in this process, for tests and for the
+in-memory oracle. See docs/ARCHITECTURE.md, "Where state lives".
 """
 
 from __future__ import annotations
@@ -60,6 +61,39 @@ class GroupStore(Protocol):
         ...
 
 
+class ExternalOperator:
+    """What every operator keeping its state in a :class:`GroupStore` offers the pipeline and the placement: its
+    state keys and components, the store it is bound to, and its whole result read from the store chunk by chunk."""
+
+    placement = "external"
+    store: GroupStore
+    key_names: list[str]
+    reference: dict[str, Any] | None = None  # the saved store reference, until the maintenance driver binds it
+
+    def component_schemas(self) -> dict[str, dict[str, pl.DataType]]:
+        """The schema of each state component, the state keys first."""
+        raise NotImplementedError
+
+    def bind(self, store: GroupStore) -> None:
+        """Keep the state in ``store`` from now on (its current contents are the state)."""
+        raise NotImplementedError
+
+    def output_chunks(self) -> Iterator[pl.DataFrame]:
+        """The current result, chunk by chunk, as all-insert annotated relations."""
+        raise NotImplementedError
+
+    def whole_frames(self) -> dict[str, pl.DataFrame]:
+        """The state whole in this process, as the operator's in-memory form saves it (moving state back into
+        memory, tests)."""
+        raise NotImplementedError
+
+
+def key_types(keys: list[str], schemas: Mapping[str, Mapping[str, pl.DataType]]) -> dict[str, pl.DataType]:
+    """The state keys' types (every component holds the keys; the first names them)."""
+    first = next(iter(schemas.values()))
+    return {k: first[k] for k in keys}
+
+
 class MemoryGroupStore:
     """:class:`GroupStore` over polars frames in this process (the external path's oracle and its unit tests)."""
 
@@ -107,8 +141,7 @@ class MemoryGroupStore:
         return {"store": "memory", "rows": self.size()}
 
     def _key_types(self) -> dict[str, pl.DataType]:
-        groups = self.schemas[GROUPS]
-        return {k: groups[k] for k in self.keys}
+        return key_types(self.keys, self.schemas)
 
 
-__all__ = ["FCOUNTS", "GROUPS", "GroupStore", "MemoryGroupStore"]
+__all__ = ["FCOUNTS", "GROUPS", "ExternalOperator", "GroupStore", "MemoryGroupStore", "key_types"]

@@ -17,9 +17,8 @@ import polars as pl
 
 from imp_core.engine.annotation import AnnotationLayout, consolidate
 from imp_core.engine.backend import Backend, CaptureBackend, JoinBackend, JoinCacheBackend, Relation, Versions
-from imp_core.engine.external import GroupStore
+from imp_core.engine.external import ExternalOperator, GroupStore
 from imp_core.engine.operators.aggregation import Aggregation
-from imp_core.engine.operators.aggregation_external import ExternalAggregation, ExternalDistinct
 from imp_core.engine.operators.anti_join import AntiJoinOp
 from imp_core.engine.operators.base import (
     BinaryOperator,
@@ -150,19 +149,17 @@ class Pipeline:
     def op(self, node: Plan) -> Operator:
         return self.stage(node).op
 
-    def external_operators(self) -> list[ExternalAggregation | ExternalDistinct]:
+    def external_operators(self) -> list[ExternalOperator]:
         """The operators whose state lives in a store outside the process, by operator id."""
-        return sorted((op for op in self.operators.values() if isinstance(op, (ExternalAggregation,
-                                                                               ExternalDistinct))),
-                      key=lambda o: o.op_id)
+        return sorted((op for op in self.operators.values() if isinstance(op, ExternalOperator)),
+                      key=lambda o: o.op_id)  # type: ignore[attr-defined]
 
-    def bind_stores(self, store_of: Callable[[ExternalAggregation | ExternalDistinct], GroupStore]) -> None:
+    def bind_stores(self, store_of: Callable[[ExternalOperator], GroupStore]) -> None:
         """Give every external operator its store (``store_of(operator)``)."""
         for op in self.external_operators():
             op.bind(store_of(op))
 
-    def placed(self, external: frozenset[str],
-               store_of: Callable[[ExternalAggregation | ExternalDistinct], GroupStore]) -> Pipeline:
+    def placed(self, external: frozenset[str], store_of: Callable[[ExternalOperator], GroupStore]) -> Pipeline:
         """The same operators and state with the operators at ``external`` keeping their state outside the process
         (new ones get ``store_of(operator)`` and their state written there) and every other in memory (state
         brought back from its store)."""
@@ -172,13 +169,13 @@ class Pipeline:
         old_ops = {op.op_id: op for op in self.stateful()}
         for op in new.stateful():
             old = old_ops[op.op_id]
-            if isinstance(op, (ExternalAggregation, ExternalDistinct)):
-                if isinstance(old, (ExternalAggregation, ExternalDistinct)):
+            if isinstance(op, ExternalOperator):
+                if isinstance(old, ExternalOperator):
                     op.bind(old.store)
                     continue
                 op.bind(store_of(op))
-                op.store.load(old.state_frames()[1])
-            elif isinstance(old, (ExternalAggregation, ExternalDistinct)):
+                op.set_state_frames(*old.state_frames())  # type: ignore[attr-defined]
+            elif isinstance(old, ExternalOperator):
                 meta, _ = old.state_frames()
                 op.set_state_frames({k: v for k, v in meta.items() if k != "external"}, old.whole_frames())
             else:
@@ -267,7 +264,7 @@ class Pipeline:
         added = set(out.added)
         for stage in run.deferred:  # external state captured on Spark: its output goes up chunk by chunk
             op = stage.op
-            assert isinstance(op, (ExternalAggregation, ExternalDistinct))
+            assert isinstance(op, ExternalOperator)
             for chunk in op.output_chunks():
                 d = _Pass(self, backend, versions, inject={stage.path: chunk}).delta(self.root)
                 step = self.merge.process(d if d is not None else pl.DataFrame())
@@ -347,7 +344,7 @@ class _Pass:
     def _unary_delta(self, stage: Stage, op: UnaryOperator) -> pl.DataFrame | None:
         """The delta of a one-input operator's output: its input's delta processed, or (a capture of an external
         operator above other operators' results) its state captured on the backend in one go."""
-        if self.capture and isinstance(op, (ExternalAggregation, ExternalDistinct)):
+        if self.capture and isinstance(op, ExternalOperator):
             stacked = self._capture_stacked(stage)
             if stacked is not None:
                 return stacked
@@ -402,8 +399,8 @@ class _Pass:
         backend: CaptureBackend = self.backend
         op = stage.op
         child = self.relation(stage.inputs[0])
-        if isinstance(op, (ExternalAggregation, ExternalDistinct)) and hasattr(backend, "capture_external"):
-            op.reset()
+        if isinstance(op, ExternalOperator) and hasattr(backend, "capture_external"):
+            op.reset()  # type: ignore[attr-defined]
             if backend.capture_external(child, op, self.versions):  # written by Spark, not through this process
                 op.bind(op.store)
                 self.deferred.append(stage)
@@ -420,7 +417,7 @@ class _Pass:
         go up through the operators in between (``spark/external_capture.py``). None where it cannot: the caller then
         pushes the results below up through the pass (their deltas, computed here, are kept for it)."""
         op = stage.op
-        assert isinstance(op, (ExternalAggregation, ExternalDistinct))
+        assert isinstance(op, ExternalOperator)
         found = self._backend_relation(stage.inputs[0])
         if found is None:
             return None

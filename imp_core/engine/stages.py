@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from imp_core.engine.external import ExternalOperator
 from imp_core.engine.operators.aggregation_external import ExternalAggregation, ExternalDistinct
 from imp_core.engine.operators.anti_join import AntiJoinOp
 from imp_core.engine.operators.base import Operator, OutputStateOperator
+from imp_core.engine.operators.group_topk_external import ExternalGroupTopK
 from imp_core.engine.operators.projection import Projection
 from imp_core.engine.operators.selection import Selection
 from imp_core.plan.expr import Col
@@ -44,7 +46,7 @@ class Stage:
 
 def is_external(stage: Stage) -> bool:
     """Whether ``stage``'s operator keeps its state outside the process."""
-    return isinstance(stage.op, (ExternalAggregation, ExternalDistinct))
+    return isinstance(stage.op, ExternalOperator)
 
 
 def holds_external(stage: Stage) -> bool:
@@ -68,13 +70,13 @@ def external_below(stage: Stage) -> bool:
     """Whether ``stage``'s contents come from external state through projections and selections only."""
     while isinstance(stage.op, (Projection, Selection)):
         stage = stage.inputs[0]
-    return isinstance(stage.op, (ExternalAggregation, ExternalDistinct))
+    return isinstance(stage.op, ExternalOperator)
 
 
 def contents_for(stage: Stage, wanted: pl.DataFrame) -> pl.DataFrame | None:
     """``stage``'s current rows whose columns equal a row of ``wanted`` (its columns named as ``stage``'s output):
     read from the external state below for those keys only, through rename-only projections and selections; None
-    when a key is not a group key down there."""
+    when a key is not a group key (or plain partition column) down there."""
     op = stage.op
     if isinstance(op, Selection):
         below = contents_for(stage.inputs[0], wanted)
@@ -89,6 +91,8 @@ def contents_for(stage: Stage, wanted: pl.DataFrame) -> pl.DataFrame | None:
         plain = {n for n, _ in op.keys} - set(op.layout.float_keys)
         if not set(wanted.columns) <= plain:
             return None
+        return op.output_for(wanted)
+    if isinstance(op, ExternalGroupTopK):
         return op.output_for(wanted)
     return None
 

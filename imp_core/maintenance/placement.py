@@ -1,9 +1,10 @@
 """Where each stateful operator's state lives: in the maintaining process, or in Delta tables beside the data.
 
 A sketch's operators may hold ``IMP_STATE_MEMORY_BUDGET`` bytes of state in memory (default: a quarter of the
-machine's memory). At every capture each grouped aggregation and DISTINCT (the operators with an external form,
-``engine/operators/registry.py``) is sized: from the tables' row counts in the Delta log first (a group count never
-exceeds its input's rows), and where that bound does not fit, from an approximate count of its groups on Spark. The
+machine's memory). At every capture each grouped aggregation, DISTINCT and top-k per group (the operators with an
+external form, ``engine/operators/registry.py``) is sized: from the tables' row counts in the Delta log first (a
+group count never exceeds its input's rows; a top-k per group keeps every input row), and where that bound does not
+fit, from an approximate count of its groups (input rows) on Spark. The
 largest are placed *external* until the rest fits; the others stay in memory. Every version records where each
 operator's state lives and how big it is (``sketch_version.state_placement``), and a load places them as recorded.
 
@@ -19,12 +20,12 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from imp_core.engine.operators.aggregation_external import ExternalAggregation, ExternalDistinct
+from imp_core.engine.external import ExternalOperator
 from imp_core.engine.operators.registry import can_be_external
 from imp_core.engine.pipeline import Pipeline, node_paths
 from imp_core.errors import StateError
 from imp_core.maintenance.parts import Parts
-from imp_core.plan.nodes import Aggregate, Plan
+from imp_core.plan.nodes import Aggregate, GroupTopK, Plan
 from imp_core.sources import storage
 from imp_core.sources.delta import DeltaSource
 
@@ -34,14 +35,22 @@ if TYPE_CHECKING:
 STATE_DIR = "_imp_state"
 GROUP_BYTES = 96  # per group of a keyed aggregation: key, accumulators, hash index, one F_g pair (85 B measured)
 COLUMN_BYTES = 16  # per further key or accumulator column of a group
-
-External = ExternalAggregation | ExternalDistinct
+ROW_BYTES = 64  # per input row of a top-k per group: annotation, its text, multiplicity, group hash
+STORED_PER_GROUP = 2  # stored rows per group of an aggregation's external state (groups and F_g, about one each)
 
 
 def group_bytes(node: Plan) -> int:
-    """Bytes one group of ``node``'s operator holds in memory (an estimate from its layout)."""
+    """Bytes one group of ``node``'s operator (one input row of a top-k per group) holds in memory (an estimate
+    from its layout)."""
+    if isinstance(node, GroupTopK):
+        return ROW_BYTES + COLUMN_BYTES * len(node.child.names)
     columns = len(node.keys) + len(node.aggs) if isinstance(node, Aggregate) else len(node.names)
     return GROUP_BYTES + COLUMN_BYTES * max(0, columns - 2)
+
+
+def stored_bytes(node: Plan, rows: int) -> int:
+    """The bytes in memory of an external state of ``rows`` stored rows."""
+    return rows * group_bytes(node) // (1 if isinstance(node, GroupTopK) else STORED_PER_GROUP)
 
 
 def decide(parts: Parts, pipeline: Pipeline, sources: Mapping[str, DeltaSource],
@@ -98,7 +107,7 @@ def bind_new(parts: Parts, pipeline: Pipeline, sources: Mapping[str, DeltaSource
 
     root = f"{state_root(parts, sources)}/{_safe(sketch)}-r{run_id}"
 
-    def store_of(op: External) -> DeltaGroupStore:
+    def store_of(op: ExternalOperator) -> DeltaGroupStore:
         path = op.op_id.split("@", 1)[1]
         groups = estimates.get(path, 0) // max(1, group_bytes(pipeline.stage_at(path).node))
         return DeltaGroupStore(parts.spark, f"{root}/{_safe(op.op_id)}", op.key_names, op.component_schemas(),
@@ -134,9 +143,9 @@ def rebalance(parts: Parts, pipeline: Pipeline, sources: Mapping[str, DeltaSourc
         if not can_be_external(node):
             continue
         op = pipeline.stage_at(path).op
-        if isinstance(op, (ExternalAggregation, ExternalDistinct)):
+        if isinstance(op, ExternalOperator):
             rows, _ = _stored(op.store.reference())
-            sizes[path] = rows * group_bytes(node) // 2  # groups and F_g rows, about one of each per group
+            sizes[path] = stored_bytes(node, rows)
         else:
             sizes[path] = op.state_size_bytes()  # type: ignore[attr-defined]
     external = external_paths(sizes, parts.settings.memory_budget)
@@ -165,8 +174,8 @@ def bind_saved(parts: Parts, pipeline: Pipeline) -> None:
         return
     from imp_core.spark.state_store import DeltaGroupStore  # lazy start of Spark
 
-    def store_of(op: External) -> DeltaGroupStore:
-        reference = getattr(op, "reference", None)
+    def store_of(op: ExternalOperator) -> DeltaGroupStore:
+        reference = op.reference
         if not reference:
             raise StateError(f"operator {op.op_id}: its saved state names no external tables; recapture the sketch")
         return DeltaGroupStore.from_reference(parts.spark, op.key_names, op.component_schemas(), reference,
@@ -182,7 +191,7 @@ def recorded(pipeline: Pipeline) -> dict[str, dict[str, Any]]:
     external = {op.op_id for op in pipeline.external_operators()}
     for op in pipeline.stateful():
         if op.op_id in external:
-            assert isinstance(op, (ExternalAggregation, ExternalDistinct))
+            assert isinstance(op, ExternalOperator)
             reference = op.store.reference()
             rows, size = _stored(reference)
             out[op.op_id] = {"where": "external", "bytes": size, "rows": rows,

@@ -18,7 +18,9 @@ from imp_core.config import Optimizations
 from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE, after_join
 from imp_core.engine.backend import Relation, Versions
 from imp_core.engine.evaluate import polars_type
+from imp_core.engine.external import ExternalOperator
 from imp_core.engine.operators.aggregation_external import ExternalAggregation, ExternalDistinct
+from imp_core.engine.operators.group_topk_external import ExternalGroupTopK
 from imp_core.engine.operators.partials import Accumulator, PartialLayout, Partials, Term
 from imp_core.engine.schema import (
     COUNT,
@@ -37,7 +39,7 @@ from imp_core.plan.expr import Expr
 from imp_core.plan.nodes import Join, Plan, Scan
 from imp_core.sources.delta import DeltaSource
 from imp_core.spark.compile import PlanCompiler, col, compile_expr
-from imp_core.spark.external_capture import capture_state, output_frame
+from imp_core.spark.external_capture import capture_rows, capture_state, output_frame
 from imp_core.spark.frames import to_polars, to_spark
 from imp_core.spark.terms import EXACT, TERMS, exact_term, exact_value
 
@@ -175,14 +177,19 @@ class SparkBackend:
         self.spark_jobs += 1
         return int(row["n"]) if row is not None else 0
 
-    def capture_external(self, child: Relation, op: ExternalAggregation | ExternalDistinct,
-                         versions: Versions) -> bool:
-        """Capture an external aggregation's state on Spark into its store (``spark/external_capture.py``), its
-        input reading the results of the external operators below it (``child.external``) from their tables; False
-        for the shapes it leaves to the caller (nothing written then)."""
+    def capture_external(self, child: Relation, op: ExternalOperator, versions: Versions) -> bool:
+        """Capture an external operator's state on Spark into its store (``spark/external_capture.py``), its input
+        reading the results of the external operators below it (``child.external``) from their tables; False for the
+        shapes it leaves to the caller (nothing written then)."""
         if not self.reads_external(child):
             return False
-        done = capture_state(self.spark, self._compile(child, versions, fragments_in_spark=True), op)
+        df = self._compile(child, versions, fragments_in_spark=True)
+        if isinstance(op, ExternalGroupTopK):
+            done = capture_rows(self.spark, df, op)
+            self.spark_jobs += int(done) * 2
+            return done
+        assert isinstance(op, (ExternalAggregation, ExternalDistinct))
+        done = capture_state(self.spark, df, op)
         self.spark_jobs += int(done) * (3 + len(op.layout.valued))
         return done
 

@@ -1,5 +1,6 @@
-"""A capture of external operator state on Spark: the state tables of an aggregation computed and written by the
-executors, so its groups never come to the driver (``engine/external.py``, ``spark/state_store.py``).
+"""A capture of external operator state on Spark: the state tables of an aggregation (or the input rows of a top-k
+per group) computed and written by the executors, so its groups never come to the driver (``engine/external.py``,
+``spark/state_store.py``).
 
 Per group, the accumulators of the aggregation's partial layout (``operators/partials.py``) are the terms of its
 rows summed over the (group, fragment) partials a capture computes anyway (compensation terms 0); ``F_g`` is the
@@ -25,8 +26,10 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from imp_core.engine.external import FCOUNTS, GROUPS
+from imp_core.engine.external import FCOUNTS, GROUPS, ExternalOperator
 from imp_core.engine.operators.aggregation_external import ExternalAggregation, ExternalDistinct
+from imp_core.engine.operators.group_topk import SKEY, N
+from imp_core.engine.operators.group_topk_external import ROWS, ExternalGroupTopK
 from imp_core.engine.operators.partials import agg_columns
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, SET, VALUE, is_frag_col
 from imp_core.spark.compile import as_set, col, compile_expr
@@ -56,8 +59,10 @@ def capture_state(spark: SparkSession, df: DataFrame, op: ExternalAggregation | 
         sums.append(F.sum(row_term(c, x, m)).alias(c.name))
     per_fragment = df.groupBy(*keys, *[col(f) for f in frag_names], *([col(SET)] if with_sets else [])).agg(*sums)
     stored = {name: {k: t for k, t in schema.items() if k != SET} for name, schema in op.component_schemas().items()}
+    # a group whose terms are all NULL (its values all NULL, NaN or infinite) holds 0, as the in-memory fold does:
+    # a NULL accumulator would absorb every later batch's terms
     groups = per_fragment.groupBy(*[col(k) for k in names]).agg(
-        *[F.sum(col(c.name)).alias(c.name) for c in layout.accumulators])
+        *[F.coalesce(F.sum(col(c.name)), F.lit(0)).alias(c.name) for c in layout.accumulators])
     components: dict[str, DataFrame] = {}
     for c in layout.compensated:
         if c.compensation is not None:
@@ -123,17 +128,51 @@ def _left_join(left: DataFrame, right: DataFrame, names: list[str]) -> DataFrame
     return left.join(other, on=cond, how="left").drop(*[f"__g{i}" for i in range(len(names))])
 
 
-def output_frame(spark: SparkSession, op: ExternalAggregation | ExternalDistinct) -> DataFrame | None:
+def capture_rows(spark: SparkSession, df: DataFrame, op: ExternalGroupTopK) -> bool:
+    """Write a top-k per group's state, its whole input ``df`` (annotated, fragments computed on Spark) row by row
+    with the partition key and the annotation as text (``operators/group_topk_external.py``), to ``op.store`` by the
+    executors; the operator nets a group's rows when a batch first touches it. False when the store is not Delta
+    tables."""
+    if not hasattr(op.store, "write_all"):
+        return False
+    df = as_set(df)
+    keys = [compile_expr(e).alias(name) for e, name in zip(op.node.partition, op.pcols)]
+    text = F.concat_ws(",", F.transform(col(SET), lambda f: f.cast("string")))
+    rows = df.select(*keys, *[col(c) for c in op.data_cols], text.alias(SKEY), col(MULT).cast("long").alias(N))
+    stored = op.component_schemas()[ROWS]
+    op.store.write_all({ROWS: as_stored(spark, rows, stored)})  # type: ignore[attr-defined]
+    return True
+
+
+def output_frame(spark: SparkSession, op: ExternalOperator) -> DataFrame | None:
     """``op``'s current result (its groups with rows, annotated with their sketches, multiplicity 1) computed by
-    Spark from its store's tables; None when the store is not Delta tables or an output needs a rounding decision
-    (see the module docstring)."""
+    Spark from its store's tables; None when the store is not Delta tables, the operator is not an aggregation or an
+    output needs a rounding decision (see the module docstring)."""
     table = getattr(op.store, "table", None)
+    if not isinstance(op, (ExternalAggregation, ExternalDistinct)) or table is None:
+        return None
     layout = op.layout
-    if table is None or layout.float_keys or not layout.keys or op.bounded or op.floats:
+    if layout.float_keys or not layout.keys or op.bounded or op.floats:
         return None
     groups, fcounts = table(GROUPS), table(FCOUNTS)
     if groups is None or fcounts is None:
         return None
+    values = _output_values(op)
+    if values is None:
+        return None
+    names = layout.key_names
+    sets = (fcounts.where(col(COUNT) > 0).groupBy(*[col(k) for k in names])
+            .agg(F.array_sort(F.collect_set(col(FRAG).cast("int"))).alias(SET)))
+    live = _left_join(groups.where(col(GROUP_ROWS) > 0), sets, names)
+    out = live.select(*[col(k) for k in names], *values, F.lit(1).cast("long").alias(MULT),
+                      F.coalesce(col(SET), F.array().cast("array<int>")).alias(SET))
+    target = spark_schema(op.delta_schema())  # the types the in-memory result has in Spark
+    return out.select(*[col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
+
+
+def _output_values(op: ExternalAggregation | ExternalDistinct) -> list[Column] | None:
+    """The aggregates' output values from a groups table's columns; None when one needs a rounding decision."""
+    layout = op.layout
     values = []
     for j, (name, a) in enumerate(op.aggs):
         cols = agg_columns(j)
@@ -153,14 +192,7 @@ def output_frame(spark: SparkSession, op: ExternalAggregation | ExternalDistinct
         else:
             return None
         values.append(value.alias(name))
-    names = layout.key_names
-    sets = (fcounts.where(col(COUNT) > 0).groupBy(*[col(k) for k in names])
-            .agg(F.array_sort(F.collect_set(col(FRAG).cast("int"))).alias(SET)))
-    live = _left_join(groups.where(col(GROUP_ROWS) > 0), sets, names)
-    out = live.select(*[col(k) for k in names], *values, F.lit(1).cast("long").alias(MULT),
-                      F.coalesce(col(SET), F.array().cast("array<int>")).alias(SET))
-    target = spark_schema(op.delta_schema())  # the types the in-memory result has in Spark
-    return out.select(*[col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
+    return values
 
 
 def as_stored(spark: SparkSession, df: DataFrame, schema: dict[str, pl.DataType]) -> DataFrame:
@@ -170,4 +202,4 @@ def as_stored(spark: SparkSession, df: DataFrame, schema: dict[str, pl.DataType]
     return df.select(*[col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
 
 
-__all__ = ["as_stored", "capture_state", "output_frame"]
+__all__ = ["as_stored", "capture_rows", "capture_state", "output_frame"]

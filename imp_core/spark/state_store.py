@@ -1,10 +1,11 @@
 """External operator state as one Delta table per operator beside the data, read and written by Spark (the JVM only).
 
-The components of an operator's state (``groups``, ``fcounts`` = ``F_g``, ``mm{j}`` value multisets:
-``engine/external.py``) share one Delta table at ``<location>/state``: the state keys, ``__c`` (the component), a
-component's other columns as ``<component>$<column>`` (NULL in the other components' rows), ``__seq`` (the store
-version that wrote the row) and a hash-bucket column ``__bucket`` (the keys' ``xxhash64`` modulo the bucket count) the
-table is partitioned by. A batch costs one read and one append, whatever the number of components:
+The components of an operator's state (an aggregation's ``groups``, ``fcounts`` = ``F_g``, ``mm{j}`` value
+multisets; a top-k per group's ``rows``: ``engine/external.py``) share one Delta table at ``<location>/state``: the
+state keys, ``__c`` (the component), a component's other columns as ``<component>$<column>`` (NULL in the other
+components' rows), ``__seq`` (the store version that wrote the row) and a hash-bucket column ``__bucket`` (the keys'
+``xxhash64`` modulo the bucket count) the table is partitioned by. A batch costs one read and one append, whatever
+the number of components:
 
 * **fetch**: the batch's keys go to Spark as a small frame; their buckets are computed there (one small job), and
   the rows of those keys are read in one job at the pinned version (``versionAsOf``), pruned to the buckets and, by
@@ -40,7 +41,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE
-from imp_core.engine.external import FCOUNTS, GROUPS
+from imp_core.engine.external import FCOUNTS, GROUPS, key_types
 from imp_core.engine.schema import COUNT, FRAG, SET
 from imp_core.errors import StateError, first_line
 from imp_core.sources import storage
@@ -93,8 +94,9 @@ class DeltaGroupStore:
         self.pins = [int(p) for p in pins][-MAX_PINS:]  # the versions earlier sketch versions pinned, oldest first
         self.retention = retention  # sketch versions whose state is kept (IMP_STATE_RETENTION)
         # the key the files are sorted and skipped by: the first integer or date key (else the first, not skipped)
-        self.sort_key = next((k for k in self.keys if self.schemas[GROUPS][k] in _RANGED), self.keys[0])
-        self.ranged = self.schemas[GROUPS][self.sort_key] in _RANGED
+        self.key_types = key_types(self.keys, self.schemas)
+        self.sort_key = next((k for k in self.keys if self.key_types[k] in _RANGED), self.keys[0])
+        self.ranged = self.key_types[self.sort_key] in _RANGED
         self.span = (int(span[0]), int(span[1])) if span and self.ranged else None  # its lowest, highest (physical)
         self._columns = self._wide_schema()
         self._fetched: pl.DataFrame | None = None  # the wide rows of the last fetch
@@ -166,7 +168,7 @@ class DeltaGroupStore:
             out = out.unionByName(p)
         self._overwrite(out)
         first = F.col(_q(self.sort_key))
-        physical = (F.unix_date(first) if self.schemas[GROUPS][self.sort_key] == pl.Date else first).cast("long")
+        physical = (F.unix_date(first) if self.key_types[self.sort_key] == pl.Date else first).cast("long")
         stats = self._table().groupBy(PART).agg(F.count(F.lit(1)), F.min(physical), F.max(physical)).collect()
         self.rows = {name: 0 for name in self.schemas}
         self.rows.update({str(r[0]): int(r[1]) for r in stats if str(r[0]) in self.rows})
@@ -177,7 +179,8 @@ class DeltaGroupStore:
         if self.pinned is None:
             yield self._split(self._empty_wide())
             return
-        per_chunk = max(1, self.buckets * CHUNK_ROWS // max(1, self.rows.get(GROUPS, 0)))
+        first = next(iter(self.schemas))  # groups, or a top-k's rows
+        per_chunk = max(1, self.buckets * CHUNK_ROWS // max(1, self.rows.get(first, 0)))
         for first in range(0, self.buckets, per_chunk):
             chosen = list(range(first, min(self.buckets, first + per_chunk)))
             yield self._split(self._latest_rows(to_polars(self._table().where(F.col(BUCKET).isin(chosen))
@@ -328,8 +331,7 @@ class DeltaGroupStore:
 
     def _wide_schema(self) -> dict[str, pl.DataType]:
         """The table's columns (but the bucket) with their polars types."""
-        groups = self.schemas[GROUPS]
-        out: dict[str, pl.DataType] = {k: groups[k] for k in self.keys}
+        out: dict[str, pl.DataType] = dict(self.key_types)
         out[PART] = pl.String()
         out[SEQ] = pl.Int64()
         for name in self.schemas:
@@ -369,11 +371,11 @@ class DeltaGroupStore:
             own = wide.filter(pl.col(PART) == name)
             raw[name] = own.select([pl.col(self._physical(name, c)).alias(c) for c in stored]).cast(
                 stored, strict=False)  # type: ignore[arg-type]
-        return {name: self._engine(name, df, raw[FCOUNTS]) for name, df in raw.items()}
+        return {name: self._engine(name, df, raw.get(FCOUNTS)) for name, df in raw.items()}
 
     def _stored(self, name: str) -> dict[str, pl.DataType]:
         """A component's columns as stored (the groups' sketch is derived from ``F_g``)."""
-        return {c: t for c, t in self.schemas[name].items() if c != SET}
+        return {c: t for c, t in self.schemas[name].items() if c != SET or name != GROUPS}
 
     def _stored_rows(self, name: str, df: pl.DataFrame | None) -> pl.DataFrame:
         schema = self._stored(name)
@@ -381,9 +383,9 @@ class DeltaGroupStore:
             return pl.DataFrame(schema=schema)
         return df.select(list(schema)).cast(schema)  # type: ignore[arg-type]
 
-    def _engine(self, name: str, df: pl.DataFrame, fcounts: pl.DataFrame) -> pl.DataFrame:
+    def _engine(self, name: str, df: pl.DataFrame, fcounts: pl.DataFrame | None) -> pl.DataFrame:
         """A component as the operator holds it: the groups with their sketches rebuilt from ``F_g``."""
-        if name != GROUPS or SET not in self.schemas[name]:
+        if name != GROUPS or SET not in self.schemas[name] or fcounts is None:
             return df
         sets = (fcounts.filter(pl.col(COUNT) > 0).group_by(self.keys)
                 .agg(pl.col(FRAG).cast(FRAG_DTYPE).unique().sort().alias(SET)))

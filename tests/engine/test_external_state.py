@@ -6,19 +6,30 @@ operator states (in canonical form). The stores here are ``MemoryGroupStore``s, 
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
+import pytest
 from hypothesis import given
 
 from imp_core.engine.external import MemoryGroupStore
 from imp_core.engine.local import LocalBackend
 from imp_core.engine.operators.aggregation_external import ExternalAggregation
-from imp_core.engine.pipeline import Pipeline, external_candidates
+from imp_core.engine.pipeline import Pipeline, external_candidates, node_paths
+from imp_core.engine.schema import MULT
 from imp_core.errors import UnsupportedError
 from imp_core.plan.columns import narrowed
+from imp_core.plan.nodes import GroupTopK
 from imp_core.plan.sql import parse_query
 from tests.engine.generators import SCHEMAS, TABLES, Case, Store, cases, note, property_test
 from tests.engine.rewritten_cases import grouping_set_cases, set_operation_cases
+from tests.engine.test_group_topk import SHAPES as RANKING_SHAPES
 from tests.engine.test_properties import assert_same_state
+from tests.engine.two_tables import SCHEMA as TWO_SCHEMA
+from tests.engine.two_tables import VERSIONS as TWO_VERSIONS
+from tests.engine.two_tables import apply as two_apply
+from tests.engine.two_tables import parts as two_parts
+from tests.engine.two_tables import reader as two_reader
+from tests.engine.two_tables import rows as two_rows
 
 
 def run_external(case: Case) -> None:
@@ -175,3 +186,77 @@ def test_state_moves_between_memory_and_a_store_without_changing(case: Case) -> 
                                lambda op: MemoryGroupStore(op.key_names, op.component_schemas()))
         assert moving.sketch() == memory.sketch(), f"after batch {i}"
         assert_same_state(moving, memory, f"after batch {i}")
+
+
+@pytest.mark.parametrize("sql", [sql for sql, _ in RANKING_SHAPES])
+def test_rankings_keep_the_same_state_outside(sql: str) -> None:
+    """A top-k per group (and the aggregations around it) kept in stores gives the in-memory engine's sketch deltas
+    and states under random changes to both tables, through a reload, a move back into memory and out again, and a
+    repartition-free reload of its saved reference."""
+    plan = parse_query(sql, {"T1": TWO_SCHEMA, "T2": TWO_SCHEMA}).plan
+    partition = two_parts()
+    external = external_candidates(plan)
+    rankings = [p for p, node in node_paths(plan) if isinstance(node, GroupTopK) and p in external]
+    memory, outside = Pipeline(plan, partition), Pipeline(plan, partition, external=external)
+    stores: dict[str, MemoryGroupStore] = {}
+    outside.bind_stores(lambda op: stores.setdefault(op.op_id, MemoryGroupStore(op.key_names,
+                                                                                 op.component_schemas())))
+    rng = np.random.default_rng(3)
+    tables = {t: two_rows(rng.integers(0, 10, 12).tolist(), rng.integers(-5, 15, 12).tolist()) for t in ("T1", "T2")}
+    a = memory.capture(LocalBackend(two_reader(tables)), TWO_VERSIONS)
+    b = outside.capture(LocalBackend(two_reader(tables)), TWO_VERSIONS)
+    assert sorted(a.added) == sorted(b.added)
+    assert_same_state(outside, memory, "capture")
+    for i in range(10):
+        table = str(rng.choice(["T1", "T2"]))
+        ins = two_rows(rng.integers(0, 10, 3).tolist(), rng.integers(-5, 15, 3).tolist(), [1] * 3)
+        dels = tables[table].sample(min(2, tables[table].height), seed=int(rng.integers(1 << 30))).with_columns(
+            pl.lit(-1, dtype=pl.Int64).alias(MULT))
+        change = pl.concat([ins, dels])
+        tables[table] = two_apply(tables[table], change)
+        backend = LocalBackend(two_reader(tables))
+        a = memory.maintain_pass(table, change, backend, TWO_VERSIONS)
+        b = outside.maintain_pass(table, change, backend, TWO_VERSIONS)
+        assert (sorted(a.added), sorted(a.removed)) == (sorted(b.added), sorted(b.removed)), f"pass {i}"
+        assert_same_state(outside, memory, f"pass {i}")
+        if i % 3 == 1:  # a reload keeps the stores; a move into memory and back out keeps the state
+            blobs = outside.state_blobs()
+            outside = Pipeline(plan, partition, external=external)
+            outside.load_state_blobs(blobs)
+            outside.bind_stores(lambda op: stores[op.op_id])
+        if i % 3 == 2:
+            outside = outside.placed(frozenset(), lambda op: stores[op.op_id])
+            assert_same_state(outside, memory, f"moved in after pass {i}")
+            stores.clear()
+            outside = outside.placed(external, lambda op: stores.setdefault(
+                op.op_id, MemoryGroupStore(op.key_names, op.component_schemas())))
+            assert_same_state(outside, memory, f"moved out after pass {i}")
+    assert outside.sketch() == memory.sketch()
+    assert bool(rankings) == ("PARTITION BY" in sql)  # every partitioned ranking here was kept outside
+
+
+def test_a_ranking_batch_reads_and_writes_only_its_groups() -> None:
+    """The store sees the touched partitions only: 2 of 500 groups are fetched and rewritten, and the pass answers as
+    the in-memory engine does."""
+    sql = ("SELECT g, v, rn FROM (SELECT g, v, ROW_NUMBER() OVER (PARTITION BY g ORDER BY v DESC) AS rn FROM T1) x "
+           "WHERE rn <= 2")
+    plan = parse_query(sql, {"T1": TWO_SCHEMA, "T2": TWO_SCHEMA}).plan
+    partition = two_parts(("T1",))
+    memory, outside = Pipeline(plan, partition), Pipeline(plan, partition, external=external_candidates(plan))
+    [op] = outside.external_operators()
+    store = MemoryGroupStore(op.key_names, op.component_schemas())
+    fetched: list[int] = []
+    original = store.fetch
+    store.fetch = lambda keys: (fetched.append(keys.height), original(keys))[1]  # type: ignore[method-assign]
+    outside.bind_stores(lambda _: store)
+    table = two_rows([i // 3 for i in range(1500)], [i % 7 for i in range(1500)])
+    for p in (memory, outside):
+        p.capture(LocalBackend(lambda t, v: table), {"T1": 0})
+    assert store.size()["rows"] == 1500
+    fetched.clear()
+    change = two_rows([4, 7], [100, -1], [1, 1])
+    a = memory.maintain_pass("T1", change, None, {"T1": 1})
+    b = outside.maintain_pass("T1", change, None, {"T1": 1})
+    assert fetched == [2] and store.size()["rows"] == 1502
+    assert (a.added, a.removed) == (b.added, b.removed)
+    assert_same_state(outside, memory, "after the pass")

@@ -285,6 +285,13 @@ CAPTURED = [
     "SELECT r.a, SUM(DISTINCT r.b) AS sb, MAX(r.n) AS mx FROM r GROUP BY r.a HAVING COUNT(*) > 0",
     "SELECT r.a, s.t, SUM(s.e) AS se FROM r JOIN s ON r.b = s.c GROUP BY r.a, s.t",
     "SELECT DISTINCT r.a, r.n FROM r",
+    # group (4, 'a') sums only NULLs: its accumulator holds 0, not NULL (a NULL would absorb later batches)
+    "SELECT r.a, r.n, SUM(r.b) AS sb, AVG(r.x) AS ax FROM r GROUP BY r.a, r.n",
+    # top-k per group: the input rows written by the executors, keyed by the partition (NULL partition included)
+    "SELECT a, b, x, rn FROM (SELECT r.a, r.b, r.x, ROW_NUMBER() OVER (PARTITION BY r.a ORDER BY r.b DESC, r.x) AS rn "
+    "FROM r) q WHERE rn <= 1",
+    "SELECT n, a, rk FROM (SELECT r.n, r.a, RANK() OVER (PARTITION BY r.n, r.d ORDER BY r.a) AS rk FROM r) q "
+    "WHERE rk <= 2",
 ]
 # aggregations over the results of other aggregations: the capture above reads the results below from their tables
 STACKED = [
@@ -295,6 +302,9 @@ STACKED = [
     "HAVING SUM(r.b) > 1) x JOIN s ON x.a = s.e GROUP BY s.t",
     "SELECT y.nb, SUM(y.sc) AS t FROM (SELECT x.a, x.nb, SUM(s.c) AS sc FROM (SELECT r.a, COUNT(DISTINCT r.b) AS nb "
     "FROM r GROUP BY r.a) x JOIN s ON x.a = s.e GROUP BY x.a, x.nb) y GROUP BY y.nb",
+    # a top-k per group over an external aggregation's result, read from its tables
+    "SELECT a, sb, rk FROM (SELECT a, sb, DENSE_RANK() OVER (PARTITION BY n ORDER BY sb DESC) AS rk FROM "
+    "(SELECT r.a, r.n, SUM(r.b) AS sb FROM r GROUP BY r.a, r.n) g) q WHERE rk <= 1",
     # Q21's shape: a NOT EXISTS with an inequality becomes per-key summaries of s (external), a UNION ALL and an anti
     # join kept in memory, whose inputs are read from the summaries' tables
     "SELECT r.n, COUNT(*) AS c FROM r WHERE NOT EXISTS (SELECT * FROM s WHERE s.e = r.a AND s.c <> r.b) GROUP BY r.n",
@@ -336,6 +346,7 @@ def test_a_capture_on_spark_writes_the_state_the_memory_engine_builds(spark, tmp
     operations = {r[0] for path in (tmp_path / "st").glob("*/*") if (path / "_delta_log").is_dir()
                   for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").select("operation").collect()}
     assert operations == {"WRITE"}, f"the capture wrote its state with {sorted(operations)}"
+    assert all(op.store.log == 0 for op in outside.external_operators()), "a capture wrote state with appends"
     change = frame("r", [(4, 5, 0.5, "c", None), (7, 1, 0.5, "d", D0)], [-1, 1])
     after = [row for row in data["r"] if row != (4, 5, 0.5, "c", None)] + [(7, 1, 0.5, "d", D0)]
     write_deltalake(str(tmp_path / "r"), frame("r", after).to_arrow(), mode="overwrite")  # version 1: the change

@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from imp_core.engine.annotation import relabel
-from imp_core.engine.external import FCOUNTS, GROUPS, GroupStore, MemoryGroupStore
+from imp_core.engine.external import FCOUNTS, GROUPS, ExternalOperator, GroupStore, MemoryGroupStore
 from imp_core.engine.operators.aggregation import LAYOUT, Aggregation
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.distinct import DistinctOp
@@ -27,11 +27,9 @@ from imp_core.errors import StateError
 from imp_core.plan.nodes import Distinct, Plan
 
 
-class _External:
+class _External(ExternalOperator):
     """What makes an aggregation external; mixed into :class:`Aggregation` and :class:`DistinctOp`."""
 
-    placement = "external"
-    store: GroupStore
     _cleared: bool
 
     def _init_external(self: Any) -> None:
@@ -39,14 +37,13 @@ class _External:
         self._cleared = True
 
     def component_schemas(self: Any) -> dict[str, dict[str, pl.DataType]]:
-        """The schema of each state component (the frames the in-memory engine saves)."""
+        """The frames the in-memory engine saves."""
         schemas = {GROUPS: self._groups_schema(), FCOUNTS: dict(self._fcounts.schema)}
         for j, multiset in stored(self.multisets).items():
             schemas[f"mm{j}"] = dict(multiset.values.schema)
         return schemas
 
     def bind(self: Any, store: GroupStore) -> None:
-        """Keep the state in ``store`` from now on (its current contents are the state)."""
         self.store = store
         self._cleared = True
 
@@ -75,7 +72,6 @@ class _External:
     # -- the whole state, for the operators above a capture and for tests
 
     def output_chunks(self: Any) -> Iterator[pl.DataFrame]:
-        """The current result, chunk by chunk, as all-insert annotated relations."""
         for frames in self.store.contents():
             groups = frames[GROUPS].filter(pl.col(GROUP_ROWS) > 0)
             yield groups.select([*self.output_exprs(), pl.lit(1, dtype=pl.Int64).alias(MULT), pl.col(SET)])
@@ -98,7 +94,6 @@ class _External:
         return meta, {}
 
     def whole_frames(self: Any) -> dict[str, pl.DataFrame]:
-        """Every component whole, in this process (moving state back into memory, tests)."""
         parts: dict[str, list[pl.DataFrame]] = {}
         for frames in self.store.contents():
             for name, df in frames.items():

@@ -108,7 +108,7 @@ class GroupTopKOp(OutputStateOperator):
         """Renamed fragment ids change the text key that orders a tuple's copies: it is rebuilt, and the top-k is
         left to be re-ranked."""
         meta, frames = super().relabeled_state(mapping, total)
-        return meta, {name: frames[name].with_columns(_skey()) for name in ("rows", "pending")}
+        return meta, {name: frames[name].with_columns(skey_expr()) for name in ("rows", "pending")}
 
     def canonical(self) -> dict[str, pl.DataFrame]:
         self._settle()
@@ -126,7 +126,7 @@ class GroupTopKOp(OutputStateOperator):
         it outgrows an eighth of them."""
         if delta.height == 0:
             return self.empty_delta()
-        d = as_sets(delta).with_columns(_skey())
+        d = as_sets(delta).with_columns(skey_expr())
         d = d.group_by([*self.data_cols, SKEY]).agg(pl.col(MULT).sum().alias(N), pl.col(SET).first())
         d = d.select(self.rows.columns).cast(self.rows.schema)  # type: ignore[arg-type]
         if self._top is None:
@@ -241,8 +241,8 @@ class GroupTopKOp(OutputStateOperator):
         return pl.DataFrame(schema={**self.schema, self.node.rank: pl.Int32, MULT: pl.Int64, SET: SET_DTYPE})
 
 
-def _skey() -> pl.Expr:
+def skey_expr() -> pl.Expr:
     return pl.col(SET).cast(pl.List(pl.String)).list.join(",").alias(SKEY)
 
 
-__all__ = ["GroupTopKOp"]
+__all__ = ["N", "SKEY", "GroupTopKOp", "skey_expr"]

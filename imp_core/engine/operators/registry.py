@@ -12,6 +12,7 @@ from imp_core.engine.operators.base import Operator
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.distinct import DistinctOp
 from imp_core.engine.operators.group_topk import GroupTopKOp
+from imp_core.engine.operators.group_topk_external import ExternalGroupTopK, has_external_form
 from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.projection import Projection
 from imp_core.engine.operators.selection import Selection
@@ -48,13 +49,18 @@ def build_operator(node: Plan, ctx: BuildContext) -> Operator:
 
 
 # the operators that can keep their state outside the process (engine/external.py), by node type
-EXTERNAL: dict[type[Plan], type[Operator]] = {Aggregate: ExternalAggregation, Distinct: ExternalDistinct}
+EXTERNAL: dict[type[Plan], type[Operator]] = {Aggregate: ExternalAggregation, Distinct: ExternalDistinct,
+                                               GroupTopK: ExternalGroupTopK}
 
 
 def can_be_external(node: Plan) -> bool:
-    """Whether ``node``'s operator has an external form: a grouped aggregation or a DISTINCT (an aggregation
-    without GROUP BY has one row)."""
-    return type(node) in EXTERNAL and (not isinstance(node, Aggregate) or bool(node.keys))
+    """Whether ``node``'s operator has an external form: a grouped aggregation (one without GROUP BY has one row),
+    a DISTINCT, a top-k per group partitioned by keys other than floats."""
+    if isinstance(node, Aggregate):
+        return bool(node.keys)
+    if isinstance(node, GroupTopK):
+        return has_external_form(node)
+    return type(node) in EXTERNAL
 
 
 def build_external(node: Plan, ctx: BuildContext) -> Operator:

@@ -59,7 +59,7 @@ def decide(parts: Parts, pipeline: Pipeline, sources: Mapping[str, DeltaSource],
     ``versions``. Row counts come from the Delta log; Spark counts groups only where those bounds exceed the
     budget."""
     budget = parts.settings.memory_budget
-    rows = {t: sum(f.num_records or 0 for f in s.files(versions[t])) for t, s in sources.items()}
+    rows = {t: s.row_count(versions[t]) for t, s in sources.items()}
     estimates: dict[str, int] = {}
     for path, node in node_paths(pipeline.plan):
         if can_be_external(node):

@@ -280,7 +280,7 @@ class SparkBackend:
     def _rows_of(self, table: str, version: int) -> int:
         key = (table, version)
         if key not in self._table_rows:
-            self._table_rows[key] = sum(f.num_records or 0 for f in self.sources[table].files(version))
+            self._table_rows[key] = self.sources[table].row_count(version)
         return self._table_rows[key]
 
     def rows_with_keys(self, side: Relation, keys: list[str], values: pl.DataFrame, max_rows: int,

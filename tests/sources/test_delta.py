@@ -11,7 +11,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from imp_core.engine.schema import MULT
 from imp_core.errors import ChangeFeedUnavailableError, SourceError
-from imp_core.sources.delta import VERSION, DeltaSource
+from imp_core.sources.delta import ESTIMATED_ROW_BYTES, VERSION, DeltaSource
 
 CDF = {"delta.enableChangeDataFeed": "true"}
 
@@ -33,6 +33,25 @@ def test_versions_files_and_stats(table: DeltaSource) -> None:
     assert sum(f.num_records or 0 for f in files) == 4
     assert min(f.min_values["id"] for f in files) == 1 and max(f.max_values["id"] for f in files) == 4
     assert table.schema(0).names == ["id", "x"]
+
+
+def test_a_table_without_file_statistics_never_counts_as_empty(tmp_path: Path) -> None:
+    """A writer that records no statistics leaves ``numRecords`` out: the row count (what placement and the join
+    caches size by) estimates those files' rows from their size, generously, instead of counting 0."""
+    import json
+
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"id": list(range(5000)), "x": [i * 0.5 for i in range(5000)]}))
+    assert DeltaSource("t", path).row_count(0) == 5000
+    log = path / "_delta_log" / f"{0:020d}.json"
+    actions = [json.loads(line) for line in log.read_text().splitlines()]
+    for action in actions:
+        action.get("add", {}).pop("stats", None)
+    log.write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+    source = DeltaSource("t", path)
+    [stats] = source.files(0)
+    assert stats.num_records is None
+    assert source.row_count(0) == stats.size_bytes // ESTIMATED_ROW_BYTES >= 5000
 
 
 def test_change_feed_signs(table: DeltaSource) -> None:

@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 import polars as pl
 
+from imp_core.errors import StateError
+
 GROUPS = "groups"
 FCOUNTS = "fcounts"
 
@@ -66,9 +68,11 @@ class ExternalOperator:
     state keys and components, the store it is bound to, and its whole result read from the store chunk by chunk."""
 
     placement = "external"
+    op_id: str
     store: GroupStore
     key_names: list[str]
     reference: dict[str, Any] | None = None  # the saved store reference, until the maintenance driver binds it
+    _cleared = True  # False after a reset: the store is emptied at the next write
 
     def component_schemas(self) -> dict[str, dict[str, pl.DataType]]:
         """The schema of each state component, the state keys first."""
@@ -76,16 +80,45 @@ class ExternalOperator:
 
     def bind(self, store: GroupStore) -> None:
         """Keep the state in ``store`` from now on (its current contents are the state)."""
-        raise NotImplementedError
+        self.store = store
+        self._cleared = True
 
     def output_chunks(self) -> Iterator[pl.DataFrame]:
         """The current result, chunk by chunk, as all-insert annotated relations."""
         raise NotImplementedError
 
+    def output_relation(self) -> pl.DataFrame:
+        """The whole current result, read from the store."""
+        chunks = list(self.output_chunks())
+        return pl.concat(chunks) if chunks else self.empty_delta()  # type: ignore[attr-defined]
+
+    def memory_bytes(self) -> int:
+        return 0  # the state is in the store
+
+    def state_size_bytes(self) -> int:
+        return 0
+
     def whole_frames(self) -> dict[str, pl.DataFrame]:
         """The state whole in this process, as the operator's in-memory form saves it (moving state back into
         memory, tests)."""
         raise NotImplementedError
+
+    def take_state(self, meta: Mapping[str, Any], stored: Mapping[str, pl.DataFrame] | None) -> None:
+        """Take over saved state: ``stored`` (every component's rows: state moved out of memory, or relabeled by a
+        repartition) written into the store, else the store reference ``meta`` names (bound later by the maintenance
+        driver).
+
+        Raises:
+            StateError: The saved state is held in memory, not in a store.
+        """
+        if stored is not None:
+            self.store.load(stored)
+        elif "external" not in meta:
+            raise StateError(f"operator {self.op_id}: saved state is held in memory, the operator keeps it "
+                             f"externally; recapture the sketch")
+        else:
+            self.reference = meta["external"]
+        self._cleared = True
 
 
 def key_types(keys: list[str], schemas: Mapping[str, Mapping[str, pl.DataType]]) -> dict[str, pl.DataType]:

@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from imp_core.engine.annotation import relabel
-from imp_core.engine.external import FCOUNTS, GROUPS, ExternalOperator, GroupStore, MemoryGroupStore
+from imp_core.engine.external import FCOUNTS, GROUPS, ExternalOperator, MemoryGroupStore
 from imp_core.engine.operators.aggregation import LAYOUT, Aggregation
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.distinct import DistinctOp
@@ -30,8 +30,6 @@ from imp_core.plan.nodes import Distinct, Plan
 class _External(ExternalOperator):
     """What makes an aggregation external; mixed into :class:`Aggregation` and :class:`DistinctOp`."""
 
-    _cleared: bool
-
     def _init_external(self: Any) -> None:
         self.store = MemoryGroupStore(self.key_names, self.component_schemas())
         self._cleared = True
@@ -42,10 +40,6 @@ class _External(ExternalOperator):
         for j, multiset in stored(self.multisets).items():
             schemas[f"mm{j}"] = dict(multiset.values.schema)
         return schemas
-
-    def bind(self: Any, store: GroupStore) -> None:
-        self.store = store
-        self._cleared = True
 
     def reset(self: Any) -> None:
         Aggregation.reset(self)  # empty frames in memory; the store is emptied at the next write
@@ -84,10 +78,6 @@ class _External(ExternalOperator):
         groups = frames[GROUPS].filter(pl.col(GROUP_ROWS) > 0)
         return groups.select([*self.output_exprs(), pl.lit(1, dtype=pl.Int64).alias(MULT), pl.col(SET)])
 
-    def output_relation(self: Any) -> pl.DataFrame:
-        chunks = list(self.output_chunks())
-        return pl.concat(chunks) if chunks else self.empty_delta()
-
     def state_frames(self: Any) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
         meta = {"keys": self.key_names, "aggs": state_names(self.aggs), "layout": LAYOUT,
                 "external": self.store.reference()}
@@ -105,15 +95,7 @@ class _External(ExternalOperator):
     def set_state_frames(self: Any, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
         if meta.get("keys") != self.key_names or meta.get("aggs") != state_names(self.aggs):
             raise StateError(f"operator {self.op_id}: saved state is for a different aggregation; recapture")
-        if frames:  # whole frames (state moved out of memory, or relabeled by a repartition): into the store
-            self.store.load(frames)
-            self._cleared = True
-            return
-        if "external" not in meta:
-            raise StateError(f"operator {self.op_id}: saved state is held in memory, the operator keeps it "
-                             f"externally; recapture the sketch")
-        self.reference = meta["external"]  # the store that holds it is bound by the maintenance driver
-        self._cleared = True
+        self.take_state(meta, frames or None)
 
     def relabeled_state(self: Any, mapping: Any, total: int) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
         meta, _ = self.state_frames()
@@ -126,12 +108,6 @@ class _External(ExternalOperator):
         frames = self.whole_frames()
         memory._load(frames[GROUPS], frames[FCOUNTS], {j: frames[f"mm{j}"] for j in stored(self.multisets)})
         return memory.canonical()
-
-    def memory_bytes(self: Any) -> int:
-        return 0
-
-    def state_size_bytes(self: Any) -> int:
-        return 0
 
 
 class ExternalAggregation(_External, Aggregation):

@@ -21,7 +21,7 @@ import polars as pl
 
 from imp_core.engine.annotation import SET_DTYPE, as_sets, relabel
 from imp_core.engine.evaluate import polars_type
-from imp_core.engine.external import ExternalOperator, GroupStore, MemoryGroupStore
+from imp_core.engine.external import ExternalOperator, MemoryGroupStore
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.group_topk import SKEY, GroupTopKOp, N, skey_expr
 from imp_core.engine.schema import MULT, SET
@@ -55,10 +55,6 @@ class ExternalGroupTopK(ExternalOperator, GroupTopKOp):
     def component_schemas(self) -> dict[str, dict[str, pl.DataType]]:
         keys = pl.DataFrame(schema=self.schema).select(self._part).schema
         return {ROWS: {**dict(keys), **self.schema, SKEY: pl.String(), N: pl.Int64()}}
-
-    def bind(self, store: GroupStore) -> None:
-        self.store = store
-        self._cleared = True
 
     def reset(self) -> None:
         GroupTopKOp.reset(self)  # nothing in memory; the store is emptied at the next write
@@ -121,10 +117,6 @@ class ExternalGroupTopK(ExternalOperator, GroupTopKOp):
         rows = self._netted(self._from_store(self.store.fetch_where(keys)[ROWS]))
         return self.top(rows).select(self._out_cols())
 
-    def output_relation(self) -> pl.DataFrame:
-        chunks = list(self.output_chunks())
-        return pl.concat(chunks) if chunks else self.empty_delta()
-
     def whole_frames(self) -> dict[str, pl.DataFrame]:
         parts = [self._from_store(frames[ROWS]) for frames in self.store.contents()]
         rows = self._netted(pl.concat(parts)) if parts else self.rows.clear()
@@ -137,19 +129,13 @@ class ExternalGroupTopK(ExternalOperator, GroupTopKOp):
         if meta.get("k") != self.k or meta.get("function") != self.function:
             raise StateError(f"operator {self.op_id}: saved top-k-per-group state is for a different query; "
                              f"recapture the sketch")
-        if frames:  # whole frames (state moved out of memory, or relabeled by a repartition): into the store
-            if "rows" not in frames:
-                raise StateError(f"operator {self.op_id}: saved top-k-per-group state has no rows; recapture")
-            pending = frames.get("pending")
-            rows = pl.concat([frames["rows"], pending]) if pending is not None and pending.height else frames["rows"]
-            self.store.load({ROWS: self._keyed(self._netted(rows.select(self.rows.columns)))})
-            self._cleared = True
-            return
-        if "external" not in meta:
-            raise StateError(f"operator {self.op_id}: saved state is held in memory, the operator keeps it "
-                             f"externally; recapture the sketch")
-        self.reference = meta["external"]  # the store that holds it is bound by the maintenance driver
-        self._cleared = True
+        if frames and "rows" not in frames:
+            raise StateError(f"operator {self.op_id}: saved top-k-per-group state has no rows; recapture the sketch")
+        stored = None
+        if frames:  # whole frames (state moved out of memory, or relabeled by a repartition)
+            rows = pl.concat([frames["rows"], *([frames["pending"]] if "pending" in frames else [])])
+            stored = {ROWS: self._keyed(self._netted(rows.select(self.rows.columns)))}
+        self.take_state(meta, stored)
 
     def relabeled_state(self, mapping: Any, total: int) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
         meta, _ = self.state_frames()
@@ -160,12 +146,6 @@ class ExternalGroupTopK(ExternalOperator, GroupTopKOp):
         rows = self.whole_frames()["rows"]
         cols = [c for c in rows.columns if c != SET]
         return {"rows": rows.sort(cols, nulls_last=True) if rows.height else rows}
-
-    def memory_bytes(self) -> int:
-        return 0
-
-    def state_size_bytes(self) -> int:
-        return 0
 
 
 __all__ = ["ROWS", "ExternalGroupTopK", "has_external_form"]

@@ -1,6 +1,6 @@
 """Top-k per group whose state lives outside the process (``engine/external.py``): a :class:`GroupTopKOp` placed
 *external* because its input rows outgrew the memory budget (SF10's "three most expensive line items per order"
-keeps 34M rows).
+keeps tens of millions).
 
 The store holds one component, ``rows``: the input rows as the in-memory operator keeps them (plan columns, the
 annotation as text ``__skey``, the multiplicity ``__n``), keyed by the partition key's values ``__p0``, ``__p1``, ...
@@ -133,8 +133,8 @@ class ExternalGroupTopK(ExternalOperator, GroupTopKOp):
             raise StateError(f"operator {self.op_id}: saved top-k-per-group state has no rows; recapture the sketch")
         stored = None
         if frames:  # whole frames (state moved out of memory, or relabeled by a repartition)
-            rows = pl.concat([frames["rows"], *([frames["pending"]] if "pending" in frames else [])])
-            stored = {ROWS: self._keyed(self._netted(rows.select(self.rows.columns)))}
+            rows = pl.concat([frames[name].select(self.rows.columns) for name in ("rows", "pending") if name in frames])
+            stored = {ROWS: self._keyed(self._netted(rows))}
         self.take_state(meta, stored)
 
     def relabeled_state(self, mapping: Any, total: int) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:

@@ -399,7 +399,7 @@ class _Pass:
         backend: CaptureBackend = self.backend
         op = stage.op
         child = self.relation(stage.inputs[0])
-        if isinstance(op, ExternalOperator) and hasattr(backend, "capture_external"):
+        if isinstance(op, ExternalOperator) and hasattr(backend, "capture_external") and self._deferrable(stage):
             op.reset()  # type: ignore[attr-defined]
             if backend.capture_external(child, op, self.versions):  # written by Spark, not through this process
                 op.bind(op.store)
@@ -418,6 +418,8 @@ class _Pass:
         pushes the results below up through the pass (their deltas, computed here, are kept for it)."""
         op = stage.op
         assert isinstance(op, ExternalOperator)
+        if not self._deferrable(stage):
+            return None
         found = self._backend_relation(stage.inputs[0])
         if found is None:
             return None
@@ -429,6 +431,18 @@ class _Pass:
         self._consumed(roots)
         self.deferred.append(stage)
         return op.empty_delta()
+
+    def _deferrable(self, stage: Stage) -> bool:
+        """Whether ``stage``'s result may be captured on the backend and go up only after this pass: no join above
+        it has another input that holds operator state. Such a join would read the result whole from the store when
+        the other input's rows go up in this pass, and join them again when the result's own rows go up after it."""
+        node = self.pipeline.root
+        while node is not stage:
+            child = next(s for s in node.inputs if stage.path == s.path or stage.path.startswith(s.path + "."))
+            if isinstance(node.op, JoinOp) and any(s is not child and not s.stateless for s in node.inputs):
+                return False
+            node = child
+        return True
 
     def _backend_relation(self, stage: Stage) -> tuple[Relation, list[Stage]] | None:
         """In a capture, ``stage``'s subtree as the backend computes it with the results of the external operators

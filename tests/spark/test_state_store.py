@@ -279,6 +279,18 @@ def test_a_partition_column_in_another_table(spark, tmp_path: Path) -> None:  # 
     assert_same_state(outside, memory, "capture")
 
 
+def delta_tables(root: Path, data: dict[str, list[tuple]]) -> dict:
+    """The generator's tables ``data`` written as Delta tables (with the change feed) under ``root``, as sources."""
+    from deltalake import write_deltalake
+
+    from imp_core.sources.delta import DeltaSource
+    from tests.engine.generators import frame
+
+    for t, rows in data.items():
+        write_deltalake(str(root / t), frame(t, rows).to_arrow(), configuration={"delta.enableChangeDataFeed": "true"})
+    return {t: DeltaSource(t, str(root / t)) for t in data}
+
+
 CAPTURED = [
     "SELECT r.a, SUM(r.b) AS s, COUNT(*) AS n, AVG(r.b) AS m FROM r GROUP BY r.a",
     "SELECT r.n, MIN(r.d) AS lo, MAX(r.b) AS hi, COUNT(DISTINCT r.b) AS nb FROM r GROUP BY r.n",
@@ -319,18 +331,13 @@ def test_a_capture_on_spark_writes_the_state_the_memory_engine_builds(spark, tmp
     aggregations are captured on Spark too: their tables are written once each, never merged into."""
     from deltalake import write_deltalake
 
-    from imp_core.sources.delta import DeltaSource
     from imp_core.spark.backend import SparkBackend
     from tests.engine.generators import D0, frame
 
     data = {"r": [(1, 2, 0.5, "a", D0), (1, 3, 0.5, None, None), (None, 2, 1.0, "b", D0), (4, None, 0.25, "a", D0),
                   (4, 5, 0.5, "c", None)],
             "s": [(2, 7, 1.0, "x"), (3, 1, 1.0, None), (5, 4, 2.0, "x")]}
-    sources = {}
-    for t, rows in data.items():
-        write_deltalake(str(tmp_path / t), frame(t, rows).to_arrow(), configuration={"delta.enableChangeDataFeed":
-                                                                                     "true"})
-        sources[t] = DeltaSource(t, str(tmp_path / t))
+    sources = delta_tables(tmp_path, data)
     plan = narrowed(parse_query(sql, {t: SCHEMAS[t] for t in TABLES}).plan, {"r": {"b"}})
     parts = PartitionSet((Partition("r", "b", (0, 3, 6), "int"),))
     backend = SparkBackend(spark, sources)
@@ -377,21 +384,15 @@ def test_results_captured_on_spark_that_meet_at_a_join_are_joined_once(spark, tm
     store while the other input's rows went up, and again when the result's own chunks did: every row of the join
     counted two or three times (an aggregation above with COUNT(*) 3 where the in-memory capture has 1), with nothing
     failing. Such results are now folded in process; the capture equals the in-memory one."""
-    from deltalake import write_deltalake
 
     import imp_core.spark.state_store as state_store
-    from imp_core.sources.delta import DeltaSource
     from imp_core.spark.backend import SparkBackend
-    from tests.engine.generators import D0, frame
+    from tests.engine.generators import D0
 
     monkeypatch.setattr(state_store, "CHUNK_ROWS", 1)  # one bucket per chunk
     data = {"r": [(i % 5, i % 4, 0.5 * i, "abc"[i % 3], D0) for i in range(20)],
             "s": [(i % 4, i % 5, 1.0, "x") for i in range(12)]}
-    sources = {}
-    for t, rows in data.items():
-        write_deltalake(str(tmp_path / t), frame(t, rows).to_arrow(), configuration={"delta.enableChangeDataFeed":
-                                                                                     "true"})
-        sources[t] = DeltaSource(t, str(tmp_path / t))
+    sources = delta_tables(tmp_path, data)
     plan = narrowed(parse_query(sql, {t: SCHEMAS[t] for t in TABLES}).plan, {"r": {"b"}})
     parts = PartitionSet((Partition("r", "b", (0, 2, 4), "int"),))
     memory, outside = Pipeline(plan, parts), Pipeline(plan, parts, external=external_candidates(plan))

@@ -262,6 +262,7 @@ class Pipeline:
         delta = run.delta(self.root)
         out = self.merge.process(delta if delta is not None else pl.DataFrame())
         added = set(out.added)
+        assert not run._speculative, f"results kept back and never read: {sorted(run._speculative)}"
         for stage in run.deferred:  # external state captured on Spark: its output goes up chunk by chunk
             op = stage.op
             assert isinstance(op, ExternalOperator)
@@ -308,6 +309,8 @@ class _Pass:
         self.capture, self.table, self.changes, self.netting = capture, table, changes, netting
         self.inject = inject
         self.deferred: list[Stage] = []  # a capture's external stages whose output goes up after it
+        self._stacking = 0  # > 0 while the results below a capture on the backend are captured (see _speculative)
+        self._speculative: set[str] = set()  # deferred only because an operator above may read them on the backend
         self._captured: dict[str, pl.DataFrame | None] = {}  # deltas of stages captured ahead of their parent
         self._contents: dict[str, pl.DataFrame] = {}
         self._relations: dict[str, Relation] = {}
@@ -319,7 +322,12 @@ class _Pass:
         if self.inject is not None and stage.path in self.inject:
             return self.inject[stage.path]
         if stage.path in self._captured:
-            return self._captured.pop(stage.path)
+            out = self._captured.pop(stage.path)
+            if stage.path in self._speculative:  # it goes up through this pass after all: whole, now
+                self._speculative.discard(stage.path)
+                self.deferred = [d for d in self.deferred if d is not stage]
+                out = stage.op.output_relation()  # type: ignore[attr-defined]
+            return out
         op = stage.op
         if isinstance(stage.node, Scan):
             assert isinstance(op, UnaryOperator) and self.changes is not None
@@ -328,18 +336,25 @@ class _Pass:
         if self.capture and isinstance(op, OutputStateOperator) and stage.inputs[0].stateless:
             return self._bootstrap(stage)
         if isinstance(op, BinaryOperator):
-            left, right = stage.inputs
-            if self.capture and isinstance(op, AntiJoinOp):  # its state starts from both inputs whole
-                dl, dr = self._anti_join_inputs(left, right, op.right_keys)
-            else:
-                dl, dr = self.delta(left), self.delta(right)
-            self.pipeline.stats.join_calls += int(dl is not None and dl.height > 0) + \
-                int(dr is not None and dr.height > 0)
-            return op.process(dl, dr, _StageSide(self, stage, left), _StageSide(self, stage, right))
+            return self._binary_delta(stage, op)
         if isinstance(op, UnionOp):
             return self._union_delta(stage, op)
         assert isinstance(op, UnaryOperator)
         return self._unary_delta(stage, op)
+
+    def _binary_delta(self, stage: Stage, op: BinaryOperator) -> pl.DataFrame | None:
+        """The delta of a join's (or anti join's) output from its inputs' deltas; a capture of an anti join starts
+        its state from both inputs whole (an external one on the backend, where it can)."""
+        left, right = stage.inputs
+        if self.capture and isinstance(op, AntiJoinOp):
+            if isinstance(op, ExternalOperator) and (kept := self._capture_anti_join(stage)) is not None:
+                return kept
+            dl, dr = self._anti_join_inputs(left, right, op.right_keys)
+        else:
+            dl, dr = self.delta(left), self.delta(right)
+        self.pipeline.stats.join_calls += int(dl is not None and dl.height > 0) + \
+            int(dr is not None and dr.height > 0)
+        return op.process(dl, dr, _StageSide(self, stage, left), _StageSide(self, stage, right))
 
     def _unary_delta(self, stage: Stage, op: UnaryOperator) -> pl.DataFrame | None:
         """The delta of a one-input operator's output: its input's delta processed, or (a capture of an external
@@ -399,12 +414,11 @@ class _Pass:
         backend: CaptureBackend = self.backend
         op = stage.op
         child = self.relation(stage.inputs[0])
-        if isinstance(op, ExternalOperator) and hasattr(backend, "capture_external") and self._deferrable(stage):
+        if isinstance(op, ExternalOperator) and hasattr(backend, "capture_external") and self._may_defer(stage):
             op.reset()  # type: ignore[attr-defined]
             if backend.capture_external(child, op, self.versions):  # written by Spark, not through this process
                 op.bind(op.store)
-                self.deferred.append(stage)
-                return op.empty_delta()
+                return self._defer(stage)
         if isinstance(op, Aggregation):
             return op.bootstrap(backend.aggregate_input(child, op.layout, self.versions))
         assert isinstance(op, (TopKOp, GroupTopKOp))
@@ -418,7 +432,7 @@ class _Pass:
         pushes the results below up through the pass (their deltas, computed here, are kept for it)."""
         op = stage.op
         assert isinstance(op, ExternalOperator)
-        if not self._deferrable(stage):
+        if not self._may_defer(stage):
             return None
         found = self._backend_relation(stage.inputs[0])
         if found is None:
@@ -429,8 +443,41 @@ class _Pass:
             return None
         op.bind(op.store)
         self._consumed(roots)
+        return self._defer(stage)
+
+    def _capture_anti_join(self, stage: Stage) -> pl.DataFrame | None:
+        """Capture an external anti join on the backend from its two inputs (the results of external operators below
+        read from their stores there), its result kept back (:meth:`_defer`); None where it cannot: the caller then
+        brings both inputs whole into this process."""
+        if not hasattr(self.backend, "capture_anti_join") or not self._may_defer(stage):
+            return None
+        sides: list[tuple[Relation, list[Stage]]] = []
+        for side in stage.inputs:
+            found = (self.relation(side), []) if side.stateless else self._backend_relation(side)
+            if found is None:
+                return None
+            sides.append(found)
+        op = stage.op
+        op.reset()  # type: ignore[attr-defined]
+        if not self.backend.capture_anti_join(sides[0][0], sides[1][0], op, self.versions):
+            return None
+        op.bind(op.store)  # type: ignore[attr-defined]
+        self._consumed([*sides[0][1], *sides[1][1]])
+        return self._defer(stage)
+
+    def _may_defer(self, stage: Stage) -> bool:
+        """Whether ``stage`` may be captured on the backend with its result kept back: it may go up after the pass,
+        or an operator above is capturing on the backend and may read it from its store there."""
+        return self._stacking > 0 or self._deferrable(stage)
+
+    def _defer(self, stage: Stage) -> pl.DataFrame:
+        """Keep back the result of ``stage``, captured on the backend: it goes up after the pass, read from its
+        store chunk by chunk, unless an operator above reads it on the backend first. One that may not go up after
+        the pass (:meth:`_deferrable`) and that no operator above reads goes up whole when its parent asks for it."""
         self.deferred.append(stage)
-        return op.empty_delta()
+        if not self._deferrable(stage):
+            self._speculative.add(stage.path)
+        return stage.op.empty_delta()  # type: ignore[attr-defined]
 
     def _deferrable(self, stage: Stage) -> bool:
         """Whether ``stage``'s result may be captured on the backend and go up only after this pass: no join above
@@ -452,9 +499,13 @@ class _Pass:
         if not hasattr(self.backend, "reads_external"):
             return None
         roots = list(backend_roots(stage))
-        for r in roots:
-            if r.path not in self._captured:
-                self._captured[r.path] = self.delta(r)
+        self._stacking += 1
+        try:
+            for r in roots:
+                if r.path not in self._captured:
+                    self._captured[r.path] = self.delta(r)
+        finally:
+            self._stacking -= 1
         if any(d.path.startswith(stage.path + ".") and d not in roots for d in self.deferred):
             return None
         held = tuple((r.node, self.state_contents(r)) for r in roots if not is_external(r))
@@ -466,6 +517,7 @@ class _Pass:
         """The results of ``roots`` went into an operator above them whole: nothing of theirs goes up any more."""
         for r in roots:
             self._captured.pop(r.path, None)
+            self._speculative.discard(r.path)
         self.deferred = [d for d in self.deferred if d not in roots]
 
     def _anti_join_inputs(self, left: Stage, right: Stage, keys: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -14,6 +14,7 @@ import polars as pl
 from imp_core.engine.external import ExternalOperator
 from imp_core.engine.operators.aggregation_external import ExternalAggregation, ExternalDistinct
 from imp_core.engine.operators.anti_join import AntiJoinOp
+from imp_core.engine.operators.anti_join_external import ExternalAntiJoin
 from imp_core.engine.operators.base import Operator, OutputStateOperator
 from imp_core.engine.operators.group_topk_external import ExternalGroupTopK
 from imp_core.engine.operators.projection import Projection
@@ -92,7 +93,7 @@ def contents_for(stage: Stage, wanted: pl.DataFrame) -> pl.DataFrame | None:
         if not set(wanted.columns) <= plain:
             return None
         return op.output_for(wanted)
-    if isinstance(op, ExternalGroupTopK):
+    if isinstance(op, (ExternalGroupTopK, ExternalAntiJoin)):
         return op.output_for(wanted)
     return None
 

@@ -1,11 +1,11 @@
 """Where each stateful operator's state lives: in the maintaining process, or in Delta tables beside the data.
 
 A sketch's operators may hold ``IMP_STATE_MEMORY_BUDGET`` bytes of state in memory (default: a quarter of the
-machine's memory). At every capture each grouped aggregation, DISTINCT and top-k per group (the operators with an
-external form, ``engine/operators/registry.py``) is sized: from the tables' row counts in the Delta log first (a
-group count never exceeds its input's rows; a top-k per group keeps every input row), and where that bound does not
-fit, from an approximate count of its groups (input rows) on Spark. The
-largest are placed *external* until the rest fits; the others stay in memory. Every version records where each
+machine's memory). At every capture each grouped aggregation, DISTINCT, top-k per group and NOT EXISTS (the
+operators with an external form, ``engine/operators/registry.py``) is sized: from the tables' row counts in the Delta
+log first (a group count never exceeds its input's rows; a top-k per group and an anti join keep every input row),
+and where that bound does not fit, from an approximate count of its groups (input rows) on Spark. The largest are
+placed *external* until the rest fits; the others stay in memory. Every version records where each
 operator's state lives and how big it is (``sketch_version.state_placement``), and a load places them as recorded.
 
 External state lives at ``IMP_STATE_LOCATION`` (default: ``_imp_state`` beside the sketch's first table, on the same
@@ -25,7 +25,7 @@ from imp_core.engine.operators.registry import can_be_external
 from imp_core.engine.pipeline import Pipeline, node_paths
 from imp_core.errors import StateError
 from imp_core.maintenance.parts import Parts
-from imp_core.plan.nodes import Aggregate, GroupTopK, Plan
+from imp_core.plan.nodes import Aggregate, AntiJoin, GroupTopK, Plan
 from imp_core.sources import storage
 from imp_core.sources.delta import DeltaSource
 
@@ -44,13 +44,15 @@ def group_bytes(node: Plan) -> int:
     from its layout)."""
     if isinstance(node, GroupTopK):
         return ROW_BYTES + COLUMN_BYTES * len(node.child.names)
+    if isinstance(node, AntiJoin):  # per left row (and right key): the left rows dominate
+        return ROW_BYTES + COLUMN_BYTES * len(node.left.names)
     columns = len(node.keys) + len(node.aggs) if isinstance(node, Aggregate) else len(node.names)
     return GROUP_BYTES + COLUMN_BYTES * max(0, columns - 2)
 
 
 def stored_bytes(node: Plan, rows: int) -> int:
     """The bytes in memory of an external state of ``rows`` stored rows."""
-    return rows * group_bytes(node) // (1 if isinstance(node, GroupTopK) else STORED_PER_GROUP)
+    return rows * group_bytes(node) // (1 if isinstance(node, (GroupTopK, AntiJoin)) else STORED_PER_GROUP)
 
 
 def decide(parts: Parts, pipeline: Pipeline, sources: Mapping[str, DeltaSource],

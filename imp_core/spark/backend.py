@@ -20,6 +20,7 @@ from imp_core.engine.backend import Relation, Versions
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.external import ExternalOperator
 from imp_core.engine.operators.aggregation_external import ExternalAggregation, ExternalDistinct
+from imp_core.engine.operators.anti_join_external import ExternalAntiJoin
 from imp_core.engine.operators.group_topk_external import ExternalGroupTopK
 from imp_core.engine.operators.partials import Accumulator, PartialLayout, Partials, Term
 from imp_core.engine.schema import (
@@ -39,7 +40,7 @@ from imp_core.plan.expr import Expr
 from imp_core.plan.nodes import Join, Plan, Scan
 from imp_core.sources.delta import DeltaSource
 from imp_core.spark.compile import PlanCompiler, col, compile_expr
-from imp_core.spark.external_capture import capture_rows, capture_state, output_frame
+from imp_core.spark.external_capture import capture_anti_join, capture_rows, capture_state, output_frame
 from imp_core.spark.frames import to_polars, to_spark
 from imp_core.spark.terms import EXACT, TERMS, exact_term, exact_value
 
@@ -191,6 +192,16 @@ class SparkBackend:
         assert isinstance(op, (ExternalAggregation, ExternalDistinct))
         done = capture_state(self.spark, df, op)
         self.spark_jobs += int(done) * (3 + len(op.layout.valued))
+        return done
+
+    def capture_anti_join(self, left: Relation, right: Relation, op: ExternalAntiJoin, versions: Versions) -> bool:
+        """Capture an external ``NOT EXISTS``'s state on Spark into its store from its two inputs (which may read the
+        results of external operators below from their tables); False when it cannot (nothing written then)."""
+        if not (self.reads_external(left) and self.reads_external(right)):
+            return False
+        done = capture_anti_join(self.spark, self._compile(left, versions, fragments_in_spark=True),
+                                 self._compile(right, versions, fragments_in_spark=False), op)
+        self.spark_jobs += int(done) * 3
         return done
 
     def _multiplied_out(self, df: DataFrame, keys: list[Column], frag_names: list[str], layout: PartialLayout,

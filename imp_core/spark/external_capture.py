@@ -1,6 +1,6 @@
 """A capture of external operator state on Spark: the state tables of an aggregation (or the input rows of a top-k
-per group) computed and written by the executors, so its groups never come to the driver (``engine/external.py``,
-``spark/state_store.py``).
+per group, the left rows and right key counts of an anti join) computed and written by the executors, so its groups
+never come to the driver (``engine/external.py``, ``spark/state_store.py``).
 
 Per group, the accumulators of the aggregation's partial layout (``operators/partials.py``) are the terms of its
 rows summed over the (group, fragment) partials a capture computes anyway (compensation terms 0); ``F_g`` is the
@@ -21,6 +21,8 @@ sum, a decimal average, an order-dependent bound) is left to the in-process path
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -28,6 +30,8 @@ from pyspark.sql import functions as F
 
 from imp_core.engine.external import FCOUNTS, GROUPS, ExternalOperator
 from imp_core.engine.operators.aggregation_external import ExternalAggregation, ExternalDistinct
+from imp_core.engine.operators.anti_join import NULL_KEY
+from imp_core.engine.operators.anti_join_external import LEFT, RIGHT, ExternalAntiJoin
 from imp_core.engine.operators.group_topk import SKEY, N
 from imp_core.engine.operators.group_topk_external import ROWS, ExternalGroupTopK
 from imp_core.engine.operators.partials import agg_columns
@@ -137,11 +141,65 @@ def capture_rows(spark: SparkSession, df: DataFrame, op: ExternalGroupTopK) -> b
         return False
     df = as_set(df)
     keys = [compile_expr(e).alias(name) for e, name in zip(op.node.partition, op.pcols)]
-    text = F.concat_ws(",", F.transform(col(SET), lambda f: f.cast("string")))
-    rows = df.select(*keys, *[col(c) for c in op.data_cols], text.alias(SKEY), col(MULT).cast("long").alias(N))
+    rows = df.select(*keys, *[col(c) for c in op.data_cols], _set_text(col(SET)).alias(SKEY),
+                     col(MULT).cast("long").alias(N))
     stored = op.component_schemas()[ROWS]
     op.store.write_all({ROWS: as_stored(spark, rows, stored)})  # type: ignore[attr-defined]
     return True
+
+
+def capture_anti_join(spark: SparkSession, left: DataFrame, right: DataFrame, op: ExternalAntiJoin) -> bool:
+    """Write a ``NOT EXISTS``'s state from its whole inputs (``operators/anti_join_external.py``): the left rows
+    (annotated, fragments computed on Spark) one by one with their key and the annotation as text, and the right
+    rows counted per key, by the executors; the right side's two totals are the one row that comes back. False when
+    the store is not Delta tables."""
+    if not hasattr(op.store, "write_all"):
+        return False
+    left = as_set(left)
+    rows = left.select(*[col(k).alias(kc) for k, kc in zip(op.left_keys, op.kcols)], *[col(c) for c in op.left_names],
+                       _set_text(col(SET)).alias(SKEY), col(MULT).cast("long").alias(MULT))
+    null = F.lit(False)
+    for k in op.right_keys:
+        null = null | col(k).isNull()
+    keyed = right.select(*[col(k).alias(kc) for k, kc in zip(op.right_keys, op.kcols)], null.alias(NULL_KEY),
+                         col(MULT).cast("long").alias(MULT))
+    totals = keyed.agg(F.sum(F.when(col(NULL_KEY), col(MULT)).otherwise(0)).alias("nulls"),
+                       F.sum(col(MULT)).alias("total")).first()
+    counts = (keyed.where(~col(NULL_KEY)).groupBy(*[col(k) for k in op.kcols]).agg(F.sum(col(MULT)).alias(COUNT))
+              .where(col(COUNT) > 0))
+    schemas = op.component_schemas()
+    op.store.write_all({LEFT: as_stored(spark, rows, schemas[LEFT]),  # type: ignore[attr-defined]
+                        RIGHT: as_stored(spark, counts, schemas[RIGHT])})
+    op.set_totals(int(totals["nulls"] or 0) if totals else 0, int(totals["total"] or 0) if totals else 0)
+    return True
+
+
+def _set_text(fragments: Column) -> Column:
+    """A fragment set as the text external state keeps it (``group_topk.skey_expr``): its ids joined by commas."""
+    return F.concat_ws(",", F.transform(fragments, lambda f: f.cast("string")))
+
+
+def _text_set(text: Column) -> Column:
+    """The fragment set of its text (``group_topk.skey_set``)."""
+    return F.when(text == "", F.array().cast("array<int>")).otherwise(F.split(text, ",").cast("array<int>"))
+
+
+def _anti_join_output(op: ExternalAntiJoin, table: Callable[[str], DataFrame | None]) -> DataFrame | None:
+    """A ``NOT EXISTS``'s current result from its tables: the netted left rows whose key has no right row."""
+    left, right = table(LEFT), table(RIGHT)
+    if left is None or right is None:
+        return None
+    group = [col(c) for c in left.columns if c != MULT]
+    netted = left.groupBy(*group).agg(F.sum(col(MULT)).alias(MULT)).where(col(MULT) != 0)
+    blocked = right.where(col(COUNT) > 0).select(*[col(k).alias(f"__b{i}") for i, k in enumerate(op.kcols)])
+    cond: Column | None = None
+    for i, k in enumerate(op.kcols):  # plain equality: a NULL key matches no right row
+        term = col(k) == F.col(f"__b{i}")
+        cond = term if cond is None else cond & term
+    live = netted.join(blocked, on=cond, how="left_anti")
+    out = live.select(*[col(c) for c in op.left_names], col(MULT), _text_set(col(SKEY)).alias(SET))
+    target = spark_schema(dict(op.empty_delta().schema))
+    return out.select(*[col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
 
 
 def output_frame(spark: SparkSession, op: ExternalOperator) -> DataFrame | None:
@@ -149,6 +207,8 @@ def output_frame(spark: SparkSession, op: ExternalOperator) -> DataFrame | None:
     Spark from its store's tables; None when the store is not Delta tables, the operator is not an aggregation or an
     output needs a rounding decision (see the module docstring)."""
     table = getattr(op.store, "table", None)
+    if isinstance(op, ExternalAntiJoin) and table is not None:
+        return _anti_join_output(op, table)
     if not isinstance(op, (ExternalAggregation, ExternalDistinct)) or table is None:
         return None
     layout = op.layout
@@ -202,4 +262,4 @@ def as_stored(spark: SparkSession, df: DataFrame, schema: dict[str, pl.DataType]
     return df.select(*[col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
 
 
-__all__ = ["as_stored", "capture_rows", "capture_state", "output_frame"]
+__all__ = ["as_stored", "capture_anti_join", "capture_rows", "capture_state", "output_frame"]

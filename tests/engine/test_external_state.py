@@ -18,7 +18,7 @@ from imp_core.engine.pipeline import Pipeline, external_candidates, node_paths
 from imp_core.engine.schema import MULT
 from imp_core.errors import UnsupportedError
 from imp_core.plan.columns import narrowed
-from imp_core.plan.nodes import GroupTopK
+from imp_core.plan.nodes import AntiJoin, GroupTopK
 from imp_core.plan.sql import parse_query
 from tests.engine.generators import SCHEMAS, TABLES, Case, Store, cases, note, property_test
 from tests.engine.rewritten_cases import grouping_set_cases, set_operation_cases
@@ -188,15 +188,25 @@ def test_state_moves_between_memory_and_a_store_without_changing(case: Case) -> 
         assert_same_state(moving, memory, f"after batch {i}")
 
 
-@pytest.mark.parametrize("sql", [sql for sql, _ in RANKING_SHAPES])
-def test_rankings_keep_the_same_state_outside(sql: str) -> None:
-    """A top-k per group (and the aggregations around it) kept in stores gives the in-memory engine's sketch deltas
-    and states under random changes to both tables, through a reload, a move back into memory and out again, and a
-    repartition-free reload of its saved reference."""
+ANTI_JOIN_SHAPES = [
+    "SELECT g, v FROM T1 WHERE NOT EXISTS (SELECT 1 FROM T2 WHERE T2.g = T1.g)",
+    "SELECT g, SUM(v) AS s FROM T1 WHERE NOT EXISTS (SELECT 1 FROM T2 WHERE T2.g = T1.g AND T2.v > 3) GROUP BY g",
+    "SELECT T1.g, T1.v FROM T1 JOIN (SELECT g, COUNT(*) AS n FROM T2 GROUP BY g) c ON c.g = T1.g "
+    "WHERE NOT EXISTS (SELECT 1 FROM T2 WHERE T2.g = T1.v)",
+    "SELECT g, n FROM (SELECT g, COUNT(*) AS n FROM T1 GROUP BY g) a "
+    "WHERE NOT EXISTS (SELECT 1 FROM T2 WHERE T2.g = a.g AND T2.v = a.n)",
+]
+
+
+@pytest.mark.parametrize("sql", [sql for sql, _ in RANKING_SHAPES] + ANTI_JOIN_SHAPES)
+def test_rankings_and_anti_joins_keep_the_same_state_outside(sql: str) -> None:
+    """A top-k per group or a NOT EXISTS (and the aggregations around it) kept in stores gives the in-memory engine's
+    sketch deltas and states under random changes to both tables, through a reload, a move back into memory and out
+    again, and a repartition-free reload of its saved reference."""
     plan = parse_query(sql, {"T1": TWO_SCHEMA, "T2": TWO_SCHEMA}).plan
     partition = two_parts()
     external = external_candidates(plan)
-    rankings = [p for p, node in node_paths(plan) if isinstance(node, GroupTopK) and p in external]
+    rankings = [p for p, node in node_paths(plan) if isinstance(node, (GroupTopK, AntiJoin)) and p in external]
     memory, outside = Pipeline(plan, partition), Pipeline(plan, partition, external=external)
     stores: dict[str, MemoryGroupStore] = {}
     outside.bind_stores(lambda op: stores.setdefault(op.op_id, MemoryGroupStore(op.key_names,
@@ -232,7 +242,8 @@ def test_rankings_keep_the_same_state_outside(sql: str) -> None:
                 op.op_id, MemoryGroupStore(op.key_names, op.component_schemas())))
             assert_same_state(outside, memory, f"moved out after pass {i}")
     assert outside.sketch() == memory.sketch()
-    assert bool(rankings) == ("PARTITION BY" in sql)  # every partitioned ranking here was kept outside
+    # every partitioned ranking and every anti join here was kept outside
+    assert bool(rankings) == ("PARTITION BY" in sql or "NOT EXISTS" in sql)
 
 
 def test_a_ranking_batch_reads_and_writes_only_its_groups() -> None:

@@ -15,11 +15,12 @@ from typing import Any
 
 import polars as pl
 
-from imp_core.engine.annotation import AnnotationLayout, consolidate
+from imp_core.engine.annotation import AnnotationLayout, as_sets, consolidate
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.float_keys import nan_free
 from imp_core.engine.operators.base import BinaryOperator, InputSide, StatefulOperator
 from imp_core.engine.operators.context import BuildContext
+from imp_core.engine.operators.group_topk import SKEY, skey_expr
 from imp_core.engine.schema import COUNT, MULT, is_carried, nan_flag
 from imp_core.errors import StateError
 from imp_core.plan.nodes import AntiJoin, Plan
@@ -110,8 +111,10 @@ class AntiJoinOp(BinaryOperator, StatefulOperator):
             if not df.height:  # no rows: whether a capture or a pass left the columns is not part of the state
                 out[name] = pl.DataFrame()
                 continue
-            if name == "left" and df.width:
-                df = df.select(self._columns(df))
+            if name == "left" and df.width:  # the annotation as text: a store outside the process keeps it so
+                df = as_sets(df.select(self._columns(df))).with_columns(skey_expr())
+                df = (df.group_by([*self.left_names, SKEY]).agg(pl.col(MULT).sum()).filter(pl.col(MULT) != 0)
+                      .select([*self.left_names, MULT, SKEY]))
             cols = [c for c in df.columns if not isinstance(df.schema[c], pl.List)]
             out[name] = df.sort(cols, nulls_last=True) if df.height else df
         return out

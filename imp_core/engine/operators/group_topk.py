@@ -242,7 +242,15 @@ class GroupTopKOp(OutputStateOperator):
 
 
 def skey_expr() -> pl.Expr:
+    """The annotation set as text (``__skey``): how state stores outside the process keep it."""
     return pl.col(SET).cast(pl.List(pl.String)).list.join(",").alias(SKEY)
 
 
-__all__ = ["N", "SKEY", "GroupTopKOp", "skey_expr"]
+def skey_set() -> pl.Expr:
+    """The annotation set rebuilt from its text (:func:`skey_expr`)."""
+    text = pl.col(SKEY)
+    return pl.when(text == "").then(pl.lit([], dtype=SET_DTYPE)).otherwise(
+        text.str.split(",").cast(SET_DTYPE)).alias(SET)
+
+
+__all__ = ["N", "SKEY", "GroupTopKOp", "skey_expr", "skey_set"]

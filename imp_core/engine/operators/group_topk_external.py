@@ -19,11 +19,11 @@ from typing import Any
 
 import polars as pl
 
-from imp_core.engine.annotation import SET_DTYPE, as_sets, relabel
+from imp_core.engine.annotation import as_sets, relabel
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.external import ExternalOperator, MemoryGroupStore
 from imp_core.engine.operators.context import BuildContext
-from imp_core.engine.operators.group_topk import SKEY, GroupTopKOp, N, skey_expr
+from imp_core.engine.operators.group_topk import SKEY, GroupTopKOp, N, skey_expr, skey_set
 from imp_core.engine.schema import MULT, SET
 from imp_core.errors import StateError
 from imp_core.plan.expr import Col
@@ -92,10 +92,7 @@ class ExternalGroupTopK(ExternalOperator, GroupTopKOp):
 
     def _from_store(self, stored: pl.DataFrame) -> pl.DataFrame:
         """Stored rows as the in-memory state holds them (the set rebuilt from its text)."""
-        text = pl.col(SKEY)
-        fragments = pl.when(text == "").then(pl.lit([], dtype=SET_DTYPE)).otherwise(
-            text.str.split(",").cast(SET_DTYPE))
-        return stored.with_columns(fragments.alias(SET)).select(self.rows.columns).cast(
+        return stored.with_columns(skey_set()).select(self.rows.columns).cast(
             self.rows.schema)  # type: ignore[arg-type]
 
     # -- the whole state, for the operators above a capture and for tests -----------------------------------------

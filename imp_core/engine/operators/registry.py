@@ -8,11 +8,14 @@ from __future__ import annotations
 from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.operators.aggregation_external import ExternalAggregation, ExternalDistinct
 from imp_core.engine.operators.anti_join import AntiJoinOp
+from imp_core.engine.operators.anti_join_external import ExternalAntiJoin
+from imp_core.engine.operators.anti_join_external import has_external_form as anti_join_external
 from imp_core.engine.operators.base import Operator
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.distinct import DistinctOp
 from imp_core.engine.operators.group_topk import GroupTopKOp
-from imp_core.engine.operators.group_topk_external import ExternalGroupTopK, has_external_form
+from imp_core.engine.operators.group_topk_external import ExternalGroupTopK
+from imp_core.engine.operators.group_topk_external import has_external_form as ranking_external
 from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.projection import Projection
 from imp_core.engine.operators.selection import Selection
@@ -50,16 +53,18 @@ def build_operator(node: Plan, ctx: BuildContext) -> Operator:
 
 # the operators that can keep their state outside the process (engine/external.py), by node type
 EXTERNAL: dict[type[Plan], type[Operator]] = {Aggregate: ExternalAggregation, Distinct: ExternalDistinct,
-                                               GroupTopK: ExternalGroupTopK}
+                                               GroupTopK: ExternalGroupTopK, AntiJoin: ExternalAntiJoin}
 
 
 def can_be_external(node: Plan) -> bool:
     """Whether ``node``'s operator has an external form: a grouped aggregation (one without GROUP BY has one row),
-    a DISTINCT, a top-k per group partitioned by keys other than floats."""
+    a DISTINCT, a top-k per group partitioned by keys other than floats, a NOT EXISTS on keys other than floats."""
     if isinstance(node, Aggregate):
         return bool(node.keys)
     if isinstance(node, GroupTopK):
-        return has_external_form(node)
+        return ranking_external(node)
+    if isinstance(node, AntiJoin):
+        return anti_join_external(node)
     return type(node) in EXTERNAL
 
 

@@ -246,11 +246,8 @@ def test_rankings_and_anti_joins_keep_the_same_state_outside(sql: str) -> None:
     assert bool(rankings) == ("PARTITION BY" in sql or "NOT EXISTS" in sql)
 
 
-def test_a_ranking_batch_reads_and_writes_only_its_groups() -> None:
-    """The store sees the touched partitions only: 2 of 500 groups are fetched and rewritten, and the pass answers as
-    the in-memory engine does."""
-    sql = ("SELECT g, v, rn FROM (SELECT g, v, ROW_NUMBER() OVER (PARTITION BY g ORDER BY v DESC) AS rn FROM T1) x "
-           "WHERE rn <= 2")
+def counted_fetches(sql: str) -> tuple[Pipeline, Pipeline, MemoryGroupStore, list[int]]:
+    """``sql`` (one external operator, T1 partitioned) in memory and outside, and the store's fetched key counts."""
     plan = parse_query(sql, {"T1": TWO_SCHEMA, "T2": TWO_SCHEMA}).plan
     partition = two_parts(("T1",))
     memory, outside = Pipeline(plan, partition), Pipeline(plan, partition, external=external_candidates(plan))
@@ -260,6 +257,15 @@ def test_a_ranking_batch_reads_and_writes_only_its_groups() -> None:
     original = store.fetch
     store.fetch = lambda keys: (fetched.append(keys.height), original(keys))[1]  # type: ignore[method-assign]
     outside.bind_stores(lambda _: store)
+    return memory, outside, store, fetched
+
+
+def test_a_ranking_batch_reads_and_writes_only_its_groups() -> None:
+    """The store sees the touched partitions only: 2 of 500 groups are fetched and rewritten, and the pass answers as
+    the in-memory engine does."""
+    sql = ("SELECT g, v, rn FROM (SELECT g, v, ROW_NUMBER() OVER (PARTITION BY g ORDER BY v DESC) AS rn FROM T1) x "
+           "WHERE rn <= 2")
+    memory, outside, store, fetched = counted_fetches(sql)
     table = two_rows([i // 3 for i in range(1500)], [i % 7 for i in range(1500)])
     for p in (memory, outside):
         p.capture(LocalBackend(lambda t, v: table), {"T1": 0})
@@ -271,3 +277,23 @@ def test_a_ranking_batch_reads_and_writes_only_its_groups() -> None:
     assert fetched == [2] and store.size()["rows"] == 1502
     assert (a.added, a.removed) == (b.added, b.removed)
     assert_same_state(outside, memory, "after the pass")
+
+
+def test_an_anti_join_batch_reads_and_writes_only_its_keys() -> None:
+    """The store sees the keys a batch touches only: a right delta of one key and a left delta of another fetch and
+    rewrite those 2 of 300 keys, and the pass answers as the in-memory engine does (the key whose right count goes
+    0 -> 1 retracts its left rows)."""
+    sql = "SELECT g, v FROM T1 WHERE NOT EXISTS (SELECT 1 FROM T2 WHERE T2.g = T1.g)"
+    memory, outside, store, fetched = counted_fetches(sql)
+    tables = {"T1": two_rows([i // 3 for i in range(900)], [i % 7 for i in range(900)]),
+              "T2": two_rows(list(range(0, 300, 2)), [0] * 150)}
+    for p in (memory, outside):
+        p.capture(LocalBackend(two_reader(tables)), TWO_VERSIONS)
+    assert store.size() == {"left": 900, "right": 150}
+    fetched.clear()
+    for table, change in (("T2", two_rows([7], [1], [1])), ("T1", two_rows([9], [5], [1]))):
+        a = memory.maintain_pass(table, change, None, TWO_VERSIONS)
+        b = outside.maintain_pass(table, change, None, TWO_VERSIONS)
+        assert (sorted(a.added), sorted(a.removed)) == (sorted(b.added), sorted(b.removed)), table
+        assert_same_state(outside, memory, f"after the pass on {table}")
+    assert fetched == [1, 1] and store.size() == {"left": 901, "right": 151}

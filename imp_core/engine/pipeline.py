@@ -18,6 +18,7 @@ import polars as pl
 from imp_core.engine.annotation import AnnotationLayout, consolidate
 from imp_core.engine.backend import Backend, CaptureBackend, JoinBackend, JoinCacheBackend, Relation, Versions
 from imp_core.engine.external import ExternalOperator, GroupStore
+from imp_core.engine.join_sides import StageSide
 from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.operators.anti_join import AntiJoinOp
 from imp_core.engine.operators.base import (
@@ -40,15 +41,13 @@ from imp_core.engine.schema import COUNT, MULT
 from imp_core.engine.stages import (
     Stage,
     backend_roots,
-    contents_for,
-    external_below,
     holds_external,
     is_external,
     state_roots,
 )
 from imp_core.engine.state import Chunk, Fetch
 from imp_core.errors import StateError
-from imp_core.plan.nodes import Join, Plan, Scan, explain
+from imp_core.plan.nodes import Plan, Scan, explain
 from imp_core.sketch.partition import PartitionSet
 
 ALL_KEYS = 2**31 - 2  # no limit on the keys a backend counts (Spark's LIMIT takes a 32-bit count)
@@ -278,7 +277,7 @@ class Pipeline:
         for stage in self.root.walk():
             if isinstance(stage.op, JoinOp):
                 left, right = stage.inputs
-                stage.op.build_caches(_StageSide(run, stage, left), _StageSide(run, stage, right))
+                stage.op.build_caches(StageSide(run, stage, left), StageSide(run, stage, right))
 
     def relation_from_state(self, node: Plan) -> pl.DataFrame | None:
         """``node``'s current annotated contents computed from operator state alone, or None if it reads tables."""
@@ -354,7 +353,7 @@ class _Pass:
             dl, dr = self.delta(left), self.delta(right)
         self.pipeline.stats.join_calls += int(dl is not None and dl.height > 0) + \
             int(dr is not None and dr.height > 0)
-        return op.process(dl, dr, _StageSide(self, stage, left), _StageSide(self, stage, right))
+        return op.process(dl, dr, StageSide(self, stage, left), StageSide(self, stage, right))
 
     def _unary_delta(self, stage: Stage, op: UnaryOperator) -> pl.DataFrame | None:
         """The delta of a one-input operator's output: its input's delta processed, or (a capture of an external
@@ -579,60 +578,6 @@ class _Pass:
                 out = op.process(self.state_contents(stage.inputs[0]))
             self._contents[stage.path] = out
         return self._contents[stage.path]
-
-
-class _StageSide:
-    """One input of a join during a pass: joined in memory when it follows from operator state, otherwise by the
-    backend, one call per delta."""
-
-    def __init__(self, run: _Pass, join: Stage, stage: Stage) -> None:
-        self.run, self.join, self.stage = run, join, stage
-
-    def join_delta(self, delta: pl.DataFrame, delta_is_left: bool) -> pl.DataFrame:
-        op = self.join.op
-        assert isinstance(op, JoinOp)
-        if self.stage.from_state:
-            rows = self._rows_for(delta, delta_is_left)
-            if rows is None:
-                rows = self.run.state_contents(self.stage)
-            return op.join_frames(delta, rows) if delta_is_left else op.join_frames(rows, delta)
-        backend: JoinBackend = self.run.backend
-        return backend.join_delta(op.node, delta, delta_is_left, self.run.relation(self.stage), self.run.versions)
-
-    def _rows_for(self, delta: pl.DataFrame, delta_is_left: bool) -> pl.DataFrame | None:
-        """The side's rows whose join keys a row of ``delta`` has, when the side's contents come from external state
-        (read for those keys only); None otherwise (the whole contents are joined)."""
-        join = self.join.node
-        assert isinstance(join, Join)
-        left_keys, right_keys, _ = join.equi_keys()
-        mine, theirs = (right_keys, left_keys) if delta_is_left else (left_keys, right_keys)
-        if not mine or not external_below(self.stage):
-            return None
-        wanted = delta.select([pl.col(t).alias(m) for m, t in zip(mine, theirs)]).unique()
-        return contents_for(self.stage, wanted)
-
-    def _cache_backend(self) -> JoinCacheBackend | None:
-        """The backend's cache look-ups, unless the side is in memory anyway or the backend has none."""
-        backend = self.run.backend
-        return backend if not self.stage.from_state and isinstance(backend, JoinCacheBackend) else None
-
-    def summary(self, keys: list[str], max_rows: int) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
-        backend = self._cache_backend()
-        if backend is None:
-            return None, None
-        return backend.side_summary(self.run.relation(self.stage), keys, max_rows, self.run.versions)
-
-    def rows_with_keys(self, keys: list[str], values: pl.DataFrame, max_rows: int) -> pl.DataFrame | None:
-        backend = self._cache_backend()
-        if backend is None:
-            return None
-        return backend.rows_with_keys(self.run.relation(self.stage), keys, values, max_rows, self.run.versions)
-
-    def key_counts(self, keys: list[str], max_keys: int) -> pl.DataFrame | None:
-        backend = self._cache_backend()
-        if backend is None:
-            return None
-        return backend.key_counts(self.run.relation(self.stage), keys, max_keys, self.run.versions)
 
 
 __all__ = ["PassStats", "Pipeline", "SketchDelta", "Stage", "Versions", "external_candidates", "node_paths",

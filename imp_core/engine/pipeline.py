@@ -536,9 +536,9 @@ class _Pass:
                 dr if dr is not None else self._key_rows(right, keys))
 
     def relation(self, stage: Stage) -> Relation:
-        """``stage``'s subtree as the backend computes it, with the contents of its parts held in state: the results
-        of external operators read from their stores by the backend where it can (never brought whole into this
-        process: at SF10 a join side over Q21's per-order summaries read 15M groups here per pass), the others
+        """``stage``'s subtree as the backend computes it, with the contents of its parts held in state: large
+        results of external operators read from their stores by the backend where it can (not brought whole into
+        this process: at SF10 a join side over Q21's per-order summaries read 15M groups here per pass), the others
         computed here."""
         if stage.path not in self._relations:
             rel = self._external_relation(stage)
@@ -550,13 +550,14 @@ class _Pass:
 
     def _external_relation(self, stage: Stage) -> Relation | None:
         """``stage``'s subtree with the results of the external operators in it read by the backend from their
-        stores (``Relation.external``); None when none is there or the backend cannot read one of them."""
-        if not hasattr(self.backend, "reads_external") or not holds_external(stage):
+        stores (``Relation.external``); None when none is there, they are small enough to read here, or the backend
+        cannot read one of them (``reads_external_side``)."""
+        if not hasattr(self.backend, "reads_external_side") or not holds_external(stage):
             return None
         roots = list(backend_roots(stage))
         external = tuple((r.node, r.op) for r in roots if is_external(r))
         probe = Relation(stage.node, self.pipeline.annotations, (), external)
-        if not self.backend.reads_external(probe):
+        if not self.backend.reads_external_side(probe):
             return None
         held = tuple((r.node, self.state_contents(r)) for r in roots if not is_external(r))
         return Relation(stage.node, self.pipeline.annotations, held, external)

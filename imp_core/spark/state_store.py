@@ -7,8 +7,10 @@ components' rows), ``__seq`` (the store version that wrote the row) and a hash-b
 ``xxhash64`` modulo the bucket count) the table is partitioned by. A batch costs one read and one append, whatever
 the number of components:
 
-* **fetch**: the batch's keys go to Spark as a small frame; their buckets are computed there (one small job), and
-  the rows of those keys are read in one job at the pinned version (``versionAsOf``), pruned to the buckets and, by
+* **fetch**: the batch's keys' buckets are computed in the driver (Spark's ``xxhash64``, ``spark/xxhash.py``; one
+  small Spark job for a key type it does not cover), and the rows of those keys are read in one job at the pinned
+  version (Delta's cached latest snapshot when that is the pinned one), matched by the keys as literals (one key
+  column, at most :data:`LITERAL_KEYS`) or a broadcast semi join, pruned to the buckets and, by
   the files' key statistics, to the ranges the batch's sort key (the first integer or date key) falls in: a whole
   write sorts each bucket by that key into files of at most :data:`FILE_ROWS` rows, so a batch whose keys lie close
   to each other (new orders, recent dates) reads a few files whatever the table's size. The ranges filter only a
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import polars as pl
@@ -45,6 +48,7 @@ from imp_core.engine.external import FCOUNTS, GROUPS, key_types
 from imp_core.engine.schema import COUNT, FRAG, SET
 from imp_core.errors import StateError, first_line
 from imp_core.sources import storage
+from imp_core.spark import xxhash
 from imp_core.spark.frames import spark_schema, to_polars, to_spark
 
 BUCKET = "__bucket"
@@ -57,6 +61,7 @@ CHUNK_ROWS = 1 << 20  # rows per chunk when the whole state is read (a capture's
 COMPACT_MIN_ROWS = 1 << 20  # appended rows below which a table is never compacted
 FILE_ROWS = 1 << 18  # rows per file of a whole write (each a narrow key range the fetch's filter skips by)
 MAX_RANGES = 8  # key ranges the fetch's skipping filter has at most (the batch's sort key split at its widest gaps)
+LITERAL_KEYS = 5_000  # a fetch of at most this many single-column keys filters by them as literals (no join)
 SELECTIVE = 0.25  # the part of the table's key span a batch's ranges may cover for the fetch to filter by them
 VACUUM_MARGIN_HOURS = 1  # files removed this long before the oldest kept version's commit stay (clock skew)
 MAX_PINS = 64  # earlier sketch versions' pinned table versions a reference remembers (for retention)
@@ -101,6 +106,7 @@ class DeltaGroupStore:
         self._columns = self._wide_schema()
         self._fetched: pl.DataFrame | None = None  # the wide rows of the last fetch
         self._checked = False  # orphaned versions rolled back
+        self._latest_seen: int | None = None  # the table's latest version, once looked up (see _sync)
         if storage.is_s3(self.location):
             storage.configure_spark(spark)
 
@@ -244,7 +250,7 @@ class DeltaGroupStore:
                 self.spark.conf.unset(key)
             else:
                 self.spark.conf.set(key, before)
-        self.pinned = self._latest()  # the vacuum's own commits change no row
+        self.pinned = self._latest_seen = self._latest()  # the vacuum's own commits change no row
 
     # -- inside ---------------------------------------------------------------------------------------------------
 
@@ -252,16 +258,34 @@ class DeltaGroupStore:
         return storage.spark_uri(f"{self.location}/{TABLE}")
 
     def _table(self) -> DataFrame:
+        """The table at the pinned version: Delta's latest snapshot when that is the pinned one (cached in the JVM
+        and kept current by this job's own commits; time travel builds a snapshot per read, about a second each)."""
+        self._sync()
+        reader = self.spark.read.format("delta")
+        if self._latest_seen != self.pinned:
+            reader = reader.option("versionAsOf", self.pinned)
         try:
-            return self.spark.read.format("delta").option("versionAsOf", self.pinned).load(self._uri())
+            return reader.load(self._uri())
         except Exception as e:  # noqa: BLE001 - Spark's AnalysisException
-            raise StateError(f"external state at {storage.redact(self.location)} (version {self.pinned}) cannot be "
-                             f"read: {storage.redact(first_line(e))}; recapture the sketch") from e
+            raise self._unreadable(e) from e
+
+    def _unreadable(self, e: Exception) -> StateError:
+        return StateError(f"external state at {storage.redact(self.location)} (version {self.pinned}) cannot be "
+                          f"read: {storage.redact(first_line(e))}; recapture the sketch")
 
     def _latest(self) -> int:
         row = self.spark.sql(f"DESCRIBE HISTORY delta.`{_uri_sql(self._uri())}` LIMIT 1").select("version").first()
         assert row is not None
         return int(row[0])
+
+    def _sync(self) -> None:
+        """Look the table's latest version up once per store. Only a job holding the sketch's maintenance lock
+        writes its state, so afterwards the store knows it: each of its own appends commits the next version."""
+        if self._latest_seen is None and self.pinned is not None:
+            try:
+                self._latest_seen = self._latest()
+            except Exception as e:  # noqa: BLE001 - Spark's AnalysisException
+                raise self._unreadable(e) from e
 
     def _restore(self) -> None:
         """Before the first write of this job: roll back versions after the pinned one (a job that died before its
@@ -270,8 +294,11 @@ class DeltaGroupStore:
             self._checked = True
             return
         self._checked = True
-        if self._latest() > self.pinned:
+        self._sync()
+        assert self._latest_seen is not None
+        if self._latest_seen > self.pinned:
             self.spark.sql(f"RESTORE TABLE delta.`{_uri_sql(self._uri())}` TO VERSION AS OF {self.pinned}")
+            self._latest_seen = self._latest()
 
     def _overwrite(self, df: DataFrame) -> None:
         order = [self.sort_key, *[k for k in self.keys if k != self.sort_key]]
@@ -283,10 +310,14 @@ class DeltaGroupStore:
         self._restore()
         writer.save(self._uri())
         self.pinned, self.log = self._latest(), 0
+        self._latest_seen = self.pinned
 
     def _append(self, df: DataFrame) -> None:
-        self._bucketed(df).coalesce(1).write.format("delta").mode("append").partitionBy(BUCKET).save(self._uri())
-        self.pinned = self._latest()
+        """Append ``df`` (after :meth:`_restore`): one commit, the version after the latest (see :meth:`_sync`)."""
+        with _small_log(self.spark):
+            self._bucketed(df).coalesce(1).write.format("delta").mode("append").partitionBy(BUCKET).save(self._uri())
+        self._latest_seen = self._latest() if self._latest_seen is None else self._latest_seen + 1
+        self.pinned = self._latest_seen
 
     def _bucketed(self, df: DataFrame) -> DataFrame:
         cols = [F.col(_q(k)) for k in self.keys]
@@ -294,28 +325,46 @@ class DeltaGroupStore:
 
     def _read(self, wanted: pl.DataFrame) -> pl.DataFrame:
         """The latest rows (every component's, and the markers) of the groups matching a row of ``wanted`` on its
-        columns: one Spark job reads them, pruned to the keys' buckets when ``wanted`` has every state key (one
-        small job computes them)."""
+        columns: one Spark job reads them, pruned to the keys' buckets when ``wanted`` has every state key."""
         if self.pinned is None or wanted.height == 0:
             return self._empty_wide()
+        with _small_log(self.spark):
+            return self._read_rows(wanted)
+
+    def _read_rows(self, wanted: pl.DataFrame) -> pl.DataFrame:
         columns = list(wanted.columns)
-        keys = to_spark(self.spark, wanted)
         table = self._table()
         if columns == self.keys:
-            keys = self._bucketed(keys)
-            buckets = sorted(int(r[0]) for r in keys.select(BUCKET).distinct().collect())
-            table = table.where(F.col(BUCKET).isin(buckets))
+            table = table.where(F.col(BUCKET).isin(self._buckets(wanted)))
         if self.sort_key in columns and self.span is not None:
             skip = _skipping_filter(wanted.get_column(self.sort_key), _q(self.sort_key), self.span)
             if skip is not None:
                 table = table.where(skip)
-        keys = F.broadcast(keys)
+        if len(columns) == 1 and wanted.height <= LITERAL_KEYS and xxhash.supported(wanted.dtypes[0]):
+            # the keys as literals: no join, and Parquet skips by them
+            values = wanted.get_column(columns[0])
+            kind = spark_schema({"v": values.dtype}).fields[0].dataType
+            match = F.col(_q(columns[0])).isin([F.lit(v).cast(kind) for v in values.drop_nulls().to_list()])
+            if values.null_count():
+                match = match | F.col(_q(columns[0])).isNull()
+            raw = to_polars(table.where(match).drop(BUCKET))
+            return self._latest_rows(raw).cast(self._columns, strict=False)  # type: ignore[arg-type]
+        keys = F.broadcast(to_spark(self.spark, wanted))
         cond: Column | None = None
         for k in columns:
             term = table[_q(k)].eqNullSafe(keys[_q(k)])
             cond = term if cond is None else cond & term
         raw = to_polars(table.join(keys, on=cond, how="left_semi").drop(BUCKET))
         return self._latest_rows(raw).cast(self._columns, strict=False)  # type: ignore[arg-type]
+
+    def _buckets(self, keys: pl.DataFrame) -> list[int]:
+        """The buckets of ``keys`` (every state key), computed in the driver where Spark's hash can be (one small
+        Spark job otherwise)."""
+        local = xxhash.buckets(keys.select(self.keys), self.buckets)
+        if local is not None:
+            return local
+        hashed = self._bucketed(to_spark(self.spark, keys.select(self.keys)))
+        return sorted(int(r[0]) for r in hashed.select(BUCKET).distinct().collect())
 
     def _widen(self, keys: pl.Series) -> None:
         """The key span after an append of ``keys`` (a compaction keeps it: a span too wide only filters less)."""
@@ -438,6 +487,23 @@ def _skipping_filter(values: pl.Series, column: str, span: tuple[int, int]) -> C
     for t in terms[1:]:
         out = out | t
     return out
+
+
+@contextmanager
+def _small_log(spark: SparkSession) -> Iterator[None]:
+    """Within the block Delta rebuilds a table's snapshot from its log in one task (``snapshotPartitions``, the
+    session's shuffle partitions otherwise): a state table's log is small, and a batch's read after the previous
+    batch's append took 1.0 s so against 1.8 s with eight (SF1, local[2])."""
+    key = "spark.databricks.delta.snapshotPartitions"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, "1")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
 
 
 def _changed_groups(old: pl.DataFrame, new: pl.DataFrame, keys: list[str]) -> pl.DataFrame:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -183,6 +184,9 @@ def case(sf: float, query: str, sizes: list[int]) -> dict:
         finally:
             service.close()
             stop_embedded(settings)
+            for folder in (root / "_imp_state").glob("*-r*"):  # the case's state tables (its catalog goes too)
+                if folder.name.split("-r")[0] in ("s", "fm"):
+                    shutil.rmtree(folder, ignore_errors=True)
 
 
 class Changes:

@@ -14,7 +14,8 @@ in-memory oracle. See docs/ARCHITECTURE.md, "Where state lives".
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import polars as pl
@@ -60,6 +61,10 @@ class GroupStore(Protocol):
 
     def reference(self) -> dict[str, Any]:
         """What a saved version needs to find this state again (location and the component versions it pins)."""
+        ...
+
+    def warm(self) -> None:
+        """Prepare the next :meth:`fetch` (safe to call from another thread; nothing to do in memory)."""
         ...
 
 
@@ -173,8 +178,32 @@ class MemoryGroupStore:
     def reference(self) -> dict[str, Any]:
         return {"store": "memory", "rows": self.size()}
 
+    def warm(self) -> None:
+        pass
+
     def _key_types(self) -> dict[str, pl.DataType]:
         return key_types(self.keys, self.schemas)
 
 
-__all__ = ["FCOUNTS", "GROUPS", "ExternalOperator", "GroupStore", "MemoryGroupStore", "key_types"]
+def warm_stores(operators: Sequence[ExternalOperator]) -> threading.Thread | None:
+    """Warm the stores of ``operators`` (:meth:`GroupStore.warm`) in another thread, deepest first (their fetches
+    come first in a pass), while the pass works below them; join it when the pass ends. A store that fails to warm is
+    left alone: its fetch reports the error."""
+    ops = sorted(operators, key=lambda o: -o.op_id.count("."))  # type: ignore[attr-defined]
+    stores = [op.store for op in ops if getattr(op, "store", None) is not None]
+    if not stores:
+        return None
+
+    def warm() -> None:
+        for store in stores:
+            try:
+                store.warm()
+            except Exception:  # noqa: BLE001, S112 - a cache only; the fetch reads (and reports) for itself
+                continue
+
+    thread = threading.Thread(target=warm, name="imp-warm-state", daemon=True)
+    thread.start()
+    return thread
+
+
+__all__ = ["FCOUNTS", "GROUPS", "ExternalOperator", "GroupStore", "MemoryGroupStore", "key_types", "warm_stores"]

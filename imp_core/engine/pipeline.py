@@ -17,7 +17,7 @@ import polars as pl
 
 from imp_core.engine.annotation import AnnotationLayout, consolidate
 from imp_core.engine.backend import Backend, CaptureBackend, JoinBackend, JoinCacheBackend, Relation, Versions
-from imp_core.engine.external import ExternalOperator, GroupStore
+from imp_core.engine.external import ExternalOperator, GroupStore, warm_stores
 from imp_core.engine.join_sides import StageSide
 from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.operators.anti_join import AntiJoinOp
@@ -245,8 +245,13 @@ class Pipeline:
         if changes.height == 0:
             return SketchDelta((), ())
         self._use_join_caches(True)
-        run = _Pass(self, backend, versions, table=table, changes=changes, netting=netting)
-        delta = run.delta(self.root)
+        warming = warm_stores(self.external_operators())
+        try:
+            run = _Pass(self, backend, versions, table=table, changes=changes, netting=netting)
+            delta = run.delta(self.root)
+        finally:
+            if warming is not None:
+                warming.join()
         return self.merge.process(delta if delta is not None else pl.DataFrame())
 
     def capture(self, backend: Backend, versions: Versions) -> SketchDelta:

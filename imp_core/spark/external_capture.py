@@ -38,6 +38,7 @@ from imp_core.engine.operators.partials import agg_columns
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, SET, VALUE, is_frag_col
 from imp_core.spark.compile import as_set, col, compile_expr
 from imp_core.spark.frames import spark_schema, to_spark
+from imp_core.spark.state_store import PART
 from imp_core.spark.terms import row_term
 
 
@@ -214,18 +215,22 @@ def output_frame(spark: SparkSession, op: ExternalOperator) -> DataFrame | None:
     layout = op.layout
     if layout.float_keys or not layout.keys or op.bounded or op.floats:
         return None
-    groups, fcounts = table(GROUPS), table(FCOUNTS)
-    if groups is None or fcounts is None:
-        return None
+    store = op.store
+    wide = store.wide_table([GROUPS, FCOUNTS])  # type: ignore[attr-defined]
     values = _output_values(op)
-    if values is None:
+    if wide is None or values is None:
         return None
     names = layout.key_names
-    sets = (fcounts.where(col(COUNT) > 0).groupBy(*[col(k) for k in names])
-            .agg(F.array_sort(F.collect_set(col(FRAG).cast("int"))).alias(SET)))
-    live = _left_join(groups.where(col(GROUP_ROWS) > 0), sets, names)
-    out = live.select(*[col(k) for k in names], *values, F.lit(1).cast("long").alias(MULT),
-                      F.coalesce(col(SET), F.array().cast("array<int>")).alias(SET))
+    # one aggregation over both components' rows per group (its groups row, its fragments with a positive count):
+    # a filter on the keys from above (a join's key push-down) reaches the scan; a join of the two would stop it
+    groups, fcounts = col(PART) == GROUPS, col(PART) == FCOUNTS
+    count, frag = col(store.physical(FCOUNTS, COUNT)), col(store.physical(FCOUNTS, FRAG))
+    live = wide.groupBy(*[col(k) for k in names]).agg(
+        *[F.first(F.when(groups, col(store.physical(GROUPS, c))), ignorenulls=True).alias(c)
+          for c in store.stored(GROUPS) if c not in names],  # type: ignore[attr-defined]
+        F.array_sort(F.collect_set(F.when(fcounts & (count > 0), frag.cast("int")))).alias(SET))
+    out = live.where(col(GROUP_ROWS) > 0).select(*[col(k) for k in names], *values, F.lit(1).cast("long").alias(MULT),
+                                                 col(SET))
     target = spark_schema(op.delta_schema())  # the types the in-memory result has in Spark
     return out.select(*[col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
 

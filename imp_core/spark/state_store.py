@@ -35,6 +35,7 @@ version first. A group's sketch ``__sk`` is not stored: it is the group's fragme
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -107,6 +108,8 @@ class DeltaGroupStore:
         self._fetched: pl.DataFrame | None = None  # the wide rows of the last fetch
         self._checked = False  # orphaned versions rolled back
         self._latest_seen: int | None = None  # the table's latest version, once looked up (see _sync)
+        self._warm: int | None = None  # the version whose snapshot warm() built
+        self._lock = threading.RLock()  # warm() runs in another thread
         if storage.is_s3(self.location):
             storage.configure_spark(spark)
 
@@ -130,6 +133,20 @@ class DeltaGroupStore:
                    rows, int(reference.get("log", 0)), reference.get("pins", ()), retention, reference.get("span"))
 
     # -- the contract ------------------------------------------------------------------------------------------------
+
+    def warm(self) -> None:
+        """Build the snapshot of the pinned version now, ahead of this batch's fetch: the pipeline calls it from
+        another thread while the pass works below this operator. Delta rebuilds a table's snapshot from its log once
+        per version (a second or so per table, Spark jobs of their own); a read of an older version than the latest
+        builds its own, so nothing is warmed for it."""
+        with self._lock:
+            if self.pinned is None or self._warm == self.pinned:
+                return
+            self._sync()
+            if self._latest_seen == self.pinned:
+                with _small_log(self.spark):
+                    self._table().inputFiles()
+                self._warm = self.pinned
 
     def fetch(self, keys: pl.DataFrame) -> dict[str, pl.DataFrame]:
         self._fetched = self._read(keys.select(self.keys).unique())
@@ -198,14 +215,31 @@ class DeltaGroupStore:
     def table(self, name: str) -> DataFrame | None:
         """Component ``name`` at the pinned version as a Spark DataFrame of its stored columns (None before the
         first write): the state read by the executors, for a capture computed on Spark above it."""
+        wide = self.wide_table([name])
+        if wide is None:
+            return None
+        return wide.select(*[F.col(_q(self.physical(name, c))).alias(c) for c in self.stored(name)])
+
+    def wide_table(self, names: Sequence[str]) -> DataFrame | None:
+        """The latest rows of components ``names`` at the pinned version in one frame as stored: the state keys,
+        ``__c`` (the component) and each component's columns as :meth:`physical` names them (NULL in the other
+        components' rows); None before the first write. One scan, so that a filter on the keys reaches every
+        component's rows (a join of two components' frames stops it at the join)."""
         if self.pinned is None:
             return None
         df = self._table()
         if self.log:
             latest = F.max(F.col(SEQ)).over(Window.partitionBy(*[F.col(_q(k)) for k in self.keys]))
             df = df.withColumn("__latest", latest).where(F.col(SEQ) == F.col("__latest"))
-        return df.where(F.col(PART) == name).select(
-            *[F.col(_q(self._physical(name, c))).alias(c) for c in self._stored(name)])
+        return df.where(F.col(PART).isin(list(names))).drop("__latest", BUCKET, SEQ)
+
+    def physical(self, name: str, column: str) -> str:
+        """The table's column holding ``column`` of component ``name``."""
+        return column if column in self.keys else f"{name}${column}"
+
+    def stored(self, name: str) -> dict[str, pl.DataType]:
+        """A component's columns as stored (the groups' sketch is derived from ``F_g``)."""
+        return {c: t for c, t in self.schemas[name].items() if c != SET or name != GROUPS}
 
     def reference(self) -> dict[str, Any]:
         pins = [*self.pins, *([self.pinned] if self.pinned is not None else [])]
@@ -314,7 +348,7 @@ class DeltaGroupStore:
 
     def _append(self, df: DataFrame) -> None:
         """Append ``df`` (after :meth:`_restore`): one commit, the version after the latest (see :meth:`_sync`)."""
-        with _small_log(self.spark):
+        with self._lock, _small_log(self.spark):
             self._bucketed(df).coalesce(1).write.format("delta").mode("append").partitionBy(BUCKET).save(self._uri())
         self._latest_seen = self._latest() if self._latest_seen is None else self._latest_seen + 1
         self.pinned = self._latest_seen
@@ -328,7 +362,7 @@ class DeltaGroupStore:
         columns: one Spark job reads them, pruned to the keys' buckets when ``wanted`` has every state key."""
         if self.pinned is None or wanted.height == 0:
             return self._empty_wide()
-        with _small_log(self.spark):
+        with self._lock, _small_log(self.spark):
             return self._read_rows(wanted)
 
     def _read_rows(self, wanted: pl.DataFrame) -> pl.DataFrame:
@@ -384,16 +418,13 @@ class DeltaGroupStore:
         out[PART] = pl.String()
         out[SEQ] = pl.Int64()
         for name in self.schemas:
-            for c, t in self._stored(name).items():
+            for c, t in self.stored(name).items():
                 if c not in self.keys:
-                    out[self._physical(name, c)] = t
+                    out[self.physical(name, c)] = t
         return out
 
-    def _physical(self, name: str, column: str) -> str:
-        return column if column in self.keys else f"{name}${column}"
-
     def _wide(self, frames: Mapping[str, pl.DataFrame], seq: int) -> pl.DataFrame:
-        parts = [df.rename({c: self._physical(name, c) for c in df.columns})
+        parts = [df.rename({c: self.physical(name, c) for c in df.columns})
                  .with_columns(pl.lit(name).alias(PART), pl.lit(seq, dtype=pl.Int64).alias(SEQ))
                  for name, df in frames.items()]
         out = pl.concat([self._empty_wide(), *parts], how="diagonal_relaxed")
@@ -401,7 +432,7 @@ class DeltaGroupStore:
 
     def _wide_frame(self, name: str, df: DataFrame, seq: int) -> DataFrame:
         types = spark_schema(self._columns)
-        own = {self._physical(name, c): c for c in self._stored(name)}
+        own = {self.physical(name, c): c for c in self.stored(name)}
         return df.select(*[(F.col(_q(own[f.name])) if f.name in own else
                             F.lit(name) if f.name == PART else F.lit(seq) if f.name == SEQ else
                             F.lit(None)).cast(f.dataType).alias(f.name) for f in types.fields])
@@ -416,18 +447,14 @@ class DeltaGroupStore:
         """The wide rows per component, as the operator holds them."""
         raw = {}
         for name in self.schemas:
-            stored = self._stored(name)
+            stored = self.stored(name)
             own = wide.filter(pl.col(PART) == name)
-            raw[name] = own.select([pl.col(self._physical(name, c)).alias(c) for c in stored]).cast(
+            raw[name] = own.select([pl.col(self.physical(name, c)).alias(c) for c in stored]).cast(
                 stored, strict=False)  # type: ignore[arg-type]
         return {name: self._engine(name, df, raw.get(FCOUNTS)) for name, df in raw.items()}
 
-    def _stored(self, name: str) -> dict[str, pl.DataType]:
-        """A component's columns as stored (the groups' sketch is derived from ``F_g``)."""
-        return {c: t for c, t in self.schemas[name].items() if c != SET or name != GROUPS}
-
     def _stored_rows(self, name: str, df: pl.DataFrame | None) -> pl.DataFrame:
-        schema = self._stored(name)
+        schema = self.stored(name)
         if df is None:
             return pl.DataFrame(schema=schema)
         return df.select(list(schema)).cast(schema)  # type: ignore[arg-type]
@@ -489,21 +516,30 @@ def _skipping_filter(values: pl.Series, column: str, span: tuple[int, int]) -> C
     return out
 
 
+_LOG_KEY = "spark.databricks.delta.snapshotPartitions"
+_log_lock = threading.Lock()
+_log_before: list[str | None] = []  # per block open (in any thread): the setting before the first of them
+
+
 @contextmanager
 def _small_log(spark: SparkSession) -> Iterator[None]:
     """Within the block Delta rebuilds a table's snapshot from its log in one task (``snapshotPartitions``, the
     session's shuffle partitions otherwise): a state table's log is small, and a batch's read after the previous
-    batch's append took 1.0 s so against 1.8 s with eight (SF1, local[2])."""
-    key = "spark.databricks.delta.snapshotPartitions"
-    before = spark.conf.get(key, None)
-    spark.conf.set(key, "1")
+    batch's append took 1.0 s so against 1.8 s with eight (SF1, local[2]). Blocks may overlap across threads; the
+    last to close restores the setting."""
+    with _log_lock:
+        _log_before.append(_log_before[0] if _log_before else spark.conf.get(_LOG_KEY, None))
+        spark.conf.set(_LOG_KEY, "1")
     try:
         yield
     finally:
-        if before is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, before)
+        with _log_lock:
+            before = _log_before.pop()
+            if not _log_before:
+                if before is None:
+                    spark.conf.unset(_LOG_KEY)
+                else:
+                    spark.conf.set(_LOG_KEY, before)
 
 
 def _changed_groups(old: pl.DataFrame, new: pl.DataFrame, keys: list[str]) -> pl.DataFrame:

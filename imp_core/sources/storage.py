@@ -207,6 +207,14 @@ def child_dirs(uri: str, spark: SparkSession | None = None) -> list[str]:
     return sorted(str(s.getPath().getName()) for s in fs.listStatus(path) if s.isDirectory())
 
 
+def exists(uri: str, spark: SparkSession | None = None) -> bool:
+    """Whether the file or folder ``uri`` exists (S3 through the session's S3A file system)."""
+    if is_local(uri):
+        return os.path.exists(uri.removeprefix("file://"))
+    fs, path = _hadoop(uri, spark)
+    return bool(fs.exists(path))
+
+
 def remove_tree(uri: str, spark: SparkSession | None = None) -> None:
     """Delete the folder ``uri`` and everything under it (S3 through the session's S3A file system)."""
     if is_local(uri):

@@ -314,12 +314,16 @@ class DeltaGroupStore:
 
     def _sync(self) -> None:
         """Look the table's latest version up once per store. Only a job holding the sketch's maintenance lock
-        writes its state, so afterwards the store knows it: each of its own appends commits the next version."""
-        if self._latest_seen is None and self.pinned is not None:
-            try:
-                self._latest_seen = self._latest()
-            except Exception as e:  # noqa: BLE001 - Spark's AnalysisException
-                raise self._unreadable(e) from e
+        writes its state, so afterwards the store knows it: each of its own appends commits the next version.
+        Delta's versions are contiguous, so no commit file after the pinned one means the pinned one is the latest
+        (one file lookup; the table's history only when a job that died wrote after it)."""
+        if self._latest_seen is not None or self.pinned is None:
+            return
+        try:
+            after = f"{self.location}/{TABLE}/_delta_log/{self.pinned + 1:020d}.json"
+            self._latest_seen = self._latest() if storage.exists(after, self.spark) else self.pinned
+        except Exception as e:  # noqa: BLE001 - Spark's AnalysisException
+            raise self._unreadable(e) from e
 
     def _restore(self) -> None:
         """Before the first write of this job: roll back versions after the pinned one (a job that died before its

@@ -315,13 +315,18 @@ class DeltaGroupStore:
     def _sync(self) -> None:
         """Look the table's latest version up once per store. Only a job holding the sketch's maintenance lock
         writes its state, so afterwards the store knows it: each of its own appends commits the next version.
-        Delta's versions are contiguous, so no commit file after the pinned one means the pinned one is the latest
-        (one file lookup; the table's history only when a job that died wrote after it)."""
+        The log keeps every commit file after the oldest one it keeps (its clean-up removes the oldest only), so the
+        pinned version's commit file present and the next one absent means the pinned version is the latest (two file
+        lookups; the table's history otherwise, as when a job that died wrote after it)."""
         if self._latest_seen is not None or self.pinned is None:
             return
         try:
-            after = f"{self.location}/{TABLE}/_delta_log/{self.pinned + 1:020d}.json"
-            self._latest_seen = self._latest() if storage.exists(after, self.spark) else self.pinned
+            log = f"{self.location}/{TABLE}/_delta_log"
+            if storage.exists(f"{log}/{self.pinned:020d}.json", self.spark) and \
+                    not storage.exists(f"{log}/{self.pinned + 1:020d}.json", self.spark):
+                self._latest_seen = self.pinned
+            else:
+                self._latest_seen = self._latest()
         except Exception as e:  # noqa: BLE001 - Spark's AnalysisException
             raise self._unreadable(e) from e
 

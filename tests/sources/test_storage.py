@@ -23,6 +23,15 @@ def test_uris_and_schemes() -> None:
     assert storage.is_s3("s3://b/t") and storage.is_local("/x") and not storage.is_s3("gs://b/t")
 
 
+def test_a_local_file_or_folder_exists_or_not(tmp_path) -> None:  # noqa: ANN001
+    (tmp_path / "log").mkdir()
+    (tmp_path / "log" / "00000000000000000003.json").write_text("{}")
+    assert storage.exists(str(tmp_path / "log")) and storage.exists(f"file://{tmp_path}/log/00000000000000000003.json")
+    assert not storage.exists(str(tmp_path / "log" / "00000000000000000004.json"))
+    with pytest.raises(ConfigError):  # object storage is looked up through a Spark session
+        storage.exists("s3://lake/t/_delta_log/00000000000000000000.json")
+
+
 def test_one_config_feeds_both_readers() -> None:
     config = S3Config.from_env({"IMP_S3_ENDPOINT": "http://127.0.0.1:9000", "AWS_REGION": "eu-west-1",
                                 "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": SECRET,

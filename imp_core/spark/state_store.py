@@ -62,7 +62,8 @@ CHUNK_ROWS = 1 << 20  # rows per chunk when the whole state is read (a capture's
 COMPACT_MIN_ROWS = 1 << 20  # appended rows below which a table is never compacted
 FILE_ROWS = 1 << 18  # rows per file of a whole write (each a narrow key range the fetch's filter skips by)
 MAX_RANGES = 8  # key ranges the fetch's skipping filter has at most (the batch's sort key split at its widest gaps)
-LITERAL_KEYS = 5_000  # a fetch of at most this many single-column keys filters by them as literals (no join)
+LITERAL_KEYS = 100  # a fetch of at most this many single-column keys filters by them as literals (no join; 1,000
+# literals took 2.9 s against 1.3 s joined at 1.5M groups: docs/BENCHMARKS.md)
 SELECTIVE = 0.25  # the part of the table's key span a batch's ranges may cover for the fetch to filter by them
 VACUUM_MARGIN_HOURS = 1  # files removed this long before the oldest kept version's commit stay (clock skew)
 MAX_PINS = 64  # earlier sketch versions' pinned table versions a reference remembers (for retention)

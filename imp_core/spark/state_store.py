@@ -391,14 +391,15 @@ class DeltaGroupStore:
             match = F.col(_q(columns[0])).isin([F.lit(v).cast(kind) for v in values.drop_nulls().to_list()])
             if values.null_count():
                 match = match | F.col(_q(columns[0])).isNull()
-            raw = to_polars(table.where(match).drop(BUCKET))
-            return self._latest_rows(raw).cast(self._columns, strict=False)  # type: ignore[arg-type]
-        keys = F.broadcast(to_spark(self.spark, wanted))
-        cond: Column | None = None
-        for k in columns:
-            term = table[_q(k)].eqNullSafe(keys[_q(k)])
-            cond = term if cond is None else cond & term
-        raw = to_polars(table.join(keys, on=cond, how="left_semi").drop(BUCKET))
+            found = table.where(match)
+        else:
+            keys = F.broadcast(to_spark(self.spark, wanted))
+            cond: Column | None = None
+            for k in columns:
+                term = table[_q(k)].eqNullSafe(keys[_q(k)])
+                cond = term if cond is None else cond & term
+            found = table.join(keys, on=cond, how="left_semi")
+        raw = to_polars(found.drop(BUCKET))
         return self._latest_rows(raw).cast(self._columns, strict=False)  # type: ignore[arg-type]
 
     def _buckets(self, keys: pl.DataFrame) -> list[int]:

@@ -15,42 +15,31 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from imp_core.engine.annotation import AnnotationLayout, consolidate
-from imp_core.engine.backend import Backend, CaptureBackend, JoinBackend, JoinCacheBackend, Relation, Versions
+from imp_core.engine.annotation import AnnotationLayout
+from imp_core.engine.backend import Backend, JoinBackend, Relation, Versions
 from imp_core.engine.external import ExternalOperator, GroupStore, warm_stores
 from imp_core.engine.join_sides import StageSide
 from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.operators.anti_join import AntiJoinOp
 from imp_core.engine.operators.base import (
-    BinaryOperator,
     Operator,
     OutputStateOperator,
     SketchDelta,
     StatefulOperator,
-    UnaryOperator,
 )
 from imp_core.engine.operators.context import BuildContext, JoinCaching
-from imp_core.engine.operators.group_topk import GroupTopKOp
 from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.merge import Merge
 from imp_core.engine.operators.registry import build_external, build_operator, can_be_external
-from imp_core.engine.operators.topk import TopKOp
-from imp_core.engine.operators.union import UnionOp
 from imp_core.engine.order_dependence import OrderDependence
-from imp_core.engine.schema import COUNT, MULT
+from imp_core.engine.passes import TreePass
 from imp_core.engine.stages import (
     Stage,
-    backend_roots,
-    holds_external,
-    is_external,
-    state_roots,
 )
 from imp_core.engine.state import Chunk, Fetch
 from imp_core.errors import StateError
-from imp_core.plan.nodes import Plan, Scan, explain
+from imp_core.plan.nodes import Plan, Scan, explain, shared
 from imp_core.sketch.partition import PartitionSet
-
-ALL_KEYS = 2**31 - 2  # no limit on the keys a backend counts (Spark's LIMIT takes a 32-bit count)
 
 
 @dataclass
@@ -85,9 +74,18 @@ class Pipeline:
                  join_caching: JoinCaching | None = None, minmax_buffer: int = 0, topk_index: bool = True,
                  agg_index: bool = True, external: frozenset[str] = frozenset()) -> None:
         """``external``: the node paths of grouped aggregations (and DISTINCTs) whose state lives in a store
-        outside the process (``engine/external.py``; bind the stores with :meth:`bind_stores`)."""
+        outside the process (``engine/external.py``; bind the stores with :meth:`bind_stores`).
+
+        Equal subtrees of ``plan`` are one stage (:func:`~imp_core.plan.nodes.shared`): a stage has the path of its
+        first place (depth first) and the others name it (:meth:`stage_at`), so one operator keeps their state and a
+        pass computes their delta once."""
+        plan = shared(plan)
         self.plan = plan
-        self.external = frozenset(external)
+        self._places: dict[int, str] = {}  # id(node) -> its stage's path (its first place)
+        for path, node in node_paths(plan):
+            self._places.setdefault(id(node), path)
+        self._canonical = {path: self._places[id(node)] for path, node in node_paths(plan)}
+        self.external = frozenset(self._canonical.get(p, p) for p in external)
         self.partitions = partitions
         self.fingerprint = plan_fingerprint(plan, partitions)
         self.annotations = AnnotationLayout.of(plan, partitions)
@@ -95,8 +93,9 @@ class Pipeline:
         self.order_dependence = OrderDependence(plan)
         self._options = dict(topk_buffer=topk_buffer, minmax_buffer=minmax_buffer, join_caching=join_caching,
                              topk_index=topk_index, agg_index=agg_index)
+        self._built: dict[int, Stage] = {}
         self.root = self._build(plan, "r")
-        self.operators: dict[str, Operator] = {s.path: s.op for s in self.root.walk()}
+        self.operators: dict[str, Operator] = {s.path: s.op for s in self.stages()}
         self.merge = Merge("merge@r", partitions.total_fragments, self.fingerprint)
         self.stats = PassStats()
 
@@ -114,23 +113,41 @@ class Pipeline:
                    agg_index=opts.agg_index, external=external)
 
     def _build(self, node: Plan, path: str) -> Stage:
+        if id(node) in self._built:  # a later place of a shared subtree
+            return self._built[id(node)]
         inputs = tuple(self._build(child, f"{path}.{i}") for i, child in enumerate(node.children))
         ctx = BuildContext(path, self.annotations, self.order_dependence, self.fingerprint, **self._options)
         op = build_external(node, ctx) if path in self.external else build_operator(node, ctx)
         from_state = isinstance(op, (OutputStateOperator, AntiJoinOp)) or (not isinstance(node, Scan)
                                                                        and all(s.from_state for s in inputs))
-        return Stage(path, node, op, inputs, frozenset(node.tables()), node.is_stateless(), from_state)
+        stage = Stage(path, node, op, inputs, frozenset(node.tables()), node.is_stateless(), from_state)
+        self._built[id(node)] = stage
+        return stage
+
+    def stages(self) -> Iterator[Stage]:
+        """Every stage once (a shared subtree's at its first place), depth first."""
+        seen: set[int] = set()
+        for s in self.root.walk():
+            if id(s) not in seen:
+                seen.add(id(s))
+                yield s
+
+    def node_paths(self) -> Iterator[tuple[str, Plan]]:
+        """Every stage's path and plan node, once per stage (:func:`node_paths` lists a shared subtree's every
+        place)."""
+        return ((s.path, s.node) for s in self.stages())
 
     def stage(self, node: Plan) -> Stage:
-        """The stage of plan node ``node`` (matched by identity)."""
-        found = next((s for s in self.root.walk() if s.node is node), None)
+        """The stage of plan node ``node`` (matched by identity, else by equality: a copy of the plan's node)."""
+        found = self._built.get(id(node)) or next((s for s in self.stages() if s.node == node), None)
         if found is None:
             raise KeyError(f"{type(node).__name__} is not a node of this pipeline's plan")
         return found
 
     def stage_at(self, path: str) -> Stage:
-        """The stage at node path ``path``."""
-        found = next((s for s in self.root.walk() if s.path == path), None)
+        """The stage at node path ``path`` (any place of a shared subtree)."""
+        path = self._canonical.get(path, path)
+        found = next((s for s in self.stages() if s.path == path), None)
         if found is None:
             raise KeyError(f"no stage at {path}")
         return found
@@ -143,7 +160,7 @@ class Pipeline:
             return None
         op = stage.op
         keys = op.layout.keys if isinstance(op, Aggregation) else ()
-        return backend.count_groups(_Pass(self, backend, versions).relation(stage.inputs[0]), keys, versions)
+        return backend.count_groups(TreePass(self, backend, versions).relation(stage.inputs[0]), keys, versions)
 
     def op(self, node: Plan) -> Operator:
         return self.stage(node).op
@@ -247,7 +264,7 @@ class Pipeline:
         self._use_join_caches(True)
         warming = warm_stores(self.external_operators())
         try:
-            run = _Pass(self, backend, versions, table=table, changes=changes, netting=netting)
+            run = TreePass(self, backend, versions, table=table, changes=changes, netting=netting)
             delta = run.delta(self.root)
         finally:
             if warming is not None:
@@ -262,7 +279,7 @@ class Pipeline:
         if self.root.stateless:
             counts = backend.fragment_counts(Relation(self.plan, self.annotations), versions)
             return self.merge.apply_counts(np.asarray(counts, dtype=np.int64))
-        run = _Pass(self, backend, versions, capture=True)
+        run = TreePass(self, backend, versions, capture=True)
         delta = run.delta(self.root)
         out = self.merge.process(delta if delta is not None else pl.DataFrame())
         added = set(out.added)
@@ -271,15 +288,15 @@ class Pipeline:
             op = stage.op
             assert isinstance(op, ExternalOperator)
             for chunk in op.output_chunks():
-                d = _Pass(self, backend, versions, inject={stage.path: chunk}).delta(self.root)
+                d = TreePass(self, backend, versions, inject={stage.path: chunk}).delta(self.root)
                 step = self.merge.process(d if d is not None else pl.DataFrame())
                 added = (added | set(step.added)) - set(step.removed)
         return SketchDelta(tuple(sorted(added)), ())
 
     def warm_caches(self, backend: JoinBackend, versions: Versions) -> None:
         """Build every join's side caches at ``versions`` now (they are otherwise built on first use)."""
-        run = _Pass(self, backend, versions)
-        for stage in self.root.walk():
+        run = TreePass(self, backend, versions)
+        for stage in self.stages():
             if isinstance(stage.op, JoinOp):
                 left, right = stage.inputs
                 stage.op.build_caches(StageSide(run, stage, left), StageSide(run, stage, right))
@@ -287,303 +304,17 @@ class Pipeline:
     def relation_from_state(self, node: Plan) -> pl.DataFrame | None:
         """``node``'s current annotated contents computed from operator state alone, or None if it reads tables."""
         stage = self.stage(node)
-        return _Pass(self, None, {}).state_contents(stage) if stage.from_state else None
+        return TreePass(self, None, {}).state_contents(stage) if stage.from_state else None
 
     def as_relation(self, node: Plan) -> Relation:
         """``node``'s subtree as a backend computes it, with the current contents of its parts held in state (what a
         backend's ``relation`` or ``fragment_counts`` needs to recompute ``node`` at the tables' versions)."""
-        return _Pass(self, None, {}).relation(self.stage(node))
+        return TreePass(self, None, {}).relation(self.stage(node))
 
     def _use_join_caches(self, on: bool) -> None:
         for op in self.operators.values():
             if isinstance(op, JoinOp):
                 op.use_caches = on
-
-
-class _Pass:
-    """One pass up the tree. A capture (no ``table``) starts at the frontier stateful operators, whose inputs the
-    backend computes whole; a maintenance pass starts at the scans of ``table``. Within a pass every stage is
-    processed once, before its parent reads it, so contents computed from state are cached for the pass."""
-
-    def __init__(self, pipeline: Pipeline, backend: Any, versions: Versions, *, capture: bool = False,
-                 table: str = "", changes: pl.DataFrame | None = None, netting: bool = True,
-                 inject: dict[str, pl.DataFrame] | None = None) -> None:
-        """``inject``: deltas of stages given by path (the pass starts there instead of at the scans)."""
-        self.pipeline, self.backend, self.versions = pipeline, backend, versions
-        self.capture, self.table, self.changes, self.netting = capture, table, changes, netting
-        self.inject = inject
-        self.deferred: list[Stage] = []  # a capture's external stages whose output goes up after it
-        self._stacking = 0  # > 0 while the results below a capture on the backend are captured (see _speculative)
-        self._speculative: set[str] = set()  # deferred only because an operator above may read them on the backend
-        self._captured: dict[str, pl.DataFrame | None] = {}  # deltas of stages captured ahead of their parent
-        self._contents: dict[str, pl.DataFrame] = {}
-        self._relations: dict[str, Relation] = {}
-
-    def delta(self, stage: Stage) -> pl.DataFrame | None:
-        """The delta of ``stage``'s output, or None when nothing below it changed."""
-        if not self._changes_below(stage):
-            return None
-        if self.inject is not None and stage.path in self.inject:
-            return self.inject[stage.path]
-        if stage.path in self._captured:
-            out = self._captured.pop(stage.path)
-            if stage.path in self._speculative:  # it goes up through this pass after all: whole, now
-                self._speculative.discard(stage.path)
-                self.deferred = [d for d in self.deferred if d is not stage]
-                out = stage.op.output_relation()  # type: ignore[attr-defined]
-            return out
-        op = stage.op
-        if isinstance(stage.node, Scan):
-            assert isinstance(op, UnaryOperator) and self.changes is not None
-            out = op.process(self.changes)
-            return consolidate(out) if self.netting else out
-        if self.capture and isinstance(op, OutputStateOperator) and stage.inputs[0].stateless:
-            return self._bootstrap(stage)
-        if isinstance(op, BinaryOperator):
-            return self._binary_delta(stage, op)
-        if isinstance(op, UnionOp):
-            return self._union_delta(stage, op)
-        assert isinstance(op, UnaryOperator)
-        return self._unary_delta(stage, op)
-
-    def _binary_delta(self, stage: Stage, op: BinaryOperator) -> pl.DataFrame | None:
-        """The delta of a join's (or anti join's) output from its inputs' deltas; a capture of an anti join starts
-        its state from both inputs whole (an external one on the backend, where it can)."""
-        left, right = stage.inputs
-        if self.capture and isinstance(op, AntiJoinOp):
-            if isinstance(op, ExternalOperator) and (kept := self._capture_anti_join(stage)) is not None:
-                return kept
-            dl, dr = self._anti_join_inputs(left, right, op.right_keys)
-        else:
-            dl, dr = self.delta(left), self.delta(right)
-        self.pipeline.stats.join_calls += int(dl is not None and dl.height > 0) + \
-            int(dr is not None and dr.height > 0)
-        return op.process(dl, dr, StageSide(self, stage, left), StageSide(self, stage, right))
-
-    def _unary_delta(self, stage: Stage, op: UnaryOperator) -> pl.DataFrame | None:
-        """The delta of a one-input operator's output: its input's delta processed, or (a capture of an external
-        operator above other operators' results) its state captured on the backend in one go."""
-        if self.capture and isinstance(op, ExternalOperator):
-            stacked = self._capture_stacked(stage)
-            if stacked is not None:
-                return stacked
-        child = self.delta(stage.inputs[0])
-        if child is None:
-            return None
-        out = op.process(child)
-        if self.capture and isinstance(op, OutputStateOperator):
-            # A capture hands Q(D) upward as an all-insert delta. From reset state that is what `process` returns,
-            # except for an aggregation without GROUP BY: its one row exists even over an empty input.
-            return op.output_relation()
-        return out
-
-    def _changes_below(self, stage: Stage) -> bool:
-        """Whether ``stage``'s output can change in this pass: it is or holds an injected stage, it reads the changed
-        table, or (a capture) it holds state."""
-        if self.inject is not None:
-            return any(p == stage.path or p.startswith(stage.path + ".") for p in self.inject)
-        return not stage.stateless if self.capture else self.table in stage.tables
-
-    def _union_delta(self, stage: Stage, op: UnionOp) -> pl.DataFrame | None:
-        """The union of the inputs' deltas; a capture reads a stateless input whole from the backend (it has no
-        delta of its own there)."""
-        parts = []
-        for i, s in enumerate(stage.inputs):
-            d = self._input_relation(s) if self.capture else self.delta(s)
-            if d is not None:
-                parts.append(op.process(d, i))
-        return op.combine(parts) if parts else None
-
-    def _input_relation(self, stage: Stage) -> pl.DataFrame:
-        """In a capture, ``stage``'s whole contents as an all-insert delta: its delta when it has state, else read
-        whole by the backend (a stateless input has no delta of its own there)."""
-        d = self.delta(stage)
-        return d if d is not None else self.backend.relation(self.relation(stage), self.versions)
-
-    def _key_rows(self, stage: Stage, keys: list[str]) -> pl.DataFrame:
-        """In a capture, an anti join's subquery side as all the operator keeps of it: one row per key with its
-        count as multiplicity, counted by the backend when it can (else the side's whole relation)."""
-        d = self.delta(stage)
-        if d is not None:
-            return d
-        backend = self.backend
-        counts = backend.key_counts(self.relation(stage), keys, ALL_KEYS, self.versions) \
-            if isinstance(backend, JoinCacheBackend) else None
-        if counts is None:
-            return backend.relation(self.relation(stage), self.versions)
-        return counts.select([*keys, pl.col(COUNT).cast(pl.Int64).alias(MULT)])
-
-    def _bootstrap(self, stage: Stage) -> pl.DataFrame:
-        """A frontier stateful operator's output relation, from its whole input computed by the backend."""
-        backend: CaptureBackend = self.backend
-        op = stage.op
-        child = self.relation(stage.inputs[0])
-        if isinstance(op, ExternalOperator) and hasattr(backend, "capture_external") and self._may_defer(stage):
-            op.reset()  # type: ignore[attr-defined]
-            if backend.capture_external(child, op, self.versions):  # written by Spark, not through this process
-                op.bind(op.store)
-                return self._defer(stage)
-        if isinstance(op, Aggregation):
-            return op.bootstrap(backend.aggregate_input(child, op.layout, self.versions))
-        assert isinstance(op, (TopKOp, GroupTopKOp))
-        op.reset()
-        return op.process(backend.relation(child, self.versions))
-
-    def _capture_stacked(self, stage: Stage) -> pl.DataFrame | None:
-        """Capture an external operator whose input reads other operators' results on the backend, in one go: the
-        results of external operators below are read from their stores there, those in memory shipped, so they never
-        go up through the operators in between (``spark/external_capture.py``). None where it cannot: the caller then
-        pushes the results below up through the pass (their deltas, computed here, are kept for it)."""
-        op = stage.op
-        assert isinstance(op, ExternalOperator)
-        if not self._may_defer(stage):
-            return None
-        found = self._backend_relation(stage.inputs[0])
-        if found is None:
-            return None
-        rel, roots = found
-        op.reset()
-        if not self.backend.capture_external(rel, op, self.versions):
-            return None
-        op.bind(op.store)
-        self._consumed(roots)
-        return self._defer(stage)
-
-    def _capture_anti_join(self, stage: Stage) -> pl.DataFrame | None:
-        """Capture an external anti join on the backend from its two inputs (the results of external operators below
-        read from their stores there), its result kept back (:meth:`_defer`); None where it cannot: the caller then
-        brings both inputs whole into this process."""
-        if not hasattr(self.backend, "capture_anti_join") or not self._may_defer(stage):
-            return None
-        sides: list[tuple[Relation, list[Stage]]] = []
-        for side in stage.inputs:
-            found = (self.relation(side), []) if side.stateless else self._backend_relation(side)
-            if found is None:
-                return None
-            sides.append(found)
-        op = stage.op
-        op.reset()  # type: ignore[attr-defined]
-        if not self.backend.capture_anti_join(sides[0][0], sides[1][0], op, self.versions):
-            return None
-        op.bind(op.store)  # type: ignore[attr-defined]
-        self._consumed([*sides[0][1], *sides[1][1]])
-        return self._defer(stage)
-
-    def _may_defer(self, stage: Stage) -> bool:
-        """Whether ``stage`` may be captured on the backend with its result kept back: it may go up after the pass,
-        or an operator above is capturing on the backend and may read it from its store there."""
-        return self._stacking > 0 or self._deferrable(stage)
-
-    def _defer(self, stage: Stage) -> pl.DataFrame:
-        """Keep back the result of ``stage``, captured on the backend: it goes up after the pass, read from its
-        store chunk by chunk, unless an operator above reads it on the backend first. One that may not go up after
-        the pass (:meth:`_deferrable`) and that no operator above reads goes up whole when its parent asks for it."""
-        self.deferred.append(stage)
-        if not self._deferrable(stage):
-            self._speculative.add(stage.path)
-        return stage.op.empty_delta()  # type: ignore[attr-defined]
-
-    def _deferrable(self, stage: Stage) -> bool:
-        """Whether ``stage``'s result may be captured on the backend and go up only after this pass: no join above
-        it has another input that holds operator state. Such a join would read the result whole from the store when
-        the other input's rows go up in this pass, and join them again when the result's own rows go up after it."""
-        node = self.pipeline.root
-        while node is not stage:
-            child = next(s for s in node.inputs if stage.path == s.path or stage.path.startswith(s.path + "."))
-            if isinstance(node.op, JoinOp) and any(s is not child and not s.stateless for s in node.inputs):
-                return False
-            node = child
-        return True
-
-    def _backend_relation(self, stage: Stage) -> tuple[Relation, list[Stage]] | None:
-        """In a capture, ``stage``'s subtree as the backend computes it with the results of the external operators
-        below read from their stores (``Relation.external``), and the operators whose results it reads; None when the
-        backend cannot read one of them, or a result held in memory is not whole yet (an external operator below it
-        sends its result up only after the pass)."""
-        if not hasattr(self.backend, "reads_external"):
-            return None
-        roots = list(backend_roots(stage))
-        self._stacking += 1
-        try:
-            for r in roots:
-                if r.path not in self._captured:
-                    self._captured[r.path] = self.delta(r)
-        finally:
-            self._stacking -= 1
-        if any(d.path.startswith(stage.path + ".") and d not in roots for d in self.deferred):
-            return None
-        held = tuple((r.node, self.state_contents(r)) for r in roots if not is_external(r))
-        external = tuple((r.node, r.op) for r in roots if is_external(r))
-        rel = Relation(stage.node, self.pipeline.annotations, held, external)
-        return (rel, roots) if self.backend.reads_external(rel) else None
-
-    def _consumed(self, roots: list[Stage]) -> None:
-        """The results of ``roots`` went into an operator above them whole: nothing of theirs goes up any more."""
-        for r in roots:
-            self._captured.pop(r.path, None)
-            self._speculative.discard(r.path)
-        self.deferred = [d for d in self.deferred if d not in roots]
-
-    def _anti_join_inputs(self, left: Stage, right: Stage, keys: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """In a capture, an anti join's inputs whole (its state starts from them): read by the backend with the
-        results of external operators below from their stores where it can, else pushed up through the pass."""
-        dl = dr = None
-        if holds_external(left) and (found := self._backend_relation(left)) is not None:
-            dl = self.backend.relation(found[0], self.versions)
-            self._consumed(found[1])
-        if holds_external(right) and isinstance(self.backend, JoinCacheBackend) and \
-                (found := self._backend_relation(right)) is not None:
-            counts = self.backend.key_counts(found[0], keys, ALL_KEYS, self.versions)
-            if counts is not None:
-                dr = counts.select([*keys, pl.col(COUNT).cast(pl.Int64).alias(MULT)])
-                self._consumed(found[1])
-        return (dl if dl is not None else self._input_relation(left),
-                dr if dr is not None else self._key_rows(right, keys))
-
-    def relation(self, stage: Stage) -> Relation:
-        """``stage``'s subtree as the backend computes it, with the contents of its parts held in state: large
-        results of external operators read from their stores by the backend where it can (not brought whole into
-        this process: at SF10 a join side over Q21's per-order summaries read 15M groups here per pass), the others
-        computed here."""
-        if stage.path not in self._relations:
-            rel = self._external_relation(stage)
-            if rel is None:
-                frames = tuple((s.node, self.state_contents(s)) for s in state_roots(stage))
-                rel = Relation(stage.node, self.pipeline.annotations, frames)
-            self._relations[stage.path] = rel
-        return self._relations[stage.path]
-
-    def _external_relation(self, stage: Stage) -> Relation | None:
-        """``stage``'s subtree with the results of the external operators in it read by the backend from their
-        stores (``Relation.external``); None when none is there, they are small enough to read here, or the backend
-        cannot read one of them (``reads_external_side``)."""
-        if not hasattr(self.backend, "reads_external_side") or not holds_external(stage):
-            return None
-        roots = list(backend_roots(stage))
-        external = tuple((r.node, r.op) for r in roots if is_external(r))
-        probe = Relation(stage.node, self.pipeline.annotations, (), external)
-        if not self.backend.reads_external_side(probe):
-            return None
-        held = tuple((r.node, self.state_contents(r)) for r in roots if not is_external(r))
-        return Relation(stage.node, self.pipeline.annotations, held, external)
-
-    def state_contents(self, stage: Stage) -> pl.DataFrame:
-        """The current annotated contents of a ``from_state`` stage, computed in memory."""
-        assert stage.from_state
-        if stage.path not in self._contents:
-            op = stage.op
-            if isinstance(op, (OutputStateOperator, AntiJoinOp)):
-                out = op.output_relation()
-            elif isinstance(op, JoinOp):
-                left, right = stage.inputs
-                out = op.join_frames(self.state_contents(left), self.state_contents(right))
-            elif isinstance(op, UnionOp):
-                out = op.combine([op.process(self.state_contents(s), i) for i, s in enumerate(stage.inputs)])
-            else:
-                assert isinstance(op, UnaryOperator)
-                out = op.process(self.state_contents(stage.inputs[0]))
-            self._contents[stage.path] = out
-        return self._contents[stage.path]
 
 
 __all__ = ["PassStats", "Pipeline", "SketchDelta", "Stage", "Versions", "external_candidates", "node_paths",

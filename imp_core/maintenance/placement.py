@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from imp_core.engine.external import ExternalOperator
 from imp_core.engine.operators.registry import can_be_external
-from imp_core.engine.pipeline import Pipeline, node_paths
+from imp_core.engine.pipeline import Pipeline
 from imp_core.errors import StateError
 from imp_core.maintenance.parts import Parts
 from imp_core.plan.nodes import Aggregate, AntiJoin, GroupTopK, Plan
@@ -63,7 +63,7 @@ def decide(parts: Parts, pipeline: Pipeline, sources: Mapping[str, DeltaSource],
     budget = parts.settings.memory_budget
     rows = {t: s.row_count(versions[t]) for t, s in sources.items()}
     estimates: dict[str, int] = {}
-    for path, node in node_paths(pipeline.plan):
+    for path, node in pipeline.node_paths():
         if can_be_external(node):
             bound = max((rows.get(t, 0) for t in node.tables()), default=0)
             estimates[path] = bound * group_bytes(node)
@@ -141,7 +141,7 @@ def rebalance(parts: Parts, pipeline: Pipeline, sources: Mapping[str, DeltaSourc
     their tables' rows (Delta logs); the largest external until the rest fits the budget. An operator that moves is
     written to its new place now (into new tables at ``<root>/<sketch>-r<run_id>``, or read back into memory)."""
     sizes: dict[str, int] = {}
-    for path, node in node_paths(pipeline.plan):
+    for path, node in pipeline.node_paths():
         if not can_be_external(node):
             continue
         op = pipeline.stage_at(path).op

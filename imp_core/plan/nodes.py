@@ -7,7 +7,7 @@ See docs/ARCHITECTURE.md, "The plan IR".
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import pyarrow as pa
@@ -379,3 +379,30 @@ def explain(plan: Plan, indent: int = 0) -> str:
     for c in plan.children:
         out.append(explain(c, indent + 1))
     return "\n".join(out)
+
+
+def shared(plan: Plan) -> Plan:
+    """``plan`` with every set of equal subtrees made one object.
+
+    A rewrite may place one subtree twice (TPC-H Q21's per-order summaries feed both its EXISTS join and its NOT
+    EXISTS), and a plan read back from the catalog holds such copies as distinct, equal objects. One object per
+    subtree lets the pipeline keep one stage, one state and one delta per pass for all its places: equal subtrees
+    over the same tables always hold the same contents."""
+    seen: dict[Plan, Plan] = {}
+
+    def visit(node: Plan) -> Plan:
+        kids = node.children
+        new = tuple(visit(c) for c in kids)
+        if any(a is not b for a, b in zip(new, kids)):
+            mapping = {id(old): nw for old, nw in zip(kids, new)}
+            changes: dict[str, Any] = {}
+            for f in fields(node):  # type: ignore[arg-type]
+                value = getattr(node, f.name)
+                if isinstance(value, Plan):
+                    changes[f.name] = mapping.get(id(value), value)
+                elif isinstance(value, tuple) and value and all(isinstance(v, Plan) for v in value):
+                    changes[f.name] = tuple(mapping.get(id(v), v) for v in value)
+            node = replace(node, **changes)  # type: ignore[type-var]
+        return seen.setdefault(node, node)
+
+    return visit(plan)

@@ -77,6 +77,31 @@ def test_the_delta_store_keeps_the_contract_of_the_memory_store(spark, tmp_path:
     assert same(reopened.fetch(pl.DataFrame({"k": [1], "s": ["a"]}))[GROUPS], groups([(1, "a", 2, 1.5, [0])]))
 
 
+def test_the_groups_a_replace_wrote_are_read_back_without_a_spark_job(spark, tmp_path: Path) -> None:  # noqa: ANN001
+    """A join above an external aggregation asks in the same pass for the groups its batch touched: the store answers
+    from the replace's rows, equal to what its table holds (a fresh store from the reference reads them), and reads
+    the table for any key the replace did not cover."""
+    delta = DeltaGroupStore(spark, str(tmp_path / "state"), KEYS, SCHEMAS_OF, buckets=3)
+    delta.load({GROUPS: groups([(1, "a", 2, 1.5, [0]), (2, None, 1, 0.25, [1]), (3, "c", 4, -2.0, [0, 2])]),
+                FCOUNTS: fcounts([(1, "a", 0, 2), (2, None, 1, 1), (3, "c", 0, 1), (3, "c", 2, 3)])})
+    keys = pl.DataFrame({"k": [2, 3, 9, 4], "s": [None, "c", "z", "q"]})  # (4, q) has no group before or after
+    delta.fetch(keys)
+    delta.replace(keys, {GROUPS: groups([(3, "c", 3, -1.0, [2]), (9, "z", 1, 7.0, [5])]),
+                         FCOUNTS: fcounts([(3, "c", 2, 3), (9, "z", 5, 1)])})
+    reads: list[int] = []
+    real = delta._read
+    delta._read = lambda wanted: reads.append(wanted.height) or real(wanted)  # type: ignore[method-assign]
+    reopened = DeltaGroupStore.from_reference(spark, KEYS, SCHEMAS_OF, delta.reference())
+    for wanted in (keys, pl.DataFrame({"k": [3, 2, 4], "s": ["c", None, "q"]})):
+        got, stored = delta.fetch_where(wanted), reopened.fetch_where(wanted)
+        for name in SCHEMAS_OF:
+            assert same(got[name], stored[name]), name
+    assert reads == [] and delta.fetch_where(keys)[GROUPS].height == 2
+    outside = pl.DataFrame({"k": [1, 3], "s": ["a", "c"]})  # (1, a) was not touched: the table is read
+    assert same(delta.fetch_where(outside)[GROUPS], reopened.fetch_where(outside)[GROUPS]) and reads == [2]
+    assert delta.fetch_where(pl.DataFrame({"k": [3]}))[GROUPS].height == 1 and reads == [2, 1]  # not every key
+
+
 def test_versions_no_catalog_commit_named_are_rolled_back_before_the_next_write(spark, tmp_path: Path) -> None:  # noqa: ANN001
     store = DeltaGroupStore(spark, str(tmp_path / "state"), KEYS, SCHEMAS_OF, buckets=2)
     store.load({GROUPS: groups([(1, "a", 1, 1.0, [0])]), FCOUNTS: fcounts([(1, "a", 0, 1)])})

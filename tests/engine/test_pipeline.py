@@ -1,0 +1,110 @@
+"""The pipeline's stages: a subtree that a rewrite places twice (TPC-H Q21's per-order summaries feed its EXISTS join
+and its NOT EXISTS) is one stage, with one operator, one state and one delta per pass, also when the plan was read
+back from the catalog, where the copies are distinct objects."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+import polars as pl
+
+from imp_core.engine.local import LocalBackend
+from imp_core.engine.operators.aggregation import Aggregation
+from imp_core.engine.pipeline import Pipeline, node_paths
+from imp_core.engine.schema import MULT
+from imp_core.plan.nodes import Aggregate, Plan
+from imp_core.plan.serialize import plan_from_json, plan_to_json
+from imp_core.plan.sql import parse_query
+from tests.engine.test_properties import assert_same_state
+from tests.engine.two_tables import SCHEMA, VERSIONS, apply, parts, reader, rows
+
+# Q21's shape: EXISTS and NOT EXISTS, each correlated by the key and an inequality, become per-key summaries that
+# the rewrite joins into both the rows that pass and those the NOT EXISTS keeps
+Q21_SHAPE = ("SELECT g, COUNT(*) AS n FROM T1 WHERE EXISTS (SELECT * FROM T2 WHERE T2.g = T1.g AND T2.v <> T1.v) "
+             "AND NOT EXISTS (SELECT * FROM T2 AS T3 WHERE T3.g = T1.g AND T3.v <> T1.v AND T3.v > 3) GROUP BY g")
+
+
+def plans() -> tuple[Plan, Plan]:
+    plan = parse_query(Q21_SHAPE, {"T1": SCHEMA, "T2": SCHEMA}).plan
+    return plan, plan_from_json(plan_to_json(plan))
+
+
+def aggregates(plan: Plan) -> list[str]:
+    return [p for p, node in node_paths(plan) if isinstance(node, Aggregate)]
+
+
+def test_a_subtree_placed_twice_is_one_stage_also_after_the_catalog() -> None:
+    fresh, stored = plans()
+    assert stored == fresh
+    places = aggregates(stored)
+    assert len({id(n) for p, n in node_paths(stored) if p in places}) == len(places), "stored copies are distinct"
+    built = [Pipeline(p, parts()) for p in (fresh, stored)]
+    for pipe in built:
+        held = [op.op_id for op in pipe.stateful() if isinstance(op, Aggregation)]
+        assert len(held) < len(places), (held, places)  # the summaries placed twice are held once
+        assert len(list(pipe.stages())) < len(list(node_paths(stored)))
+        for path, node in node_paths(stored):  # every place names its stage
+            assert pipe.stage_at(path).node == node
+            assert pipe.stage(node).path == pipe.stage_at(path).path
+    assert built[0].fingerprint == built[1].fingerprint
+    assert [op.op_id for op in built[0].stateful()] == [op.op_id for op in built[1].stateful()]
+
+
+def test_a_later_place_names_the_shared_operator_for_placement_and_loading() -> None:
+    _, stored = plans()
+    pipe = Pipeline(stored, parts())
+    later = [p for p in aggregates(stored) if pipe.stage_at(p).path != p]
+    assert later, "the shape places a summary twice"
+    outside = Pipeline(stored, parts(), external=frozenset(later))
+    assert outside.external == frozenset(pipe.stage_at(p).path for p in later)
+    assert {op.op_id.split("@", 1)[1] for op in outside.external_operators()} == outside.external
+    # state saved with one operator per place (before the places shared a stage): the first place's is loaded
+    pipe.capture(LocalBackend(reader(tables(np.random.default_rng(5)))), VERSIONS)
+    blobs = pipe.state_blobs()
+    old = {**blobs, **{f"aggregation@{p}": blobs[f"aggregation@{pipe.stage_at(p).path}"] for p in later}}
+    loaded = Pipeline(stored, parts())
+    loaded.load_state_blobs(old)
+    assert loaded.sketch() == pipe.sketch()
+    assert_same_state(loaded, pipe, "loaded")
+
+
+def tables(rng: np.random.Generator) -> dict[str, pl.DataFrame]:
+    return {t: rows(rng.integers(0, 10, 10).tolist(), rng.integers(-5, 15, 10).tolist()) for t in ("T1", "T2")}
+
+
+def test_a_shared_stage_folds_each_batch_once_and_stays_exact() -> None:
+    """Maintained from the stored plan, each summary's operator processes every batch once, and the sketch and the
+    states equal a capture's after every pass."""
+    fresh, stored = plans()
+    rng = np.random.default_rng(8)
+    data = tables(rng)
+    pipe = Pipeline(stored, parts())
+    pipe.capture(LocalBackend(reader(data)), VERSIONS)
+    calls: Counter[str] = Counter()
+
+    def counting(op: Aggregation) -> Callable[[pl.DataFrame], pl.DataFrame]:
+        process = op.process
+
+        def counted(delta: pl.DataFrame) -> pl.DataFrame:
+            calls[op.op_id] += 1
+            return process(delta)
+        return counted
+
+    for op in pipe.stateful():
+        if isinstance(op, Aggregation):
+            op.process = counting(op)  # type: ignore[method-assign]
+    for i in range(10):
+        table = "T2" if i % 3 else "T1"
+        ins = rows(rng.integers(0, 10, 3).tolist(), rng.integers(-5, 15, 3).tolist(), [1] * 3)
+        dels = data[table].sample(2, seed=i).with_columns(pl.lit(-1, dtype=pl.Int64).alias(MULT))
+        change = pl.concat([ins, dels])
+        data[table] = apply(data[table], change)
+        calls.clear()
+        pipe.maintain_pass(table, change, LocalBackend(reader(data)), VERSIONS)
+        assert calls and set(calls.values()) == {1}, calls
+        recaptured = Pipeline(fresh, parts())
+        recaptured.capture(LocalBackend(reader(data)), VERSIONS)
+        assert pipe.sketch() == recaptured.sketch(), i
+        assert_same_state(pipe, recaptured, f"pass {i}")

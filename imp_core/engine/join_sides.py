@@ -26,6 +26,8 @@ class Pass(Protocol):
 
     def state_contents(self, stage: Stage) -> pl.DataFrame: ...
 
+    def rows_for(self, stage: Stage, wanted: pl.DataFrame) -> pl.DataFrame | None: ...
+
 
 class StageSide:
     """One input of a join during a pass: joined in memory when it follows from operator state, otherwise by the
@@ -42,8 +44,21 @@ class StageSide:
             if rows is None:
                 rows = self.run.state_contents(self.stage)
             return op.join_frames(delta, rows) if delta_is_left else op.join_frames(rows, delta)
+        wanted = self._wanted(delta, delta_is_left)
+        rows = self.run.rows_for(self.stage, wanted) if wanted is not None else None
+        if rows is not None:  # read by key for this pass (joined here)
+            return op.join_frames(delta, rows) if delta_is_left else op.join_frames(rows, delta)
         backend: JoinBackend = self.run.backend
         return backend.join_delta(op.node, delta, delta_is_left, self.run.relation(self.stage), self.run.versions)
+
+    def _wanted(self, delta: pl.DataFrame, delta_is_left: bool) -> pl.DataFrame | None:
+        """The side's join key values ``delta`` has, named as the side's columns; None for a join without keys."""
+        join = self.join.op
+        assert isinstance(join, JoinOp)
+        mine, theirs = (join.right_keys, join.left_keys) if delta_is_left else (join.left_keys, join.right_keys)
+        if not mine:
+            return None
+        return delta.select([pl.col(t).alias(m) for m, t in zip(mine, theirs)])
 
     def _rows_for(self, delta: pl.DataFrame, delta_is_left: bool) -> pl.DataFrame | None:
         """The side's rows whose join keys a row of ``delta`` has, when the side's contents come from external state

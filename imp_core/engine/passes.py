@@ -16,6 +16,7 @@ import polars as pl
 
 from imp_core.engine.annotation import consolidate
 from imp_core.engine.backend import CaptureBackend, JoinCacheBackend, Relation, Versions
+from imp_core.engine.evaluate import polars_type
 from imp_core.engine.external import ExternalOperator
 from imp_core.engine.join_sides import StageSide
 from imp_core.engine.operators.aggregation import Aggregation
@@ -26,7 +27,7 @@ from imp_core.engine.operators.join import JoinOp
 from imp_core.engine.operators.topk import TopKOp
 from imp_core.engine.operators.union import UnionOp
 from imp_core.engine.schema import COUNT, MULT
-from imp_core.engine.stages import Stage, backend_roots, holds_external, is_external, state_roots
+from imp_core.engine.stages import Stage, backend_roots, contents_for, holds_external, is_external, state_roots
 from imp_core.plan.nodes import Scan
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ class TreePass:
         self._deltas: dict[str, pl.DataFrame | None] = {}
         self._locks: dict[str, threading.RLock] = {}
         self._guard = threading.Lock()
+        # rows of stages read by key for the joins above them: (path, key columns) -> (keys read, their rows)
+        self._keyed: dict[tuple[str, tuple[str, ...]], tuple[pl.DataFrame, pl.DataFrame]] = {}
 
     def delta(self, stage: Stage) -> pl.DataFrame | None:
         """The delta of ``stage``'s output, or None when nothing below it changed (computed once per pass: the
@@ -308,6 +311,56 @@ class TreePass:
         return (dl if dl is not None else self._input_relation(left),
                 dr if dr is not None else self._key_rows(right, keys))
 
+    def rows_for(self, stage: Stage, wanted: pl.DataFrame) -> pl.DataFrame | None:
+        """``stage``'s current rows whose columns ``wanted.columns`` equal a row of ``wanted`` (no NULL, no float
+        key), for a join above it to join a delta with in memory; None where the backend's own join is used: a capture,
+        a pipeline without external state, a backend without key look-ups.
+
+        Rows once read are kept for the pass (a stage's contents do not change once its parents read it). A join
+        stage asked by its own join keys is read as both sides' rows for those keys, joined here: at Q21's EXISTS
+        join the per-order summaries and the line items by the changed orders, which the joins below read already
+        (the summaries from their stores' last replace, ``DeltaGroupStore._known``), where Spark computed the whole
+        chain again with the summaries from their state tables."""
+        if self.capture or self.inject is not None or not self.pipeline.external or \
+                not isinstance(self.backend, JoinCacheBackend) or \
+                any(t.is_float() for t in wanted.dtypes):
+            return None
+        wanted = wanted.drop_nulls().unique()
+        return self._rows_for(stage, wanted) if wanted.height else None
+
+    def _rows_for(self, stage: Stage, wanted: pl.DataFrame) -> pl.DataFrame | None:
+        wanted = _typed_as(wanted, stage)
+        if wanted is None:
+            return None
+        cols = tuple(wanted.columns)
+        entry = self._keyed.get((stage.path, cols))
+        missing = wanted
+        if entry is not None:
+            if entry[0].schema != wanted.schema:
+                return None
+            missing = wanted.join(entry[0], on=list(cols), how="anti")
+        if missing.height:
+            rows = self._read_rows(stage, missing)
+            if rows is None:
+                return None
+            entry = (missing, rows) if entry is None else \
+                (pl.concat([entry[0], missing]), pl.concat([entry[1], rows], how="diagonal_relaxed"))
+            self._keyed[(stage.path, cols)] = entry
+        assert entry is not None
+        return entry[1].join(wanted, on=list(cols), how="semi")
+
+    def _read_rows(self, stage: Stage, wanted: pl.DataFrame) -> pl.DataFrame | None:
+        op, cols = stage.op, list(wanted.columns)
+        if stage.from_state:
+            rows = contents_for(stage, wanted)
+            return rows if rows is not None else self.state_contents(stage).join(wanted, on=cols, how="semi")
+        if isinstance(op, JoinOp) and not stage.stateless and (sides := _key_sides(op, cols)) is not None:
+            left = self._rows_for(stage.inputs[0], wanted.rename(dict(zip(cols, sides[0]))))
+            right = self._rows_for(stage.inputs[1], wanted.rename(dict(zip(cols, sides[1]))))
+            if left is not None and right is not None:
+                return op.join_frames(left, right)
+        return self.backend.rows_with_keys(self.relation(stage), cols, wanted, 0, self.versions)
+
     def relation(self, stage: Stage) -> Relation:
         """``stage``'s subtree as the backend computes it, with the contents of its parts held in state: large
         results of external operators read from their stores by the backend where it can (not brought whole into
@@ -352,6 +405,33 @@ class TreePass:
                 out = op.process(self.state_contents(stage.inputs[0]))
             self._contents[stage.path] = out
         return self._contents[stage.path]
+
+
+def _typed_as(wanted: pl.DataFrame, stage: Stage) -> pl.DataFrame | None:
+    """``wanted`` in the types of ``stage``'s columns: integers of another width cast (a value out of range matches
+    no row), any other difference None (a cast could make unequal values equal)."""
+    casts = {}
+    for c, t in wanted.schema.items():
+        target = polars_type(stage.node.field(c).dtype)
+        if t != target:
+            if not (t.is_integer() and target.is_integer()):
+                return None
+            casts[c] = target
+    return wanted.cast(casts, strict=False).drop_nulls().unique() if casts else wanted  # type: ignore[arg-type]
+
+
+def _key_sides(op: JoinOp, cols: list[str]) -> tuple[list[str], list[str]] | None:
+    """The columns of each input of ``op`` that equal ``cols`` (join key columns of either input) in every row of
+    its result; None if one of ``cols`` is not a join key."""
+    left: list[str] = []
+    right: list[str] = []
+    for c in cols:
+        i = op.left_keys.index(c) if c in op.left_keys else op.right_keys.index(c) if c in op.right_keys else -1
+        if i < 0:
+            return None
+        left.append(op.left_keys[i])
+        right.append(op.right_keys[i])
+    return left, right
 
 
 def _holds(stage: Stage, other: Stage) -> bool:

@@ -108,3 +108,40 @@ def test_a_shared_stage_folds_each_batch_once_and_stays_exact() -> None:
         recaptured.capture(LocalBackend(reader(data)), VERSIONS)
         assert pipe.sketch() == recaptured.sketch(), i
         assert_same_state(pipe, recaptured, f"pass {i}")
+
+
+def test_a_join_read_by_its_own_keys_is_read_as_its_two_sides() -> None:
+    """With external state, a join above another join reads that join's rows by key: its two sides' rows for those
+    keys joined in memory (the summaries from their stores), not recomputed by the backend over the stores; the
+    sketch and the states stay the in-memory engine's."""
+    from imp_core.engine.external import MemoryGroupStore
+    from imp_core.engine.pipeline import external_candidates
+    from imp_core.plan.nodes import Join
+
+    plan, _ = plans()
+    memory, outside = Pipeline(plan, parts()), Pipeline(plan, parts(), external=external_candidates(plan))
+    outside.bind_stores(lambda op: MemoryGroupStore(op.key_names, op.component_schemas()))
+    asked: list[Plan] = []
+
+    class Recording(LocalBackend):
+        def rows_with_keys(self, side, keys, values, max_rows, versions):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN202
+            asked.append(side.node)
+            return super().rows_with_keys(side, keys, values, max_rows, versions)
+
+    rng = np.random.default_rng(2)
+    data = tables(rng)
+    for p in (memory, outside):
+        p.capture(Recording(reader(data)), VERSIONS)
+    for i in range(8):
+        table = "T1" if i % 2 else "T2"
+        ins = rows(rng.integers(0, 10, 3).tolist(), rng.integers(-5, 15, 3).tolist(), [1] * 3)
+        dels = data[table].sample(2, seed=i).with_columns(pl.lit(-1, dtype=pl.Int64).alias(MULT))
+        change = pl.concat([ins, dels])
+        data[table] = apply(data[table], change)
+        for p in (memory, outside):
+            p.maintain_pass(table, change, Recording(reader(data)), VERSIONS)
+        assert outside.sketch() == memory.sketch(), i
+        assert_same_state(outside, memory, f"pass {i}")
+    assert asked, "the joins read their sides by key"
+    over_state = [n for n in asked if isinstance(n, Join) and not n.is_stateless()]
+    assert not over_state, "a join over external results was computed by the backend"

@@ -38,7 +38,7 @@ from imp_core.engine.stages import (
 )
 from imp_core.engine.state import Chunk, Fetch
 from imp_core.errors import StateError
-from imp_core.plan.nodes import Plan, Scan, explain, shared
+from imp_core.plan.nodes import Plan, Scan, explain, shared, shares_state
 from imp_core.sketch.partition import PartitionSet
 
 
@@ -51,7 +51,12 @@ class PassStats:
 
 
 def plan_fingerprint(plan: Plan, partitions: PartitionSet) -> str:
+    """The identity of the operators ``plan`` builds under ``partitions``, saved state is tied to. A plan whose
+    stateful subtrees have several places says so: their places share one stage and one state (state saved while each
+    place had its own is recaptured)."""
     text = explain(plan) + "\n" + json.dumps(partitions.to_json(), sort_keys=True, default=str)
+    if shares_state(plan):
+        text += "\nshared stages"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

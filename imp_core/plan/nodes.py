@@ -382,12 +382,15 @@ def explain(plan: Plan, indent: int = 0) -> str:
 
 
 def shared(plan: Plan) -> Plan:
-    """``plan`` with every set of equal subtrees made one object.
+    """``plan`` with every set of equal subtrees that hold state (an aggregation, a DISTINCT, a top-k, an anti join)
+    made one object.
 
     A rewrite may place one subtree twice (TPC-H Q21's per-order summaries feed both its EXISTS join and its NOT
     EXISTS), and a plan read back from the catalog holds such copies as distinct, equal objects. One object per
     subtree lets the pipeline keep one stage, one state and one delta per pass for all its places: equal subtrees
-    over the same tables always hold the same contents."""
+    over the same tables always hold the same contents. Stateless subtrees keep their objects: a scan's annotation
+    columns follow its object, and two scans of one table under one alias in different scopes (a subquery's and
+    the outer query's) may meet at a join."""
     seen: dict[Plan, Plan] = {}
 
     def visit(node: Plan) -> Plan:
@@ -403,6 +406,12 @@ def shared(plan: Plan) -> Plan:
                 elif isinstance(value, tuple) and value and all(isinstance(v, Plan) for v in value):
                     changes[f.name] = tuple(mapping.get(id(v), v) for v in value)
             node = replace(node, **changes)  # type: ignore[type-var]
-        return seen.setdefault(node, node)
+        return node if node.is_stateless() else seen.setdefault(node, node)
 
     return visit(plan)
+
+
+def shares_state(plan: Plan) -> bool:
+    """Whether a subtree that holds state has more than one place in ``plan`` (:func:`shared` makes them one)."""
+    stateful = [id(n) for n in shared(plan).walk() if not n.is_stateless()]
+    return len(stateful) != len(set(stateful))

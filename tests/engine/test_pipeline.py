@@ -145,3 +145,22 @@ def test_a_join_read_by_its_own_keys_is_read_as_its_two_sides() -> None:
     assert asked, "the joins read their sides by key"
     over_state = [n for n in asked if isinstance(n, Join) and not n.is_stateless()]
     assert not over_state, "a join over external results was computed by the backend"
+
+
+def test_state_saved_with_a_place_per_copy_is_recaptured_and_stateless_copies_stay_apart() -> None:
+    """The fingerprint state is tied to says when stateful subtrees share a stage (state saved while each place had
+    its own stage does not load: the sketch is recaptured); a plan without such copies keeps its fingerprint. Equal
+    stateless subtrees are not merged: a scan's annotation columns follow its object, and the subquery's T2 and the
+    outer T2 here meet at a join."""
+    from imp_core.engine.pipeline import plan_fingerprint
+    from imp_core.plan.nodes import Scan, shares_state
+
+    fresh, stored = plans()
+    assert shares_state(fresh) and shares_state(stored)
+    single = parse_query("SELECT g, SUM(v) AS s FROM T1 GROUP BY g", {"T1": SCHEMA, "T2": SCHEMA}).plan
+    assert not shares_state(single)
+    assert Pipeline(single, parts()).fingerprint == plan_fingerprint(single, parts())
+    union = parse_query("SELECT u.g, COUNT(*) AS n FROM (SELECT g, SUM(v) AS v FROM T1 GROUP BY g UNION ALL "
+                        "SELECT g, v FROM T2) u JOIN T2 ON u.g = T2.g GROUP BY u.g", {"T1": SCHEMA, "T2": SCHEMA}).plan
+    scans = [n for n in Pipeline(union, parts()).plan.walk() if isinstance(n, Scan) and n.table == "T2"]
+    assert len(scans) == 2 and scans[0] == scans[1] and scans[0] is not scans[1]

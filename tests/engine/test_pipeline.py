@@ -74,6 +74,15 @@ def tables(rng: np.random.Generator) -> dict[str, pl.DataFrame]:
     return {t: rows(rng.integers(0, 10, 10).tolist(), rng.integers(-5, 15, 10).tolist()) for t in ("T1", "T2")}
 
 
+def changed(data: dict[str, pl.DataFrame], table: str, rng: np.random.Generator, seed: int) -> pl.DataFrame:
+    """Three random inserts and two deletes of ``table``, applied to ``data``; the change rows."""
+    ins = rows(rng.integers(0, 10, 3).tolist(), rng.integers(-5, 15, 3).tolist(), [1] * 3)
+    dels = data[table].sample(2, seed=seed).with_columns(pl.lit(-1, dtype=pl.Int64).alias(MULT))
+    change = pl.concat([ins, dels])
+    data[table] = apply(data[table], change)
+    return change
+
+
 def test_a_shared_stage_folds_each_batch_once_and_stays_exact() -> None:
     """Maintained from the stored plan, each summary's operator processes every batch once, and the sketch and the
     states equal a capture's after every pass."""
@@ -97,10 +106,7 @@ def test_a_shared_stage_folds_each_batch_once_and_stays_exact() -> None:
             op.process = counting(op)  # type: ignore[method-assign]
     for i in range(10):
         table = "T2" if i % 3 else "T1"
-        ins = rows(rng.integers(0, 10, 3).tolist(), rng.integers(-5, 15, 3).tolist(), [1] * 3)
-        dels = data[table].sample(2, seed=i).with_columns(pl.lit(-1, dtype=pl.Int64).alias(MULT))
-        change = pl.concat([ins, dels])
-        data[table] = apply(data[table], change)
+        change = changed(data, table, rng, i)
         calls.clear()
         pipe.maintain_pass(table, change, LocalBackend(reader(data)), VERSIONS)
         assert calls and set(calls.values()) == {1}, calls
@@ -134,10 +140,7 @@ def test_a_join_read_by_its_own_keys_is_read_as_its_two_sides() -> None:
         p.capture(Recording(reader(data)), VERSIONS)
     for i in range(8):
         table = "T1" if i % 2 else "T2"
-        ins = rows(rng.integers(0, 10, 3).tolist(), rng.integers(-5, 15, 3).tolist(), [1] * 3)
-        dels = data[table].sample(2, seed=i).with_columns(pl.lit(-1, dtype=pl.Int64).alias(MULT))
-        change = pl.concat([ins, dels])
-        data[table] = apply(data[table], change)
+        change = changed(data, table, rng, i)
         for p in (memory, outside):
             p.maintain_pass(table, change, Recording(reader(data)), VERSIONS)
         assert outside.sketch() == memory.sketch(), i

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from imp_core.catalog.records import (
     NewVersion,
+    PartSink,
     RunRecord,
     SketchRecord,
     StateBlob,
+    StateWriter,
     TableRecord,
     VersionRecord,
     unusable_message,
 )
 from imp_core.catalog.store import Catalog
 
-__all__ = ["Catalog", "NewVersion", "RunRecord", "SketchRecord", "StateBlob", "TableRecord", "VersionRecord",
-           "unusable_message"]
+__all__ = ["Catalog", "NewVersion", "PartSink", "RunRecord", "SketchRecord", "StateBlob", "StateWriter", "TableRecord",
+           "VersionRecord", "unusable_message"]

@@ -10,7 +10,7 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Union
 
 from imp_core.errors import UsageError
 
@@ -139,6 +139,16 @@ class StateBlob:
     chunks: Mapping[str, Callable[[], bytes]] = field(default_factory=dict)
 
 
+PartSink = Callable[[str, bytes], None]
+"""Stores one part of a state frame (its bytes, named by their SHA-256) in the transaction committing the state."""
+
+StateWriter = Callable[[PartSink], Sequence[StateBlob]]
+"""Operator state written inside the committing transaction: large frames go to the sink as parts as they are
+encoded (one at a time, so no encoded copy of the whole state is held), and the blobs naming them come back."""
+
+States = Union[Sequence[StateBlob], StateWriter]
+
+
 @dataclass(frozen=True)
 class RunRecord:
     """One capture or maintenance attempt."""
@@ -211,6 +221,7 @@ def run_record(row: Mapping[Any, Any]) -> RunRecord:
     return RunRecord(**{f: row[f] for f in RunRecord.__dataclass_fields__})
 
 
-__all__ = ["FINAL_RUN_STATUSES", "METHODS", "NewVersion", "RunRecord", "SketchRecord", "StateBlob", "TableRecord",
+__all__ = ["FINAL_RUN_STATUSES", "METHODS", "NewVersion", "PartSink", "RunRecord", "SketchRecord", "StateBlob",
+           "StateWriter", "States", "TableRecord",
            "VersionRecord", "default_triggered_by", "run_record", "sketch_record", "table_record", "unusable_message",
            "version_record"]

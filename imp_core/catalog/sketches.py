@@ -7,14 +7,13 @@ Part of :class:`imp_core.catalog.store.Catalog`; see docs/ARCHITECTURE.md, "Stat
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from imp_core.catalog.connection import UNIQUE_VIOLATION, CatalogConnection, as_json, listed, sqlstate
-from imp_core.catalog.records import NewVersion, SketchRecord, StateBlob, sketch_record
-from imp_core.catalog.versions import insert_version, prepared_states
+from imp_core.catalog.records import NewVersion, SketchRecord, States, sketch_record
+from imp_core.catalog.versions import insert_version, prepared_states, written
 from imp_core.errors import NotFoundError, UsageError
 
 
@@ -32,7 +31,7 @@ class SketchStore(CatalogConnection):
         safety: Any,
         strategy: str,
         first_version: NewVersion,
-        states: Sequence[StateBlob],
+        states: States,
         run_id: int | None = None,
         replaces: int | None = None,
     ) -> SketchRecord:
@@ -48,7 +47,7 @@ class SketchStore(CatalogConnection):
             safety: Result of the safety check (JSON).
             strategy: Maintenance strategy (``lazy`` or ``eager``).
             first_version: The captured sketch, committed as version 1.
-            states: Operator state of version 1.
+            states: Operator state of version 1 (blobs, or a writer run inside the transaction).
             run_id: The maintenance run that captured it (also linked to the new sketch); defaults to
                 ``first_version.run_id``.
             replaces: The id of the live sketch of that name this one replaces: dropped in the same transaction.
@@ -60,7 +59,6 @@ class SketchStore(CatalogConnection):
             UsageError: A live sketch named ``name`` exists (the catalog is left unchanged).
         """
         run_id = run_id if run_id is not None else first_version.run_id
-        blobs = prepared_states(states, name, 1, self._state_key)
         with self._transaction(f"create sketch {name!r}") as conn:
             if replaces is not None:
                 self._drop(conn, name, replaces)
@@ -81,6 +79,7 @@ class SketchStore(CatalogConnection):
             if run_id is not None:
                 conn.execute(sa.text("UPDATE maintenance_run SET sketch_id = :s WHERE id = :r AND sketch_id IS NULL"),
                              {"s": sketch.id, "r": run_id})
+            blobs = prepared_states(written(conn, sketch.id, states), name, 1, self._state_key)
             insert_version(conn, sketch.id, 1, dataclasses.replace(first_version, run_id=run_id), blobs)
             return sketch
 

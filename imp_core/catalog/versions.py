@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from imp_core import faults
 from imp_core.catalog.connection import UNIQUE_VIOLATION, CatalogConnection, as_json, sqlstate
-from imp_core.catalog.records import NewVersion, StateBlob, VersionRecord, unusable_message, version_record
+from imp_core.catalog.records import NewVersion, StateBlob, States, VersionRecord, unusable_message, version_record
 from imp_core.errors import ConcurrentMaintenanceError, NotFoundError, SketchUnusableError, StateError, UsageError
 from imp_core.security import integrity
 
@@ -86,7 +86,7 @@ class VersionStore(CatalogConnection):
             return version_record(row)
 
     def commit_version(
-        self, sketch_id: int, expected_previous: int, new: NewVersion, states: Sequence[StateBlob], retention: int,
+        self, sketch_id: int, expected_previous: int, new: NewVersion, states: States, retention: int,
         safety: Any = None,
     ) -> VersionRecord:
         """Commit version ``expected_previous + 1`` of a sketch with its operator state, then apply retention.
@@ -100,7 +100,8 @@ class VersionStore(CatalogConnection):
             sketch_id: The sketch.
             expected_previous: The version this one was computed from.
             new: The new version.
-            states: Operator state of the new version.
+            states: Operator state of the new version: blobs, or a writer run inside the transaction (its parts are
+                stored as it hands them over, so a large state is never held encoded whole).
             retention: Keep operator state for this many latest versions (at least 1).
             safety: A safety verdict re-checked for this version (a recapture's), stored with the sketch in the
                 same transaction so the sign assumptions later batches check always belong to the latest version.
@@ -135,7 +136,7 @@ class VersionStore(CatalogConnection):
                     f"the latest committed version is {latest} (another maintainer got there first); "
                     f"maintain again from version {latest}"
                 )
-            blobs = prepared_states(states, sketch.name, version, self._state_key)
+            blobs = prepared_states(written(conn, sketch_id, states), sketch.name, version, self._state_key)
             try:
                 record = insert_version(conn, sketch_id, version, new, blobs)
             except sa.exc.IntegrityError as e:
@@ -254,6 +255,21 @@ def insert_version(
     return version_record(row)
 
 
+def written(conn: sa.Connection, sketch_id: int, states: States) -> Sequence[StateBlob]:
+    """The blobs of ``states``; a writer is run now, its parts stored on ``conn`` as it hands them over."""
+    if not callable(states):
+        return states
+
+    def store(digest: str, data: bytes) -> None:
+        if checksum(data) != digest:
+            raise StateError(f"a state part of sketch {sketch_id} does not match its digest {digest[:12]}")
+        conn.execute(sa.text("INSERT INTO state_chunk (sketch_id, digest, payload, size_bytes) VALUES (:s, :d, :p, :n) "
+                             "ON CONFLICT (sketch_id, digest) DO NOTHING"),
+                     {"s": sketch_id, "d": digest, "p": data, "n": len(data)})
+
+    return states(store)
+
+
 def store_chunks(conn: sa.Connection, sketch_id: int, chunks: Mapping[str, Callable[[], bytes]]) -> None:
     """Insert the chunks the catalog does not hold for the sketch yet (their bytes are asked for only then).
 
@@ -322,4 +338,5 @@ def prepared_states(states: Sequence[StateBlob], sketch: str, version: int,
     return out
 
 
-__all__ = ["VersionStore", "checksum", "insert_version", "prepared_states", "release_chunks", "store_chunks"]
+__all__ = ["VersionStore", "checksum", "insert_version", "prepared_states", "release_chunks", "store_chunks",
+           "written"]

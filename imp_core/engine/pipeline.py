@@ -36,7 +36,7 @@ from imp_core.engine.passes import TreePass
 from imp_core.engine.stages import (
     Stage,
 )
-from imp_core.engine.state import Chunk, Fetch
+from imp_core.engine.state import Chunk, Fetch, Sink
 from imp_core.errors import StateError
 from imp_core.plan.nodes import Plan, Scan, explain, shared, shares_state
 from imp_core.sketch.partition import PartitionSet
@@ -215,9 +215,10 @@ class Pipeline:
         """Every operator's state as a self-contained blob, by operator id."""
         return {op.op_id: op.state_to_bytes() for op in self.stateful()}
 
-    def saved_states(self) -> dict[str, tuple[bytes, dict[str, Chunk]]]:
-        """Every operator's state as the catalog stores it (blob and the chunks it names), by operator id."""
-        return {op.op_id: op.saved_state() for op in self.stateful()}
+    def saved_states(self, sink: Sink | None = None) -> dict[str, tuple[bytes, dict[str, Chunk]]]:
+        """Every operator's state as the catalog stores it (blob and the chunks it names), by operator id; large
+        frames go to ``sink`` as parts, one at a time, when given (``imp_core.engine.state``)."""
+        return {op.op_id: op.saved_state(sink) for op in self.stateful()}
 
     def load_state_blobs(self, blobs: dict[str, bytes], fetch: Fetch | None = None) -> None:
         """Load every operator's blob; ``fetch`` reads the chunks they name (the catalog's, when they came from it)."""

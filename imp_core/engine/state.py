@@ -9,7 +9,14 @@ Format version 2 adds **external frames**: a large frame an operator keeps uncha
 :class:`Chunk`, the top-k's compacted rest) can be stored once, outside the blob, and named in the header by the
 SHA-256 of its Arrow IPC stream (``"external": {name: digest}``). The header is covered by the blob's sealed checksum,
 so a chunk fetched by its digest is as trustworthy as the blob. A blob without external frames is written as version
-1, which earlier imp versions read. See docs/ARCHITECTURE.md, "State and versions".
+1, which earlier imp versions read.
+
+Format version 3 adds **parts**: when the catalog saves state it hands the codec a sink, and a frame of at least
+:data:`PART_FROM` bytes in memory is written to it as consecutive row slices of about :data:`PART_BYTES`, each its own
+Arrow IPC stream named by its SHA-256 (``"parts": {name: [digest, ...]}`` in the header). A slice is encoded, stored
+and dropped before the next one, so saving a large state never holds a second, encoded copy of it; loading fetches,
+verifies and decodes one part at a time and keeps the decoded slices as the frame's chunks (no concatenating copy).
+See docs/ARCHITECTURE.md, "State and versions".
 """
 
 from __future__ import annotations
@@ -32,9 +39,13 @@ MAGIC = b"IMPS"
 FORMAT = "imp-arrow-ipc"
 FORMAT_VERSION = 1  # blobs whose frames are all inline
 EXTERNAL_VERSION = 2  # blobs naming external frames (chunks) by digest
+PARTS_VERSION = 3  # blobs naming frames stored as parts
 EXTERNAL_FROM = 8 << 20  # a chunk frame of at least this many bytes in memory is stored outside the blob
+PART_FROM = 32 << 20  # with a sink, a frame of at least this many bytes in memory is written as parts
+PART_BYTES = 16 << 20  # about this many bytes in memory per part
 
 Fetch = Callable[[str], bytes]  # a chunk's stored bytes by digest (the catalog's); raises StateError when gone
+Sink = Callable[[str, bytes], None]  # stores one part's bytes under their SHA-256 (in the committing transaction)
 
 
 class Chunk:
@@ -125,6 +136,26 @@ class Chunk:
 Frame = Union[pl.DataFrame, Chunk]
 
 
+class Rows:
+    """A frame an operator hands over for saving as row slices made on demand (``take(start, length)``): a save that
+    writes it as parts builds one slice at a time, never the whole frame; written inline it is built whole."""
+
+    def __init__(self, height: int, take: Callable[[int, int], pl.DataFrame]) -> None:
+        self.height = height
+        self._take = take
+        sample = take(0, min(height, 4096))
+        self._row_bytes = sample.estimated_size() / max(1, sample.height)
+
+    def estimated_size(self) -> int:
+        return int(self.height * self._row_bytes)
+
+    def slice(self, start: int, length: int) -> pl.DataFrame:
+        return self._take(start, min(length, self.height - start))
+
+    def frame(self) -> pl.DataFrame:
+        return self._take(0, self.height)
+
+
 @dataclass(frozen=True)
 class StatePayload:
     """Decoded state of one operator: the header fields that tie it to an operator of a plan (``kind``, ``op_id``,
@@ -137,23 +168,33 @@ class StatePayload:
     frames: dict[str, Frame]
 
 
-def encode(kind: str, op_id: str, fingerprint: str, meta: dict[str, Any], frames: Mapping[str, Frame]) -> bytes:
+def encode(kind: str, op_id: str, fingerprint: str, meta: dict[str, Any], frames: Mapping[str, Frame | Rows]) -> bytes:
     """A self-contained blob: every frame inline, chunks too."""
     return encode_parts(kind, op_id, fingerprint, meta, frames, external_from=None)[0]
 
 
-def encode_parts(kind: str, op_id: str, fingerprint: str, meta: dict[str, Any], frames: Mapping[str, Frame],
-                 *, external_from: int | None) -> tuple[bytes, dict[str, Chunk]]:
-    """The blob and the chunks it names by digest: chunks of at least ``external_from`` bytes, or never loaded."""
+def encode_parts(kind: str, op_id: str, fingerprint: str, meta: dict[str, Any], frames: Mapping[str, Frame | Rows],
+                 *, external_from: int | None, sink: Sink | None = None) -> tuple[bytes, dict[str, Chunk]]:
+    """The blob and the chunks it names by digest: chunks of at least ``external_from`` bytes, or never loaded.
+
+    With a ``sink``, frames of at least :data:`PART_FROM` bytes go to it as parts (format version 3) instead of into
+    the blob; the blob names them in order.
+    """
     body = io.BytesIO()
     names = []
     external: dict[str, str] = {}
     chunks: dict[str, Chunk] = {}
+    parts: dict[str, list[str]] = {}
     for name, df in frames.items():
         if isinstance(df, Chunk) and df.external(external_from):
             external[name] = df.digest
             chunks[df.digest] = df
             continue
+        if sink is not None and isinstance(df, (pl.DataFrame, Rows)) and df.height and df.estimated_size() >= PART_FROM:
+            parts[name] = _write_parts(df, sink)
+            continue
+        if isinstance(df, Rows):
+            df = df.frame()
         data = df.data() if isinstance(df, Chunk) else _frame_bytes(df)
         body.write(struct.pack("<Q", len(data)))
         body.write(data)
@@ -163,9 +204,38 @@ def encode_parts(kind: str, op_id: str, fingerprint: str, meta: dict[str, Any], 
                               "frames": names, "meta": meta, "sha256": hashlib.sha256(raw).hexdigest()}
     if external:
         fields["external"] = external
+    if parts:
+        fields["parts"] = parts
     header = json.dumps(fields, sort_keys=True, default=str).encode()
-    version = EXTERNAL_VERSION if external else FORMAT_VERSION
+    version = PARTS_VERSION if parts else EXTERNAL_VERSION if external else FORMAT_VERSION
     return MAGIC + struct.pack("<HI", version, len(header)) + header + raw, chunks
+
+
+def format_version(blob: bytes) -> int:
+    """The format version a blob of :func:`encode_parts` was written in."""
+    return int(struct.unpack("<H", blob[4:6])[0])
+
+
+def state_parts(blob: bytes) -> list[str]:
+    """The digests of the parts a blob's header names, in order (none below format version 3)."""
+    header, _ = _read_header(blob, "operator state")
+    return [d for ds in header.get("parts", {}).values() for d in ds]
+
+
+def _write_parts(df: pl.DataFrame | Rows, sink: Sink) -> list[str]:
+    """``df`` handed to ``sink`` as row slices of about :data:`PART_BYTES` each, encoded one at a time; their digests.
+
+    The slices are views of a frame, or made one at a time from :class:`Rows`; each one's bytes are dropped once the
+    sink has them, so at most one part's encoding exists at a time."""
+    rows = max(1, int(df.height * PART_BYTES / max(1, df.estimated_size())))
+    digests = []
+    for start in range(0, df.height, rows):
+        data = _frame_bytes(df.slice(start, rows))
+        digest = hashlib.sha256(data).hexdigest()
+        sink(digest, data)
+        digests.append(digest)
+        del data
+    return digests
 
 
 def _frame_bytes(df: pl.DataFrame) -> bytes:
@@ -196,6 +266,8 @@ def decode(blob: bytes, *, kind: str | None = None, op_id: str | None = None,
     frames: dict[str, Frame] = dict(_read_frames(header["frames"], raw, where))
     for name, digest in header.get("external", {}).items():
         frames[name] = Chunk.stored(digest, fetch, where)
+    for name, digests in header.get("parts", {}).items():
+        frames[name] = _read_parts(digests, fetch, where)
     if not all(isinstance(header.get(k), str) for k in ("kind", "op_id", "fingerprint")):
         raise StateError(f"{where}: state header is malformed (kind, op_id or fingerprint missing); recapture the "
                          f"sketch")
@@ -210,9 +282,9 @@ def _read_header(blob: bytes, where: str) -> tuple[dict[str, Any], memoryview]:
     version, hlen = struct.unpack("<HI", blob[4:10])
     if 10 + hlen > len(blob):
         raise StateError(f"{where}: state header runs past the end of the blob; recapture the sketch")
-    if version not in (FORMAT_VERSION, EXTERNAL_VERSION):
+    if version not in (FORMAT_VERSION, EXTERNAL_VERSION, PARTS_VERSION):
         raise StateError(f"{where}: state format version {version} is not supported by this imp version "
-                         f"(reads {FORMAT_VERSION} and {EXTERNAL_VERSION}); recapture the sketch")
+                         f"(reads {FORMAT_VERSION} to {PARTS_VERSION}); recapture the sketch")
     try:
         header = json.loads(blob[10:10 + hlen].decode())
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
@@ -220,7 +292,8 @@ def _read_header(blob: bytes, where: str) -> tuple[dict[str, Any], memoryview]:
     # a header that parses can still be damaged (a flipped bit turns the key "frames" into "grames")
     if not (isinstance(header, dict) and header.get("format") == FORMAT and isinstance(header.get("frames"), list)
             and all(isinstance(n, str) for n in header["frames"]) and isinstance(header.get("meta", {}), dict)
-            and _valid_external(header.get("external", {}), version, header["frames"])):
+            and _valid_external(header.get("external", {}), version, header["frames"])
+            and _valid_parts(header.get("parts", {}), version, [*header["frames"], *header.get("external", {})])):
         raise StateError(f"{where}: state header is malformed; recapture the sketch")
     raw = memoryview(blob)[10 + hlen:]  # no copy of a state of many MB
     if hashlib.sha256(raw).hexdigest() != header.get("sha256"):
@@ -230,11 +303,45 @@ def _read_header(blob: bytes, where: str) -> tuple[dict[str, Any], memoryview]:
 
 def _valid_external(external: Any, version: int, inline: list[str]) -> bool:
     """Whether a header's external frames are well formed: a map of new frame names to SHA-256 digests, present
-    exactly in format version 2."""
-    if not isinstance(external, dict) or bool(external) != (version == EXTERNAL_VERSION):
+    in format version 2 (and possibly 3)."""
+    if not isinstance(external, dict) or (version == FORMAT_VERSION and external) or (
+            version == EXTERNAL_VERSION and not external):
         return False
-    return all(isinstance(d, str) and len(d) == 64 and all(c in "0123456789abcdef" for c in d) and n not in inline
-               for n, d in external.items())
+    return all(_is_digest(d) and n not in inline for n, d in external.items())
+
+
+def _valid_parts(parts: Any, version: int, others: list[str]) -> bool:
+    """Whether a header's parts are well formed: a map of new frame names to non-empty lists of SHA-256 digests,
+    present exactly in format version 3."""
+    if not isinstance(parts, dict) or bool(parts) != (version == PARTS_VERSION):
+        return False
+    return all(isinstance(ds, list) and ds and all(_is_digest(d) for d in ds) and n not in others
+               for n, ds in parts.items())
+
+
+def _is_digest(d: Any) -> bool:
+    return isinstance(d, str) and len(d) == 64 and all(c in "0123456789abcdef" for c in d)
+
+
+def _read_parts(digests: list[str], fetch: Fetch | None, where: str) -> pl.DataFrame:
+    """A frame stored as parts: each fetched, checked against its digest and decoded in turn (its bytes dropped
+    before the next is fetched); the decoded slices become the frame's chunks."""
+    if fetch is None:
+        raise StateError(f"{where}: state refers to stored frame parts, and it was loaded without the catalog; load "
+                         f"it through the catalog or recapture the sketch")
+    slices = []
+    for digest in digests:
+        data = fetch(digest)
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise StateError(f"{where}: stored state part {digest[:12]} is corrupt (checksum mismatch); recapture "
+                             f"the sketch")
+        slices.append(_read_frame(memoryview(data), where))
+        del data
+    try:
+        return pl.concat(slices, how="vertical", rechunk=False)
+    except pl.exceptions.PolarsError as e:
+        raise StateError(f"{where}: the parts of a stored state frame do not fit together; recapture the "
+                         f"sketch") from e
 
 
 def _ipc_frame(data: memoryview) -> pl.DataFrame:
@@ -248,6 +355,7 @@ def _read_frame(data: memoryview, where: str) -> pl.DataFrame:
         return _ipc_frame(data)
     except (ValueError, TypeError, OverflowError, MemoryError, pa.ArrowException, pl.exceptions.PolarsError) as e:
         raise StateError(f"{where}: a stored state frame does not decode; recapture the sketch") from e
+
 
 
 def _read_frames(names: list[str], raw: memoryview, where: str) -> dict[str, pl.DataFrame]:

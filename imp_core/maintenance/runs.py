@@ -7,16 +7,16 @@ operator state in one catalog transaction. See docs/ARCHITECTURE.md, "State and 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from imp_core import faults
-from imp_core.catalog import Catalog, NewVersion, StateBlob, VersionRecord
+from imp_core.catalog import Catalog, NewVersion, PartSink, StateBlob, StateWriter, VersionRecord
 from imp_core.engine.pipeline import Pipeline
-from imp_core.engine.state import EXTERNAL_VERSION, FORMAT, FORMAT_VERSION
-from imp_core.errors import first_line
+from imp_core.engine.state import FORMAT, format_version, state_parts
+from imp_core.errors import StateError, first_line
 from imp_core.maintenance import placement
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
@@ -84,8 +84,10 @@ def table_identities(sources: Mapping[str, DeltaSource],
 def new_version(pipeline: Pipeline, partitions: PartitionSet, run: Run, *, method: str,
                 table_versions: Mapping[str, int], identities: Mapping[str, Mapping[str, str]],
                 options: Mapping[str, Any], started: float, reason: str | None = None, delta_rows: int = 0,
-                fragment_rows: Mapping[str, list[int]] | None = None) -> tuple[NewVersion, list[StateBlob]]:
-    """The sketch version ``pipeline`` holds now and its operator state, ready to commit.
+                fragment_rows: Mapping[str, list[int]] | None = None) -> tuple[NewVersion, StateWriter]:
+    """The sketch version ``pipeline`` holds now and the writer of its operator state, ready to commit (the state
+    is encoded inside the committing transaction, large frames streamed as parts, so ``pipeline`` must not change
+    before the commit).
 
     Args:
         pipeline: The sketch's operators after a capture or a maintenance pass.
@@ -108,13 +110,32 @@ def new_version(pipeline: Pipeline, partitions: PartitionSet, run: Run, *, metho
                      state_options=dict(options), partitions=partitions.to_json(),
                      fragment_rows=None if fragment_rows is None else {t: list(c) for t, c in fragment_rows.items()},
                      state_placement=placement.recorded(pipeline))
-    blobs = [StateBlob(op_id, FORMAT, EXTERNAL_VERSION if chunks else FORMAT_VERSION, blob,
-                       chunks={d: c.data for d, c in chunks.items()})
-             for op_id, (blob, chunks) in pipeline.saved_states().items()]
-    return new, blobs
+
+    def write(sink: PartSink) -> list[StateBlob]:
+        parts: dict[str, Callable[[], bytes]] = {}
+
+        def store(digest: str, data: bytes) -> None:
+            sink(digest, data)
+            parts[digest] = _stored
+
+        saved = pipeline.saved_states(store)
+        return [StateBlob(op_id, FORMAT, format_version(blob), blob,
+                          chunks={**{d: c.data for d, c in chunks.items()}, **_named(blob, parts)})
+                for op_id, (blob, chunks) in saved.items()]
+
+    return new, write
 
 
-def commit(catalog: Catalog, sketch_id: int, previous: VersionRecord, version: tuple[NewVersion, list[StateBlob]],
+def _stored() -> bytes:
+    raise StateError("a state part was asked for again after it was stored; this is a bug in imp")
+
+
+def _named(blob: bytes, parts: Mapping[str, Callable[[], bytes]]) -> dict[str, Callable[[], bytes]]:
+    """The parts ``blob``'s header names (recorded with its row, so retention keeps them while it is kept)."""
+    return {d: parts[d] for d in state_parts(blob)}
+
+
+def commit(catalog: Catalog, sketch_id: int, previous: VersionRecord, version: tuple[NewVersion, StateWriter],
            run: Run, retention: int, safety: Any = None) -> VersionRecord:
     """Commit ``version`` (from :func:`new_version`) on top of ``previous``, in one catalog transaction with its
     state; the run then counts it.

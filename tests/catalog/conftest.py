@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from imp_core.catalog import Catalog, NewVersion, SketchRecord, StateBlob
 from imp_core.catalog.embedded import embedded_url, stop_embedded
+from imp_core.catalog.records import States
 from imp_core.config import Settings
 
 
@@ -83,7 +84,7 @@ def make_sketch(catalog: Catalog) -> Callable[..., SketchRecord]:
     """Create a sketch with version 1 captured at the given table versions."""
 
     def make(name: str = "q", table_versions: dict[str, int] | None = None,
-             states: list[StateBlob] | None = None, **kw: object) -> SketchRecord:
+             states: States | None = None, **kw: object) -> SketchRecord:
         tvs = table_versions if table_versions is not None else {"orders": 1}
         for table in tvs:
             catalog.register_table(table, f"/warehouse/{table}")

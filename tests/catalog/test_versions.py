@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 import sqlalchemy as sa
 
-from imp_core.catalog import Catalog, SketchRecord, StateBlob, VersionRecord
+from imp_core.catalog import Catalog, PartSink, SketchRecord, StateBlob, VersionRecord
 from imp_core.errors import ConcurrentMaintenanceError, NotFoundError, StateError, UsageError
 from tests.catalog.conftest import blob, version
 from tests.catalog.test_locks import wait_until
@@ -268,6 +268,38 @@ def test_a_chunk_not_matching_its_digest_is_not_written(catalog: Catalog, make_s
     with pytest.raises(StateError, match="does not match its digest"):
         catalog.commit_version(sketch.id, 1, version({"orders": 2}), [bad], 5)
     assert len(catalog.versions(sketch.id)) == 1 and _chunk_rows(catalog, sketch.id) == []
+
+
+def _writer(parts: list[bytes], fail_after: int | None = None) -> Callable[[PartSink], list[StateBlob]]:
+    """A state writer handing ``parts`` to the catalog's sink one at a time (raising after ``fail_after`` of them),
+    then returning a blob that names them."""
+    def write(sink: PartSink) -> list[StateBlob]:
+        for n, part in enumerate(parts):
+            if n == fail_after:
+                raise StateError("the writer failed half-way")
+            sink(hashlib.sha256(part).hexdigest(), part)
+        return [_chunked("aggregation@0", b"header", *parts)]
+    return write
+
+
+def test_a_writer_streams_parts_into_the_commit(catalog: Catalog, make_sketch: MakeSketch) -> None:
+    """Parts handed to the sink are stored in the committing transaction and named with the blob: a failure before
+    the commit leaves none of them, a commit keeps them for as long as a state names them."""
+    first, second = b"rows 0-999 " * 100, b"rows 1000-1999 " * 100
+    digests = sorted(hashlib.sha256(p).hexdigest() for p in (first, second))
+    sketch = make_sketch(states=_writer([first, second]))
+    assert _chunk_rows(catalog, sketch.id) == digests
+    state = catalog.load_states(sketch.id, 1)["aggregation@0"]
+    assert sorted(state.chunks) == digests and state.chunks[hashlib.sha256(second).hexdigest()]() == second
+    with pytest.raises(StateError, match="half-way"):
+        catalog.commit_version(sketch.id, 1, version({"orders": 2}), _writer([b"new part", b"other"], 1), 1)
+    assert len(catalog.versions(sketch.id)) == 1 and _chunk_rows(catalog, sketch.id) == digests
+    with pytest.raises(StateError, match="does not match its digest"):
+        catalog.commit_version(sketch.id, 1, version({"orders": 2}),
+                               lambda sink: sink("0" * 64, b"something else") or [], 1)
+    assert len(catalog.versions(sketch.id)) == 1
+    catalog.commit_version(sketch.id, 1, version({"orders": 2}), _writer([second, b"new part"]), 1)
+    assert _chunk_rows(catalog, sketch.id) == sorted(hashlib.sha256(p).hexdigest() for p in (second, b"new part"))
 
 
 def test_chunks_are_immutable(catalog: Catalog, make_sketch: MakeSketch) -> None:

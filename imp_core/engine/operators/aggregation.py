@@ -20,7 +20,7 @@ from imp_core.engine.evaluate import polars_type
 from imp_core.engine.exact_sum import neumaier
 from imp_core.engine.float_keys import from_nan_free
 from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, lists_by_slot, nullable_index
-from imp_core.engine.operators import small_batch
+from imp_core.engine.operators import group_rows, small_batch
 from imp_core.engine.operators.base import OutputStateOperator
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.distinct_values import state_names, stored, value_multisets
@@ -29,6 +29,7 @@ from imp_core.engine.operators.minmax_keyed import SLOT, KeyedValueMultiset
 from imp_core.engine.operators.partials import PartialLayout, Partials, Term, agg_columns
 from imp_core.engine.order_dependence import is_order_dependent, sum_interval
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, NO_GROUP, ROW, SET, hi_name, lo_name
+from imp_core.engine.state import Rows
 from imp_core.errors import StateError
 from imp_core.plan.expr import AggCall, Expr
 from imp_core.plan.nodes import Aggregate, Plan
@@ -168,13 +169,7 @@ class Aggregation(OutputStateOperator):
     @property
     def groups(self) -> pl.DataFrame:
         """Every live group's state (``groups`` frame): state keys, accumulators, extremes and its sketch ``__sk``."""
-        if not self.keyed:
-            return self._groups
-        size = self._store.size
-        rows = self._store.column(GROUP_ROWS, np.arange(size))
-        slots = np.arange(size) if self.global_agg else np.flatnonzero(rows > 0)
-        s, f, _ = self._pairs.items()
-        return self._store.rows(slots).with_columns(lists_by_slot(slots, s, f, SET)).select(self._groups.columns)
+        return group_rows.saved_rows(self)["groups"].frame() if self.keyed else self._groups
 
     def memory_bytes(self) -> int:
         """Bytes the groups and ``F_g`` state hold in memory (MIN/MAX multisets not included)."""
@@ -185,14 +180,19 @@ class Aggregation(OutputStateOperator):
     @property
     def group_fragments(self) -> pl.DataFrame:
         """``F_g`` as rows: state keys, ``__frag``, ``__n`` (positive counts only)."""
-        if not self.keyed:
-            return self._fcounts
-        s, f, c = self._pairs.items()
-        return self._store.rows(s).select(self.key_names).with_columns(
-            pl.Series(FRAG, f, dtype=FRAG_DTYPE), pl.Series(COUNT, c, dtype=pl.Int64))
+        return group_rows.saved_rows(self)["fcounts"].frame() if self.keyed else self._fcounts
 
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
-        frames = {"groups": self.groups, "fcounts": self.group_fragments}
+        return self._frames({"groups": self.groups, "fcounts": self.group_fragments})
+
+    def saved_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame | Rows]]:
+        """The keyed state's ``groups`` and ``F_g`` as :class:`Rows`: a save streaming parts never builds them."""
+        if not self.keyed:
+            return self.state_frames()
+        return self._frames(group_rows.saved_rows(self))
+
+    def _frames(self, frames: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The state's metadata, and ``frames`` with the value multisets' frames."""
         for j, multiset in stored(self.multisets).items():
             frames[f"mm{j}"] = multiset.values
             if isinstance(multiset, ValueMultiset) and self.minmax_buffer:

@@ -16,7 +16,7 @@ import polars as pl
 from imp_core.engine import state as state_codec
 from imp_core.engine.annotation import relabel
 from imp_core.engine.operators.context import BuildContext
-from imp_core.engine.state import Chunk, Fetch, Frame
+from imp_core.engine.state import Chunk, Fetch, Frame, Rows, Sink
 from imp_core.errors import StateError, UnsupportedError
 from imp_core.plan.nodes import Plan
 
@@ -134,12 +134,17 @@ class StatefulOperator(Operator, ABC):
         meta, frames = self.state_frames()
         return state_codec.encode(self.kind, self.op_id, self.fingerprint, meta, frames)
 
-    def saved_state(self) -> tuple[bytes, dict[str, Chunk]]:
+    def saved_frames(self) -> tuple[dict[str, Any], dict[str, Frame | Rows]]:
+        """:meth:`state_frames` for a save: an operator whose large frames are views it would have to build may hand
+        them over as :class:`~imp_core.engine.state.Rows`, built slice by slice when written as parts."""
+        return self.state_frames()
+
+    def saved_state(self, sink: Sink | None = None) -> tuple[bytes, dict[str, Chunk]]:
         """The state as the catalog stores it: the blob, and the large chunks it names by digest (each written once
-        and shared by the versions that keep it)."""
-        meta, frames = self.state_frames()
+        and shared by the versions that keep it); large frames go to ``sink`` as parts, when given."""
+        meta, frames = self.saved_frames()
         return state_codec.encode_parts(self.kind, self.op_id, self.fingerprint, meta, frames,
-                                        external_from=state_codec.EXTERNAL_FROM)
+                                        external_from=state_codec.EXTERNAL_FROM, sink=sink)
 
     def load_state(self, blob: bytes, fetch: Fetch | None = None) -> None:
         """Load a blob of :meth:`state_to_bytes` or :meth:`saved_state` (its chunks read with ``fetch`` when the

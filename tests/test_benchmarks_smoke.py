@@ -19,7 +19,7 @@ EXPECTED = ["engine_throughput", "engine_state", "capture", "skipping", "q_group
             "topk_buffers", "topk_update", "topk_memory", "whole_job", "eager_vs_lazy", "mixed_workload",
             "compaction", "lakehouse_cdf", "lakehouse_connector", "engine_v2_batch", "engine_v2_groups",
             "engine_v2_q18h", "engine_v2_q_groups", "sql_floor", "skipping_100m", "skew_split", "mixed_layout",
-            "tpch22", "scale", "state_store"]
+            "tpch22", "scale", "state_store", "state_parts"]
 
 
 def test_quick_harness_writes_every_experiment(tmp_path: Path) -> None:

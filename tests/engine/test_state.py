@@ -365,3 +365,21 @@ def test_keyed_groups_are_saved_slice_by_slice_as_the_same_frames(monkeypatch: p
     for name in ("groups", "fcounts"):
         assert len(_header(blob)[2]["parts"][name]) > 5
         assert payload.frames[name].equals(whole[name]), name
+
+
+def test_pairs_or_values_of_a_group_not_held_are_refused() -> None:
+    """F_g pairs or MIN/MAX values naming a group the saved groups lack (a writer's bug, under a valid checksum) are
+    a StateError when the slots are looked up, not a state silently missing them."""
+    op, _ = fed("aggregation", 40)
+    meta, frames = op.state_frames()
+    stray = frames["fcounts"].head(1).with_columns(pl.lit(10**9).cast(pl.Int64).alias("g"))
+    bad = codec.encode(op.kind, op.op_id, op.fingerprint, meta,
+                       {**frames, "fcounts": pl.concat([frames["fcounts"], stray])})
+    with pytest.raises(StateError, match="names groups it does not hold"):
+        aggregation().load_state(bad)
+    values = next(n for n in frames if n.startswith("mm") and "g" in frames[n].columns and frames[n].height)
+    stray = frames[values].head(1).with_columns(pl.lit(10**9).cast(pl.Int64).alias("g"))
+    bad = codec.encode(op.kind, op.op_id, op.fingerprint, meta,
+                       {**frames, values: pl.concat([frames[values], stray])})
+    with pytest.raises(StateError, match="names groups it does not hold"):
+        aggregation().load_state(bad)

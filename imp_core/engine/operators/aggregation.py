@@ -146,22 +146,20 @@ class Aggregation(OutputStateOperator):
         self._store = SlotColumns(self._store.schema, self._store.dense)
         self._store.append(groups.select(list(self._store.schema)))
         self._index.build(groups.select(keys), self._store)
-        slots = self._slots_in(fcounts, groups)
+        slots = self._slots_in(fcounts)
         self._pairs.build(slots, fcounts.get_column(FRAG).to_numpy(), fcounts.get_column(COUNT).to_numpy())
         for j, multiset in self.multisets.items():
             if isinstance(multiset, KeyedValueMultiset) and j in values:
-                multiset.load(values[j].with_columns(pl.Series(SLOT, self._slots_in(values[j], groups))))
+                multiset.load(values[j].with_columns(pl.Series(SLOT, self._slots_in(values[j]))))
 
-    def _slots_in(self, frame: pl.DataFrame, groups: pl.DataFrame) -> np.ndarray:
-        """The slot of each row's group in ``frame``, for state loaded from ``groups`` (its row numbers)."""
+    def _slots_in(self, frame: pl.DataFrame) -> np.ndarray:
+        """The slot of each row's group in ``frame``, looked up in the index of the groups just loaded."""
         keys = self.key_names
-        slots = frames.cast(frame, self.key_types, keys).select(keys).join(
-            groups.select(keys).with_row_index(ROW), on=keys, how="left", nulls_equal=True,
-            maintain_order="left").get_column(ROW)
-        if slots.null_count():
+        slots = self._index.lookup(frames.cast(frame, self.key_types, keys).select(keys), self._store)
+        if (slots < 0).any():
             raise StateError(f"operator {self.op_id}: saved state names groups it does not hold; recapture the "
                              f"sketch")
-        return slots.to_numpy().astype(np.int64)
+        return slots.astype(np.int64, copy=False)
 
     def _keys_of(self, slots: np.ndarray) -> pl.DataFrame:
         return self._store.gather(slots, self.key_names)

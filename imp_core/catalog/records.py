@@ -128,7 +128,9 @@ class StateBlob:
 
     ``chunks`` are the state chunks the payload names (format version 2), by digest, each with a function giving its
     bytes: called only when the catalog does not hold that chunk for the sketch yet, so a chunk kept from version to
-    version is written once. A blob read back carries functions that read its chunks from the catalog.
+    version is written once. A blob read back carries functions that read its chunks from the catalog. The parts of
+    a blob of format version 3 are among them (stored by its writer already); ``parts_bytes`` is their size, which
+    the catalog counts in the state's ``size_bytes``.
     """
 
     operator_id: str
@@ -137,6 +139,7 @@ class StateBlob:
     payload: bytes
     checksum: str | None = None
     chunks: Mapping[str, Callable[[], bytes]] = field(default_factory=dict)
+    parts_bytes: int = 0  # bytes of the parts (among ``chunks``) its writer stored with it: part of its stored size
 
 
 PartSink = Callable[[str, bytes], None]

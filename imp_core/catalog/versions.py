@@ -333,8 +333,8 @@ def prepared_states(states: Sequence[StateBlob], sketch: str, version: int,
             raise StateError(f"operator state {blob.operator_id!r} of sketch {sketch!r} version {version} does not "
                              f"match the checksum it came with; it was changed after it was produced")
         out.append({"op": blob.operator_id, "fmt": blob.format, "fv": blob.format_version, "payload": payload,
-                    "sum": _seal(key, sketch, version, blob.operator_id, payload), "size": len(payload),
-                    "chunks": sorted(blob.chunks), "data": dict(blob.chunks)})
+                    "sum": _seal(key, sketch, version, blob.operator_id, payload),
+                    "size": len(payload) + blob.parts_bytes, "chunks": sorted(blob.chunks), "data": dict(blob.chunks)})
     return out
 
 

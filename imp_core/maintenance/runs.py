@@ -7,7 +7,7 @@ operator state in one catalog transaction. See docs/ARCHITECTURE.md, "State and 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,27 +112,25 @@ def new_version(pipeline: Pipeline, partitions: PartitionSet, run: Run, *, metho
                      state_placement=placement.recorded(pipeline))
 
     def write(sink: PartSink) -> list[StateBlob]:
-        parts: dict[str, Callable[[], bytes]] = {}
+        sizes: dict[str, int] = {}
 
         def store(digest: str, data: bytes) -> None:
             sink(digest, data)
-            parts[digest] = _stored
+            sizes[digest] = len(data)
 
-        saved = pipeline.saved_states(store)
-        return [StateBlob(op_id, FORMAT, format_version(blob), blob,
-                          chunks={**{d: c.data for d, c in chunks.items()}, **_named(blob, parts)})
-                for op_id, (blob, chunks) in saved.items()]
+        out = []
+        for op_id, (blob, chunks) in pipeline.saved_states(store).items():
+            named = state_parts(blob)  # recorded with the blob's row, so retention keeps them while it is kept
+            out.append(StateBlob(op_id, FORMAT, format_version(blob), blob,
+                                 chunks={**{d: c.data for d, c in chunks.items()}, **dict.fromkeys(named, _stored)},
+                                 parts_bytes=sum(sizes[d] for d in set(named))))
+        return out
 
     return new, write
 
 
 def _stored() -> bytes:
     raise StateError("a state part was asked for again after it was stored; this is a bug in imp")
-
-
-def _named(blob: bytes, parts: Mapping[str, Callable[[], bytes]]) -> dict[str, Callable[[], bytes]]:
-    """The parts ``blob``'s header names (recorded with its row, so retention keeps them while it is kept)."""
-    return {d: parts[d] for d in state_parts(blob)}
 
 
 def commit(catalog: Catalog, sketch_id: int, previous: VersionRecord, version: tuple[NewVersion, StateWriter],

@@ -115,8 +115,12 @@ def test_state_streamed_as_parts_is_loaded_for_the_next_pass(service, tmp_path: 
         with service.catalog.engine.connect() as conn:
             versions = set(conn.execute(sa.text("SELECT format_version FROM operator_state WHERE sketch_id = :s"),
                                         {"s": sketch_id}).scalars())
+            sizes = conn.execute(sa.text("SELECT (SELECT sum(size_bytes) FROM operator_state WHERE sketch_id = :s), "
+                                         "(SELECT sum(size_bytes) FROM state_chunk WHERE sketch_id = :s)"),
+                                 {"s": sketch_id}).one()
         held, named = _chunks(service, sketch_id)
         assert versions == {state.PARTS_VERSION} and held == named and len(held) > 20
+        assert sizes[0] > sizes[1]  # a state's recorded size counts its parts
         DeltaTable(path).delete("g % 5 = 0")
         write_deltalake(path, pa.table({"g": [N + i for i in range(50)], "v": [-1.0 - i for i in range(50)]}),
                         mode="append")

@@ -260,14 +260,7 @@ def written(conn: sa.Connection, sketch_id: int, states: States) -> Sequence[Sta
     if not callable(states):
         return states
 
-    def store(digest: str, data: bytes) -> None:
-        if checksum(data) != digest:
-            raise StateError(f"a state part of sketch {sketch_id} does not match its digest {digest[:12]}")
-        conn.execute(sa.text("INSERT INTO state_chunk (sketch_id, digest, payload, size_bytes) VALUES (:s, :d, :p, :n) "
-                             "ON CONFLICT (sketch_id, digest) DO NOTHING"),
-                     {"s": sketch_id, "d": digest, "p": data, "n": len(data)})
-
-    return states(store)
+    return states(lambda digest, data: _insert_chunk(conn, sketch_id, digest, data))
 
 
 def store_chunks(conn: sa.Connection, sketch_id: int, chunks: Mapping[str, Callable[[], bytes]]) -> None:
@@ -281,12 +274,21 @@ def store_chunks(conn: sa.Connection, sketch_id: int, chunks: Mapping[str, Calla
     held = set(conn.execute(sa.text("SELECT digest FROM state_chunk WHERE sketch_id = :s AND digest = ANY(:d)"),
                             {"s": sketch_id, "d": sorted(chunks)}).scalars())
     for digest in sorted(set(chunks) - held):
-        payload = bytes(chunks[digest]())
-        if checksum(payload) != digest:
-            raise StateError(f"state chunk {digest[:12]} of sketch {sketch_id} does not match its digest; it was "
-                             f"changed after it was produced")
-        conn.execute(sa.text("INSERT INTO state_chunk (sketch_id, digest, payload, size_bytes) "
-                             "VALUES (:s, :d, :p, :n)"), {"s": sketch_id, "d": digest, "p": payload, "n": len(payload)})
+        _insert_chunk(conn, sketch_id, digest, bytes(chunks[digest]()))
+
+
+def _insert_chunk(conn: sa.Connection, sketch_id: int, digest: str, payload: bytes) -> None:
+    """Store a chunk or part under its digest (kept if the sketch holds it already), checked against it first.
+
+    Raises:
+        StateError: The bytes do not match the digest.
+    """
+    if checksum(payload) != digest:
+        raise StateError(f"state chunk {digest[:12]} of sketch {sketch_id} does not match its digest; it was "
+                         f"changed after it was produced")
+    conn.execute(sa.text("INSERT INTO state_chunk (sketch_id, digest, payload, size_bytes) VALUES (:s, :d, :p, :n) "
+                         "ON CONFLICT (sketch_id, digest) DO NOTHING"),
+                 {"s": sketch_id, "d": digest, "p": payload, "n": len(payload)})
 
 
 def release_chunks(conn: sa.Connection, sketch_id: int) -> None:

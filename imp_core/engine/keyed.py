@@ -14,6 +14,7 @@ See docs/ARCHITECTURE.md, "Keyed state".
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -367,6 +368,48 @@ class SlotColumns:
         self.size += frame.height
         return slots
 
+    def fill(self, parts: Iterable[pl.DataFrame], rows: int) -> None:
+        """``rows`` rows from ``parts`` (frames with the store's columns, in slot order) as the contents of this empty
+        store: every column is allocated once, and each part is copied in and can be dropped before the next one is
+        made (a streamed load). Columns polars cannot write in place (text, binary) are gathered and joined once.
+
+        Raises:
+            StateError: The parts hold other than ``rows`` rows, or NULL in a count or sum.
+        """
+        assert self.size == 0, "fill is for an empty store"
+        spare = max(1024, rows // 8)
+        capacity = rows + spare
+        self.arrays = {n: np.zeros(capacity, dtype=a.dtype) for n, a in self.arrays.items()}
+        inplace = {n for n, t in self.schema.items() if n not in self.dense and _scatters(t)}
+        self.cols = {n: pl.repeat(None, capacity, dtype=self.schema[n], eager=True).rechunk().alias(n) for n in inplace}
+        gathered: dict[str, list[pl.Series]] = {n: [] for n in self.schema if n not in self.dense and n not in inplace}
+        at = 0
+        for part in parts:
+            if at + part.height > rows:
+                raise StateError(f"saved state holds more than the {rows} rows its header records; recapture the "
+                                 f"sketch")
+            slots = np.arange(at, at + part.height, dtype=np.int64)
+            for n, dtype in self.schema.items():
+                values = part.get_column(n)
+                values = values if values.dtype == dtype else values.cast(dtype)
+                if n in self.dense:
+                    self.arrays[n][at:at + part.height] = _dense_values(values)
+                elif n in inplace:
+                    self.cols[n].scatter(slots, values)
+                else:
+                    gathered[n].append(values)
+            at += part.height
+        if at != rows:
+            raise StateError(f"saved state holds {at} rows, its header records {rows}; recapture the sketch")
+        for n, pieces in gathered.items():
+            whole = pl.concat(pieces, rechunk=False) if pieces else pl.Series(n, [], dtype=self.schema[n])
+            self.cols[n] = _own(whole, spare)
+        self.size, self.capacity = rows, capacity
+
+    def keys(self, names: list[str]) -> pl.DataFrame:
+        """The ``names`` columns of slots ``0 .. size-1`` (views of the state, not copies)."""
+        return pl.DataFrame([self.cols[n][:self.size] for n in names])
+
     def nbytes(self) -> int:
         return int(sum(s.estimated_size() for s in self.cols.values()) + sum(a.nbytes for a in self.arrays.values()))
 
@@ -389,6 +432,11 @@ def _dense_values(values: pl.Series) -> np.ndarray:
     if values.null_count():
         raise StateError(f"state column {values.name} got a NULL where a count or sum belongs; recapture the sketch")
     return values.to_numpy()
+
+
+def _scatters(dtype: pl.DataType) -> bool:
+    """Whether polars writes a column of ``dtype`` in place at given rows (numbers, booleans, dates and times)."""
+    return bool(dtype.is_numeric() or dtype.is_temporal() or dtype == pl.Boolean)
 
 
 def _own(series: pl.Series, spare: int) -> pl.Series:
@@ -586,10 +634,17 @@ class PairCounts:
 
     def build(self, slots: np.ndarray, frags: np.ndarray, counts: np.ndarray) -> None:
         live = counts > 0
-        keys, at = self.key(slots[live], frags[live]), np.arange(int(live.sum()), dtype=np.int64)
+        self.load(self.key(slots[live], frags[live]), counts[live].astype(np.int64))
+
+    def load(self, keys: np.ndarray, counts: np.ndarray) -> None:
+        """Pairs by :meth:`key` with their counts (int64, taken over) as the state; zero counts are dropped."""
+        live = counts > 0
+        if not live.all():
+            keys, counts = keys[live], counts[live]
+        at = np.arange(keys.size, dtype=np.int64)
         ordered = keys.size < 2 or bool((keys[1:] > keys[:-1]).all())  # saved state comes sorted
         self.map = SortedMap(keys, at, 32) if ordered else SortedMap.build(keys, at, 32)
-        self.counts = counts[live].astype(np.int64)
+        self.counts = counts
         self.size = self.counts.size
         self.zeros = 0
 

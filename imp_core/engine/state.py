@@ -15,8 +15,11 @@ Format version 3 adds **parts**: when the catalog saves state it hands the codec
 :data:`PART_FROM` bytes in memory is written to it as consecutive row slices of about :data:`PART_BYTES`, each its own
 Arrow IPC stream named by its SHA-256 (``"parts": {name: [digest, ...]}`` in the header). A slice is encoded, stored
 and dropped before the next one, so saving a large state never holds a second, encoded copy of it; loading fetches,
-verifies and decodes one part at a time and keeps the decoded slices as the frame's chunks (no concatenating copy).
-See docs/ARCHITECTURE.md, "State and versions".
+verifies and decodes one part at a time (:class:`Parts`): an operator that takes a frame slice by slice
+(``StatefulOperator.streamed_frames``) copies each decoded slice into its own state and drops it before the next is
+fetched, so a load never holds a whole decoded copy of that frame; any other operator gets the slices as one frame's
+chunks (no concatenating copy). The header also records each part's rows (``"part_rows"``), so the state can be
+allocated once. See docs/ARCHITECTURE.md, "State and versions".
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import hashlib
 import io
 import json
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -156,6 +159,68 @@ class Rows:
         return self._take(0, self.height)
 
 
+class Parts:
+    """A frame stored as parts, read lazily: :meth:`slices` fetches, verifies, decodes (and checks) one part at a
+    time, so an operator that copies each slice into its own state holds one decoded part besides it."""
+
+    def __init__(self, digests: list[str], fetch: Fetch | None, where: str, rows: list[int] | None = None) -> None:
+        if fetch is None:
+            raise StateError(f"{where}: state refers to stored frame parts, and it was loaded without the catalog; "
+                             f"load it through the catalog or recapture the sketch")
+        self.digests = digests
+        self._fetch = fetch
+        self._where = where
+        self._rows = rows
+        self._checks: list[Callable[[pl.DataFrame], pl.DataFrame]] = []
+
+    @property
+    def height(self) -> int | None:
+        """The frame's rows as the header records them (None for a blob written before it did)."""
+        return sum(self._rows) if self._rows is not None else None
+
+    def checked(self, check: Callable[[pl.DataFrame], pl.DataFrame]) -> Parts:
+        """These parts with ``check`` applied to every slice as it is decoded."""
+        self._checks.append(check)
+        return self
+
+    def slices(self) -> Iterator[pl.DataFrame]:
+        """The decoded slices in order; each part's bytes are dropped once decoded, a slice once the caller lets go.
+
+        Raises:
+            StateError: A part is gone, corrupt, or has other rows than the header records.
+        """
+        for i, digest in enumerate(self.digests):
+            data = self._fetch(digest)
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise StateError(f"{self._where}: stored state part {digest[:12]} is corrupt (checksum mismatch); "
+                                 f"recapture the sketch")
+            part = _read_frame(memoryview(data), self._where)
+            del data
+            if self._rows is not None and part.height != self._rows[i]:
+                raise StateError(f"{self._where}: stored state part {digest[:12]} has {part.height} rows, its "
+                                 f"header says {self._rows[i]}; recapture the sketch")
+            for check in self._checks:
+                part = check(part)
+            yield part
+
+    def frame(self) -> pl.DataFrame:
+        """The whole frame, its slices kept as chunks (no concatenating copy)."""
+        try:
+            return pl.concat(list(self.slices()), how="vertical", rechunk=False)
+        except pl.exceptions.PolarsError as e:
+            raise StateError(f"{self._where}: the parts of a stored state frame do not fit together; recapture the "
+                             f"sketch") from e
+
+
+def slices(frame: pl.DataFrame | Parts) -> tuple[int, Iterator[pl.DataFrame]]:
+    """A frame's rows and its slices in order: a :class:`Parts` read one part at a time, a frame as itself."""
+    if isinstance(frame, Parts):
+        if frame.height is not None:
+            return frame.height, frame.slices()
+        frame = frame.frame()
+    return frame.height, iter([frame] if frame.height else [])
+
+
 @dataclass(frozen=True)
 class StatePayload:
     """Decoded state of one operator: the header fields that tie it to an operator of a plan (``kind``, ``op_id``,
@@ -165,7 +230,7 @@ class StatePayload:
     op_id: str
     fingerprint: str
     meta: dict[str, Any]
-    frames: dict[str, Frame]
+    frames: dict[str, Frame | Parts]
 
 
 def encode(kind: str, op_id: str, fingerprint: str, meta: dict[str, Any], frames: Mapping[str, Frame | Rows]) -> bytes:
@@ -185,13 +250,14 @@ def encode_parts(kind: str, op_id: str, fingerprint: str, meta: dict[str, Any], 
     external: dict[str, str] = {}
     chunks: dict[str, Chunk] = {}
     parts: dict[str, list[str]] = {}
+    part_rows: dict[str, list[int]] = {}
     for name, df in frames.items():
         if isinstance(df, Chunk) and df.external(external_from):
             external[name] = df.digest
             chunks[df.digest] = df
             continue
         if sink is not None and isinstance(df, (pl.DataFrame, Rows)) and df.height and df.estimated_size() >= PART_FROM:
-            parts[name] = _write_parts(df, sink)
+            parts[name], part_rows[name] = _write_parts(df, sink)
             continue
         if isinstance(df, Rows):
             df = df.frame()
@@ -206,6 +272,7 @@ def encode_parts(kind: str, op_id: str, fingerprint: str, meta: dict[str, Any], 
         fields["external"] = external
     if parts:
         fields["parts"] = parts
+        fields["part_rows"] = part_rows
     header = json.dumps(fields, sort_keys=True, default=str).encode()
     version = PARTS_VERSION if parts else EXTERNAL_VERSION if external else FORMAT_VERSION
     return MAGIC + struct.pack("<HI", version, len(header)) + header + raw, chunks
@@ -222,20 +289,23 @@ def state_parts(blob: bytes) -> list[str]:
     return [d for ds in header.get("parts", {}).values() for d in ds]
 
 
-def _write_parts(df: pl.DataFrame | Rows, sink: Sink) -> list[str]:
-    """``df`` handed to ``sink`` as row slices of about :data:`PART_BYTES` each, encoded one at a time; their digests.
+def _write_parts(df: pl.DataFrame | Rows, sink: Sink) -> tuple[list[str], list[int]]:
+    """``df`` handed to ``sink`` as row slices of about :data:`PART_BYTES` each, encoded one at a time; their digests
+    and rows.
 
     The slices are views of a frame, or made one at a time from :class:`Rows`; each one's bytes are dropped once the
     sink has them, so at most one part's encoding exists at a time."""
     rows = max(1, int(df.height * PART_BYTES / max(1, df.estimated_size())))
-    digests = []
+    digests, heights = [], []
     for start in range(0, df.height, rows):
-        data = _frame_bytes(df.slice(start, rows))
+        part = df.slice(start, rows)
+        data = _frame_bytes(part)
         digest = hashlib.sha256(data).hexdigest()
         sink(digest, data)
         digests.append(digest)
-        del data
-    return digests
+        heights.append(part.height)
+        del data, part
+    return digests, heights
 
 
 def _frame_bytes(df: pl.DataFrame) -> bytes:
@@ -252,7 +322,7 @@ def decode(blob: bytes, *, kind: str | None = None, op_id: str | None = None,
     """The payload of a blob, checked against its checksum and, when given, the operator it must belong to.
 
     External frames come back as :class:`Chunk` s fetched with ``fetch`` on first use (without it, using one is a
-    ``StateError``).
+    ``StateError``); frames stored as parts as :class:`Parts`, read when the operator takes them over.
     """
     where = f"operator {op_id}" if op_id else "operator state"
     header, raw = _read_header(blob, where)
@@ -263,11 +333,11 @@ def decode(blob: bytes, *, kind: str | None = None, op_id: str | None = None,
         raise StateError(f"{where}: state belongs to operator {header.get('op_id')}; recapture the sketch")
     if fingerprint is not None and header.get("fingerprint") != fingerprint:
         raise StateError(f"{where}: state was built for a different plan; recapture the sketch")
-    frames: dict[str, Frame] = dict(_read_frames(header["frames"], raw, where))
+    frames: dict[str, Frame | Parts] = dict(_read_frames(header["frames"], raw, where))
     for name, digest in header.get("external", {}).items():
         frames[name] = Chunk.stored(digest, fetch, where)
     for name, digests in header.get("parts", {}).items():
-        frames[name] = _read_parts(digests, fetch, where)
+        frames[name] = Parts(digests, fetch, where, header.get("part_rows", {}).get(name))
     if not all(isinstance(header.get(k), str) for k in ("kind", "op_id", "fingerprint")):
         raise StateError(f"{where}: state header is malformed (kind, op_id or fingerprint missing); recapture the "
                          f"sketch")
@@ -293,7 +363,8 @@ def _read_header(blob: bytes, where: str) -> tuple[dict[str, Any], memoryview]:
     if not (isinstance(header, dict) and header.get("format") == FORMAT and isinstance(header.get("frames"), list)
             and all(isinstance(n, str) for n in header["frames"]) and isinstance(header.get("meta", {}), dict)
             and _valid_external(header.get("external", {}), version, header["frames"])
-            and _valid_parts(header.get("parts", {}), version, [*header["frames"], *header.get("external", {})])):
+            and _valid_parts(header.get("parts", {}), version, [*header["frames"], *header.get("external", {})])
+            and _valid_part_rows(header.get("part_rows", {}), header.get("parts", {}))):
         raise StateError(f"{where}: state header is malformed; recapture the sketch")
     raw = memoryview(blob)[10 + hlen:]  # no copy of a state of many MB
     if hashlib.sha256(raw).hexdigest() != header.get("sha256"):
@@ -319,29 +390,16 @@ def _valid_parts(parts: Any, version: int, others: list[str]) -> bool:
                for n, ds in parts.items())
 
 
+def _valid_part_rows(rows: Any, parts: dict[str, list[str]]) -> bool:
+    """Whether a header's part rows (optional) give a count of rows to every part of a frame it names."""
+    if not isinstance(rows, dict):
+        return False
+    return all(n in parts and isinstance(rs, list) and len(rs) == len(parts[n])
+               and all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in rs) for n, rs in rows.items())
+
+
 def _is_digest(d: Any) -> bool:
     return isinstance(d, str) and len(d) == 64 and all(c in "0123456789abcdef" for c in d)
-
-
-def _read_parts(digests: list[str], fetch: Fetch | None, where: str) -> pl.DataFrame:
-    """A frame stored as parts: each fetched, checked against its digest and decoded in turn (its bytes dropped
-    before the next is fetched); the decoded slices become the frame's chunks."""
-    if fetch is None:
-        raise StateError(f"{where}: state refers to stored frame parts, and it was loaded without the catalog; load "
-                         f"it through the catalog or recapture the sketch")
-    slices = []
-    for digest in digests:
-        data = fetch(digest)
-        if hashlib.sha256(data).hexdigest() != digest:
-            raise StateError(f"{where}: stored state part {digest[:12]} is corrupt (checksum mismatch); recapture "
-                             f"the sketch")
-        slices.append(_read_frame(memoryview(data), where))
-        del data
-    try:
-        return pl.concat(slices, how="vertical", rechunk=False)
-    except pl.exceptions.PolarsError as e:
-        raise StateError(f"{where}: the parts of a stored state frame do not fit together; recapture the "
-                         f"sketch") from e
 
 
 def _ipc_frame(data: memoryview) -> pl.DataFrame:
@@ -378,11 +436,12 @@ def _read_frames(names: list[str], raw: memoryview, where: str) -> dict[str, pl.
     return frames
 
 
-def check_frames(frames: Mapping[str, Frame], expected: Mapping[str, Frame], where: str) -> dict[str, Frame]:
+def check_frames(frames: Mapping[str, Frame | Parts], expected: Mapping[str, Frame],
+                 where: str) -> dict[str, Frame | Parts]:
     """``frames`` checked against the frames of an operator's empty state: same names, columns and (castable) types.
 
     Frames the operator keeps without a fixed schema (no columns when empty) are passed through; extra frames too.
-    A chunk not loaded yet is checked when it is.
+    A chunk not loaded yet is checked when it is, parts as each is read.
 
     Raises:
         StateError: A frame is missing, has other columns, or values that do not fit the expected types.
@@ -395,7 +454,7 @@ def check_frames(frames: Mapping[str, Frame], expected: Mapping[str, Frame], whe
         if shape.width == 0:
             continue
         got = frames[name]
-        if isinstance(got, Chunk):
+        if isinstance(got, (Chunk, Parts)):
             out[name] = got.checked(lambda df, n=name, s=shape: conform(df, s, n, where))
         else:
             out[name] = conform(got, shape, name, where)

@@ -29,7 +29,7 @@ from imp_core.engine.operators.minmax_keyed import SLOT, KeyedValueMultiset
 from imp_core.engine.operators.partials import PartialLayout, Partials, Term, agg_columns
 from imp_core.engine.order_dependence import is_order_dependent, sum_interval
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, NO_GROUP, ROW, SET, hi_name, lo_name
-from imp_core.engine.state import Rows
+from imp_core.engine.state import Parts, Rows
 from imp_core.errors import StateError
 from imp_core.plan.expr import AggCall, Expr
 from imp_core.plan.nodes import Aggregate, Plan
@@ -132,25 +132,22 @@ class Aggregation(OutputStateOperator):
                 row.setdefault(name, [None] if name in extremes else [0])
             self._load(pl.DataFrame(row, schema=schema), self._fcounts)
 
-    def _load(self, groups: pl.DataFrame, fcounts: pl.DataFrame,
-              values: dict[int, pl.DataFrame] | None = None) -> None:
-        """Whole state frames (``groups`` with ``__sk``, ``fcounts``, the MIN/MAX ``values``) as the state."""
+    def _load(self, groups: pl.DataFrame | Parts, fcounts: pl.DataFrame | Parts,
+              values: dict[int, pl.DataFrame | Parts] | None = None) -> None:
+        """State frames (``groups`` with ``__sk``, ``fcounts``, the MIN/MAX ``values``) as the state; keyed state
+        takes ``groups`` and ``fcounts`` a part at a time (``group_rows.load``)."""
         values = values or {}
         for j, multiset in self.multisets.items():
             if isinstance(multiset, ValueMultiset) and j in values:
                 multiset.values = values[j]
         if not self.keyed:
+            assert isinstance(groups, pl.DataFrame) and isinstance(fcounts, pl.DataFrame)
             self._groups, self._fcounts = groups, fcounts
             return
-        keys = self.key_names
-        self._store = SlotColumns(self._store.schema, self._store.dense)
-        self._store.append(groups.select(list(self._store.schema)))
-        self._index.build(groups.select(keys), self._store)
-        slots = self._slots_in(fcounts)
-        self._pairs.build(slots, fcounts.get_column(FRAG).to_numpy(), fcounts.get_column(COUNT).to_numpy())
+        group_rows.load(self, groups, fcounts)
         for j, multiset in self.multisets.items():
             if isinstance(multiset, KeyedValueMultiset) and j in values:
-                multiset.load(values[j].with_columns(pl.Series(SLOT, self._slots_in(values[j]))))
+                multiset.load(values[j], self._slots_in)
 
     def _slots_in(self, frame: pl.DataFrame) -> np.ndarray:
         """The slot of each row's group in ``frame``, looked up in the index of the groups just loaded."""
@@ -197,16 +194,20 @@ class Aggregation(OutputStateOperator):
                 frames[f"mmb{j}"] = multiset.bounds
         return {"keys": self.key_names, "aggs": state_names(self.aggs), "layout": LAYOUT}, frames
 
-    def set_state_frames(self, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
+    @property
+    def streamed_frames(self) -> frozenset[str]:
+        keyed = {f"mm{j}" for j, m in stored(self.multisets).items() if isinstance(m, KeyedValueMultiset)}
+        return frozenset({"groups", "fcounts", *keyed}) if self.keyed else frozenset()
+
+    def set_state_frames(self, meta: dict[str, Any], frames: dict[str, Any]) -> None:
         if meta.get("keys") != self.key_names or meta.get("aggs") != state_names(self.aggs):
             raise StateError(f"operator {self.op_id}: saved state is for a different aggregation; recapture")
         if meta.get("layout") != LAYOUT:
             raise StateError(f"operator {self.op_id}: saved state was written by an older engine (layout "
                              f"{meta.get('layout', 1)}, now {LAYOUT}); recapture the sketch")
         try:
-            self._load(frames["groups"].cast(self._groups_schema()),  # type: ignore[arg-type]
-                       frames["fcounts"].cast({**self.key_types, FRAG: FRAG_DTYPE, COUNT: pl.Int64}),  # type: ignore[arg-type]
-                       {j: frames[f"mm{j}"] for j in stored(self.multisets)})
+            # (``load_state`` has conformed every frame, parts as they are read, to the empty state's types)
+            self._load(frames["groups"], frames["fcounts"], {j: frames[f"mm{j}"] for j in stored(self.multisets)})
             for j, multiset in self.multisets.items():
                 if isinstance(multiset, ValueMultiset) and self.minmax_buffer:
                     multiset.bounds = frames[f"mmb{j}"]

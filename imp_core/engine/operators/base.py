@@ -16,7 +16,7 @@ import polars as pl
 from imp_core.engine import state as state_codec
 from imp_core.engine.annotation import relabel
 from imp_core.engine.operators.context import BuildContext
-from imp_core.engine.state import Chunk, Fetch, Frame, Rows, Sink
+from imp_core.engine.state import Chunk, Fetch, Frame, Parts, Rows, Sink
 from imp_core.errors import StateError, UnsupportedError
 from imp_core.plan.nodes import Plan
 
@@ -105,6 +105,12 @@ class StatefulOperator(Operator, ABC):
 
     fingerprint: str = ""
 
+    @property
+    def streamed_frames(self) -> frozenset[str]:
+        """Frames ``set_state_frames`` takes as :class:`~imp_core.engine.state.Parts` when they were stored as parts
+        (read slice by slice into the operator's own state); any other frame stored as parts comes whole."""
+        return frozenset()
+
     @abstractmethod
     def state_frames(self) -> tuple[dict[str, Any], dict[str, Frame]]:
         """(metadata, frames) of the current state; a frame the operator keeps unchanged for many versions may be a
@@ -159,7 +165,9 @@ class StatefulOperator(Operator, ABC):
             self.reset()
             _, expected = self.state_frames()
             frames = state_codec.check_frames(payload.frames, expected, where=f"operator {self.op_id}")
-            self.set_state_frames(payload.meta, frames)
+            streamed = self.streamed_frames
+            self.set_state_frames(payload.meta, {n: f.frame() if isinstance(f, Parts) and n not in streamed else f
+                                                 for n, f in frames.items()})  # type: ignore[misc]
         except StateError:
             self.reset()
             raise

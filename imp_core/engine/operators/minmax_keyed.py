@@ -18,6 +18,7 @@ import polars as pl
 from imp_core.engine.float_keys import float_from_order_key, float_order_key
 from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, SortedMap
 from imp_core.engine.schema import COUNT, VALUE
+from imp_core.engine.state import Parts, slices
 from imp_core.errors import StateError
 
 SLOT = "__slot"
@@ -69,14 +70,17 @@ class KeyedValueMultiset:
         rows = self.entries.rows(np.flatnonzero(counts > 0))
         return self.keys_of(rows.get_column(SLOT).to_numpy()).hstack(rows.select(VALUE, COUNT).get_columns())
 
-    def load(self, values: pl.DataFrame) -> None:
-        """Counts (``__slot``, ``__v``, ``__n``, positive) as the state."""
+    def load(self, values: pl.DataFrame | Parts, slots_in: Callable[[pl.DataFrame], np.ndarray]) -> None:
+        """Saved counts (state keys, ``__v``, ``__n``, positive) as the state, a part at a time: ``slots_in`` gives
+        the group slot of each row's keys, and each part is copied into the entries (allocated once) and dropped."""
         self.reset()
-        frame = values.select(pl.col(SLOT).cast(pl.Int64), pl.col(VALUE).cast(self.value_type),
-                              pl.col(COUNT).cast(pl.Int64))
-        at = self.entries.append(frame)
-        self.index.build(frame.select(SLOT, VALUE), self.entries)
-        self._held.by_slot = SortedMap.build(_slot_keys(frame.get_column(SLOT).to_numpy(), at), at, 32)
+        rows, parts = slices(values)
+        self.entries.fill((pl.DataFrame([pl.Series(SLOT, slots_in(part), dtype=pl.Int64),
+                                         part.get_column(VALUE).cast(self.value_type),
+                                         part.get_column(COUNT).cast(pl.Int64)]) for part in parts), rows)
+        self.index.build(self.entries.keys([SLOT, VALUE]), self.entries)
+        at = np.arange(self.entries.size, dtype=np.int64)
+        self._held.by_slot = SortedMap.build(_slot_keys(self.entries.column(SLOT, at), at), at, 32)
 
     def nbytes(self) -> int:
         if self.owner is not None:

@@ -9,6 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from imp_core.engine import state as codec
 from imp_core.engine.bloom import CountingBloom
 from imp_core.engine.local import LocalBackend
 from imp_core.engine.operators.context import JoinCaching
@@ -139,7 +140,8 @@ def test_bloom_filter_forgets_deleted_keys_and_skips_the_join() -> None:
     assert backend.joins == joins  # the filter proved no partner exists: the join with s was skipped
 
 
-def test_a_partner_index_joins_known_keys_in_memory_and_looks_up_new_ones_once() -> None:
+def test_a_partner_index_joins_known_keys_in_memory_and_looks_up_new_ones_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # s is "large" (no small-side cache); r's keys 0..2 have partners in s, key 7 none; key 5 arrives later
     store = Store([(1, k, 1) for k in (0, 1, 2, 7)], [(k, 1) for k in range(40)])
     schemas = {t: store.frame(t, 0).to_arrow().schema for t in ("r", "s")}
@@ -155,6 +157,13 @@ def test_a_partner_index_joins_known_keys_in_memory_and_looks_up_new_ones_once()
         versions[table] = len(store.versions[table]) - 1
         p.maintain_pass(table, changes, backend, dict(versions))
         p.load_state_blobs(p.state_blobs())  # the index survives a reload from the catalog
+        with monkeypatch.context() as m:  # ... and one from frames stored as parts of a few rows each
+            m.setattr(codec, "PART_FROM", 0)
+            m.setattr(codec, "PART_BYTES", 40)
+            stored: dict[str, bytes] = {}
+            blobs = p.saved_states(lambda digest, data: stored.__setitem__(digest, data))
+            p.load_state_blobs({op_id: blob for op_id, (blob, _) in blobs.items()}, stored.__getitem__)
+            assert len(stored) > 3
         fresh = Pipeline(plan, parts)
         fresh.capture(backend, versions)
         assert p.sketch() == fresh.sketch()
@@ -172,3 +181,8 @@ def test_a_partner_index_joins_known_keys_in_memory_and_looks_up_new_ones_once()
     assert backend.lookups == lookups + 2
     step("r", [], [(3, 5, 3), (1, 2, 1)])  # the changed partners of keys 2 and 5 came from the index
     assert backend.lookups == lookups + 2 and backend.joins == joins
+    join = next(op for op in p.stateful() if op.kind == "join")
+    _, frames = join.saved_frames()
+    lazy = [n for n, f in frames.items() if isinstance(f, codec.Rows)]
+    assert lazy and all(n.endswith("_keys") for n in lazy)  # a keyed index's keys are built slice by slice
+    assert all(frames[n].frame().equals(join.state_frames()[1][n]) for n in lazy)

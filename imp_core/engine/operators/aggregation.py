@@ -181,7 +181,7 @@ class Aggregation(OutputStateOperator):
         return self._frames({"groups": self.groups, "fcounts": self.group_fragments})
 
     def saved_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame | Rows]]:
-        """The keyed state's ``groups`` and ``F_g`` as :class:`Rows`: a save streaming parts never builds them."""
+        """Keyed state's ``groups``, ``F_g`` and value counts as :class:`Rows` (a streaming save never builds them)."""
         if not self.keyed:
             return self.state_frames()
         return self._frames(group_rows.saved_rows(self))
@@ -189,7 +189,8 @@ class Aggregation(OutputStateOperator):
     def _frames(self, frames: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """The state's metadata, and ``frames`` with the value multisets' frames."""
         for j, multiset in stored(self.multisets).items():
-            frames[f"mm{j}"] = multiset.values
+            if f"mm{j}" not in frames:
+                frames[f"mm{j}"] = multiset.values
             if isinstance(multiset, ValueMultiset) and self.minmax_buffer:
                 frames[f"mmb{j}"] = multiset.bounds
         return {"keys": self.key_names, "aggs": state_names(self.aggs), "layout": LAYOUT}, frames

@@ -16,6 +16,8 @@ import polars as pl
 
 from imp_core.engine.annotation import FRAG_DTYPE
 from imp_core.engine.keyed import PairCounts, SlotColumns, lists_by_slot
+from imp_core.engine.operators.distinct_values import stored
+from imp_core.engine.operators.minmax_keyed import KeyedValueMultiset
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, SET
 from imp_core.engine.state import Parts, Rows, slices
 from imp_core.errors import StateError
@@ -25,8 +27,8 @@ if TYPE_CHECKING:
 
 
 def saved_rows(op: Aggregation) -> dict[str, Rows]:
-    """``groups`` (live slots in slot order, each with its sorted fragment list) and ``fcounts`` (positive pairs by
-    slot, then fragment) of a keyed aggregation."""
+    """``groups`` (live slots in slot order, each with its sorted fragment list), ``fcounts`` (positive pairs by
+    slot, then fragment) and the value counts ``mm{j}`` of the keyed multisets of a keyed aggregation."""
     store = op._store  # noqa: SLF001 - the operator's own state, read for its save
     every = np.arange(store.size)
     live = every if op.global_agg else np.flatnonzero(store.column(GROUP_ROWS, every) > 0)
@@ -45,7 +47,8 @@ def saved_rows(op: Aggregation) -> dict[str, Rows]:
         return store.rows(s[start:end]).select(keys).with_columns(
             pl.Series(FRAG, f[start:end], dtype=FRAG_DTYPE), pl.Series(COUNT, c[start:end], dtype=pl.Int64))
 
-    return {"groups": Rows(live.size, groups), "fcounts": Rows(s.size, fcounts)}
+    values = {f"mm{j}": m.saved_rows() for j, m in stored(op.multisets).items() if isinstance(m, KeyedValueMultiset)}
+    return {"groups": Rows(live.size, groups), "fcounts": Rows(s.size, fcounts), **values}
 
 
 def load(op: Aggregation, groups: pl.DataFrame | Parts, fcounts: pl.DataFrame | Parts) -> None:

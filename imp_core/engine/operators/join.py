@@ -22,6 +22,7 @@ from imp_core.engine.operators.base import BinaryOperator, InputSide, StatefulOp
 from imp_core.engine.operators.context import BuildContext, JoinCaching
 from imp_core.engine.operators.partners import N_KEY, Partners, partner_index
 from imp_core.engine.schema import COUNT, MULT, RIGHT_MULT, join_columns, nan_flag
+from imp_core.engine.state import Rows
 from imp_core.errors import StateError
 from imp_core.plan.expr import Binary, Col, Expr, conjoin
 from imp_core.plan.nodes import Join, Plan
@@ -279,8 +280,15 @@ class JoinOp(BinaryOperator, StatefulOperator):
             index.add_fetched(fetched)  # fetched keys were not listed before, so none of their rows is in the index
 
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
+        return self._frames(lazy=False)  # type: ignore[return-value]
+
+    def saved_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame | Rows]]:
+        """The state's frames, a keyed partner index's keys as :class:`Rows` (a streaming save never builds them)."""
+        return self._frames(lazy=True)
+
+    def _frames(self, lazy: bool) -> tuple[dict[str, Any], dict[str, pl.DataFrame | Rows]]:
         meta: dict[str, Any] = {"polars": pl.__version__}
-        frames: dict[str, pl.DataFrame] = {}
+        frames: dict[str, pl.DataFrame | Rows] = {}
         for side, cache in self.caches.items():
             meta[side] = None if cache is None else cache[0]
             if cache is None:
@@ -291,7 +299,7 @@ class JoinOp(BinaryOperator, StatefulOperator):
             elif kind == "bloom":
                 frames[side] = value.to_frame()
             else:
-                frames[side], frames[f"{side}_keys"] = value.saved()
+                frames[side], frames[f"{side}_keys"] = value.saved(lazy)
                 if value.bloom is not None:
                     frames[f"{side}_bloom"] = value.bloom.to_frame()
         return meta, frames

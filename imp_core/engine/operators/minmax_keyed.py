@@ -18,7 +18,7 @@ import polars as pl
 from imp_core.engine.float_keys import float_from_order_key, float_order_key
 from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, SortedMap
 from imp_core.engine.schema import COUNT, VALUE
-from imp_core.engine.state import Parts, slices
+from imp_core.engine.state import Parts, Rows, slices
 from imp_core.errors import StateError
 
 SLOT = "__slot"
@@ -69,6 +69,17 @@ class KeyedValueMultiset:
         counts = self.entries.column(COUNT, np.arange(self.entries.size))
         rows = self.entries.rows(np.flatnonzero(counts > 0))
         return self.keys_of(rows.get_column(SLOT).to_numpy()).hstack(rows.select(VALUE, COUNT).get_columns())
+
+    def saved_rows(self) -> Rows:
+        """:attr:`values` as :class:`~imp_core.engine.state.Rows`: a save streaming parts gathers a slice of entries
+        at a time, never the whole frame."""
+        live = np.flatnonzero(self.entries.column(COUNT, np.arange(self.entries.size)) > 0)
+
+        def take(start: int, length: int) -> pl.DataFrame:
+            rows = self.entries.rows(live[start:start + length])
+            return self.keys_of(rows.get_column(SLOT).to_numpy()).hstack(rows.select(VALUE, COUNT).get_columns())
+
+        return Rows(live.size, take)
 
     def load(self, values: pl.DataFrame | Parts, slots_in: Callable[[pl.DataFrame], np.ndarray]) -> None:
         """Saved counts (state keys, ``__v``, ``__n``, positive) as the state, a part at a time: ``slots_in`` gives

@@ -28,6 +28,7 @@ from imp_core.engine.annotation import consolidate
 from imp_core.engine.bloom import CountingBloom
 from imp_core.engine.keyed import KeyIndex, SlotColumns, SortedMap, take
 from imp_core.engine.schema import COUNT
+from imp_core.engine.state import Rows
 from imp_core.errors import StateError
 
 N_KEY = COUNT  # rows of the other side per join key
@@ -60,8 +61,9 @@ class Partners(Protocol):
     def apply(self, delta: pl.DataFrame) -> None:
         """Bring the rows of listed keys to the side's contents after its own ``delta``."""
 
-    def saved(self) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """The frames saved with the state: the rows, and the keys with their counts."""
+    def saved(self, lazy: bool = False) -> tuple[pl.DataFrame, pl.DataFrame | Rows]:
+        """The frames saved with the state: the rows, and the keys with their counts (with ``lazy``, possibly as
+        :class:`~imp_core.engine.state.Rows` that a save streaming parts builds a slice at a time)."""
 
 
 class FramePartners:
@@ -110,7 +112,7 @@ class FramePartners:
             merged = consolidate(pl.concat([touched, changed.select(self.rows.columns)], how="vertical_relaxed"))
             self.rows = pl.concat([rest, merged.select(rest.columns)], how="vertical_relaxed")
 
-    def saved(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+    def saved(self, lazy: bool = False) -> tuple[pl.DataFrame, pl.DataFrame | Rows]:
         return self.rows, self.keys
 
 
@@ -247,11 +249,13 @@ class KeyedPartners:
     def _consolidate(self) -> None:
         self._set_rows(self._live())
 
-    def saved(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+    def saved(self, lazy: bool = False) -> tuple[pl.DataFrame, pl.DataFrame | Rows]:
         """The live rows consolidated (the index in memory stays as it is), and the listed keys in the order of
         their hashes, so that loading them finds the hashes sorted and skips the sort (``keyed.argsort``)."""
         slots = self._slots_by_hash()
-        return self._live() if self.churn else self.rows, self.store.rows(slots[self.counts[slots] > 0])
+        listed = slots[self.counts[slots] > 0]
+        keys = Rows(listed.size, lambda start, n: self.store.rows(listed[start:start + n]))
+        return self._live() if self.churn else self.rows, keys if lazy else keys.frame()
 
     def _slots_by_hash(self) -> np.ndarray:
         """Every indexed slot, in the order of its key's hash (keys whose hashes collide last)."""

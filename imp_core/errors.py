@@ -101,6 +101,12 @@ class BufferExhaustedError(StateError):
     """A bounded MIN/MAX or top-k buffer ran out under deletions; the sketch must be recaptured."""
 
 
+class WholeStateChangedError(StateError):
+    """A change reaches every row of an operator's state kept outside the process (a ``NOT IN`` whose subquery
+    gained its first NULL or lost its last row): a recapture computes the new result instead of reading every stored
+    row back into the process."""
+
+
 class SketchUnusableError(ImpError):
     """A sketch can no longer be trusted: its safety or sign assumptions stopped holding, or a table it reads changed
     identity (re-registered elsewhere, re-created) or went back to an older version.

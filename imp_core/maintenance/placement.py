@@ -1,7 +1,7 @@
 """Where each stateful operator's state lives: in the maintaining process, or in Delta tables beside the data.
 
 A sketch's operators may hold ``IMP_STATE_MEMORY_BUDGET`` bytes of state in memory (default: a quarter of the
-machine's memory). At every capture each grouped aggregation, DISTINCT, top-k per group and NOT EXISTS (the
+machine's memory). At every capture each grouped aggregation, DISTINCT, top-k per group and anti join (the
 operators with an external form, ``engine/operators/registry.py``) is sized: from the tables' row counts in the Delta
 log first (a group count never exceeds its input's rows; a top-k per group and an anti join keep every input row),
 and where that bound does not fit, from an approximate count of its groups (input rows) on Spark. The largest are

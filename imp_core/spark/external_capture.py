@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from imp_core.engine.external import FCOUNTS, GROUPS, ExternalOperator
 from imp_core.engine.operators.aggregation_external import ExternalAggregation, ExternalDistinct
 from imp_core.engine.operators.anti_join import NULL_KEY
-from imp_core.engine.operators.anti_join_external import LEFT, RIGHT, ExternalAntiJoin
+from imp_core.engine.operators.anti_join_external import CLOSED, LEFT, OPEN, RIGHT, ExternalAntiJoin
 from imp_core.engine.operators.group_topk import SKEY, N
 from imp_core.engine.operators.group_topk_external import ROWS, ExternalGroupTopK
 from imp_core.engine.operators.partials import agg_columns
@@ -150,7 +150,7 @@ def capture_rows(spark: SparkSession, df: DataFrame, op: ExternalGroupTopK) -> b
 
 
 def capture_anti_join(spark: SparkSession, left: DataFrame, right: DataFrame, op: ExternalAntiJoin) -> bool:
-    """Write a ``NOT EXISTS``'s state from its whole inputs (``operators/anti_join_external.py``): the left rows
+    """Write an anti join's state from its whole inputs (``operators/anti_join_external.py``): the left rows
     (annotated, fragments computed on Spark) one by one with their key and the annotation as text, and the right
     rows counted per key, by the executors; the right side's two totals are the one row that comes back. False when
     the store is not Delta tables."""
@@ -186,18 +186,29 @@ def _text_set(text: Column) -> Column:
 
 
 def _anti_join_output(op: ExternalAntiJoin, table: Callable[[str], DataFrame | None]) -> DataFrame | None:
-    """A ``NOT EXISTS``'s current result from its tables: the netted left rows whose key has no right row."""
+    """An anti join's current result from its tables: the netted left rows whose key has no right row (a ``NOT IN``
+    under its gate: every row over an empty right side, none over one with a NULL key, else no row with a NULL key
+    either)."""
     left, right = table(LEFT), table(RIGHT)
     if left is None or right is None:
         return None
     group = [col(c) for c in left.columns if c != MULT]
     netted = left.groupBy(*group).agg(F.sum(col(MULT)).alias(MULT)).where(col(MULT) != 0)
-    blocked = right.where(col(COUNT) > 0).select(*[col(k).alias(f"__b{i}") for i, k in enumerate(op.kcols)])
-    cond: Column | None = None
-    for i, k in enumerate(op.kcols):  # plain equality: a NULL key matches no right row
-        term = col(k) == F.col(f"__b{i}")
-        cond = term if cond is None else cond & term
-    live = netted.join(blocked, on=cond, how="left_anti")
+    now = op.gate
+    if now == CLOSED:
+        live = netted.where(F.lit(False))
+    elif now == OPEN:
+        live = netted
+    else:
+        blocked = right.where(col(COUNT) > 0).select(*[col(k).alias(f"__b{i}") for i, k in enumerate(op.kcols)])
+        cond: Column | None = None
+        for i, k in enumerate(op.kcols):  # plain equality: a NULL key matches no right row
+            term = col(k) == F.col(f"__b{i}")
+            cond = term if cond is None else cond & term
+        if op.null_aware:  # NOT IN over a right side with rows and no NULL: a NULL key is unknown, not true
+            for k in op.kcols:
+                netted = netted.where(col(k).isNotNull())
+        live = netted.join(blocked, on=cond, how="left_anti")
     out = live.select(*[col(c) for c in op.left_names], col(MULT), _text_set(col(SKEY)).alias(SET))
     target = spark_schema(dict(op.empty_delta().schema))
     return out.select(*[col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])

@@ -173,6 +173,39 @@ def test_state_on_object_storage_beside_the_table(service, outside, s3_server: s
     assert DeltaTable(listed.table_uri, storage_options=options).version() > listed.version()
 
 
+NOT_IN = "SELECT g, SUM(v) AS s FROM {t} WHERE v NOT IN (SELECT k FROM {u}) GROUP BY g"
+
+
+def test_a_not_in_outside_recaptures_when_its_subquery_gains_a_null(service, outside, tmp_path: Path) -> None:  # noqa: ANN001
+    """A NOT IN's left rows live in Delta tables like a NOT EXISTS's. A change to the subquery that reaches one key
+    is a pass; its first NULL (after which no row passes) changes every row's verdict, and maintenance recaptures,
+    saying why. The sketch equals the in-memory twin's each time, and Spark answers alike with and without it."""
+    t, u = str(tmp_path / "nin_t"), str(tmp_path / "nin_u")
+    write_deltalake(t, rows(0, 60), configuration=CDF)
+    write_deltalake(u, pa.table({"k": pa.array([1, 2], pa.int64())}), configuration=CDF)
+    service.register_table("nin_t", t, replace=True)
+    service.register_table("nin_u", u, replace=True)
+    sql = NOT_IN.format(t="nin_t", u="nin_u")
+    service.create_sketch("nin_mem", sql, ["nin_t.id"], bounds=["0,10,20,30,1000,2000"])
+    outside.create_sketch("nin_ext", sql, ["nin_t.id"], bounds=["0,10,20,30,1000,2000"])
+    anti = [op for op, where in placed(service, "nin_ext").items() if op.startswith("anti_join")]
+    assert anti and placed(service, "nin_ext")[anti[0]] == "external"
+    assert fragments(service, "nin_ext") == fragments(service, "nin_mem")
+    steps = [("u", pa.table({"k": pa.array([5], pa.int64())}), None),  # key 5 blocks the rows with v = 5
+             ("t", rows(2000, 6), None),
+             ("u", pa.table({"k": pa.array([None], pa.int64())}), "gained its first NULL")]
+    for table, added, moved in steps:
+        write_deltalake(t if table == "t" else u, added, mode="append")
+        assert service.maintain("nin_mem").recaptured is None
+        result = outside.maintain("nin_ext")
+        assert (result.recaptured is None) if moved is None else (moved in (result.recaptured or "")), \
+            result.recaptured
+        assert fragments(service, "nin_ext") == fragments(service, "nin_mem")
+    with_sketch, without = answers_with_and_without_sketch(outside, sql)
+    assert with_sketch.sketch is not None and sorted(map(tuple, with_sketch.rows)) == sorted(map(tuple, without.rows))
+    assert placed(service, "nin_ext")[anti[0]] == "external"  # the recapture kept it outside
+
+
 def _capture_run(service, name: str) -> int:  # noqa: ANN001
     record = service.catalog.get_sketch(name)
     return service.catalog.versions(record.id)[0].run_id

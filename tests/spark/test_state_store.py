@@ -337,6 +337,10 @@ CAPTURED = [
     "SELECT r.a, r.b, r.n FROM r WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.e = r.a)",
     "SELECT r.n, COUNT(*) AS c, SUM(r.b) AS sb FROM r WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.c = r.b AND "
     "s.t = r.n) GROUP BY r.n",
+    # NOT IN under each gate: keyed (a NULL key drops its row), closed (s.t holds a NULL), open (an empty subquery)
+    "SELECT r.a, r.b, r.n FROM r WHERE r.a NOT IN (SELECT s.c FROM s)",
+    "SELECT r.a, COUNT(*) AS c FROM r WHERE r.n NOT IN (SELECT s.t FROM s) GROUP BY r.a",
+    "SELECT r.a, r.b FROM r WHERE r.a NOT IN (SELECT s.c FROM s WHERE s.c > 100)",
 ]
 # aggregations over the results of other aggregations: the capture above reads the results below from their tables
 STACKED = [

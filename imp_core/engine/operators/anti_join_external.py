@@ -1,5 +1,6 @@
-"""Anti join whose state lives outside the process (``engine/external.py``): a ``NOT EXISTS`` placed *external*
-because its left rows outgrew the memory budget (TPC-H Q21 keeps the late line items of every order).
+"""Anti join whose state lives outside the process (``engine/external.py``): a ``NOT EXISTS`` or ``NOT IN`` placed
+*external* because its left rows outgrew the memory budget (TPC-H Q21 keeps the late line items of every order, Q16
+the part suppliers it tests).
 
 The store holds two components keyed by the anti-join key (``__ak0``, ``__ak1``, ...): ``right``, the right rows per
 key (``__n``), and ``left``, the left rows as the in-memory operator keeps them (plan columns, ``__mult``), their
@@ -9,10 +10,15 @@ the in-memory operator's rule which stored left rows change verdict (a key's cou
 inserts them again) and which new left rows pass, and hands the touched keys' new rows back: one read and one append
 per batch, whatever the size of the state. The output carries the annotation as one fragment set per row.
 
-Only ``NOT EXISTS`` without float keys has this form: ``NOT IN``'s verdict depends on the whole right side (one NULL
-there drops every row), and a float key's NaN-free form is two columns. A capture on Spark writes both components
-from the inputs row by row, nothing collected (``spark/external_capture.capture_anti_join``); a key's rows are netted
-when a batch first touches it, and when the state is read whole. See docs/ARCHITECTURE.md, "Where state lives".
+``NOT IN`` adds a rule of the whole right side (:func:`gate`): over an empty right side every left row passes, over
+one with a NULL key none does, and otherwise a row passes while its key is not NULL and has no right row. While the
+gate stays, a batch is the keyed rule above (rows with a NULL key never pass a keyed gate). A batch that moves the
+gate (the subquery's first NULL, its last row gone) changes the verdict of every stored row: the process raises
+``WholeStateChangedError`` before writing, and the service recaptures (computing the new result on Spark, instead of
+reading every stored row into the process). Keys that are floats have no external form (their NaN-free form is two
+columns). A capture on Spark writes both components from the inputs row by row, nothing collected
+(``spark/external_capture.capture_anti_join``); a key's rows are netted when a batch first touches it, and when the
+state is read whole. See docs/ARCHITECTURE.md, "Where state lives".
 """
 
 from __future__ import annotations
@@ -30,18 +36,27 @@ from imp_core.engine.operators.base import InputSide
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.group_topk import SKEY, skey_expr, skey_set
 from imp_core.engine.schema import COUNT, MULT, SET
-from imp_core.errors import StateError
+from imp_core.errors import StateError, WholeStateChangedError
 from imp_core.plan.nodes import AntiJoin, Plan
 
 LEFT, RIGHT = "left", "right"
+OPEN, CLOSED, KEYED = "open", "closed", "keyed"  # NOT IN's gate: every row passes, none, by key (``gate``)
 
 
 def has_external_form(node: AntiJoin) -> bool:
-    """Whether an anti join can keep its state in a store: ``NOT EXISTS`` (a verdict that depends on its key's right
-    rows alone) on equal keys, none of them a float."""
+    """Whether an anti join can keep its state in a store: ``NOT EXISTS`` or ``NOT IN`` on equal keys, none of them
+    a float."""
     left_keys, _, _ = node.equi_keys()
-    return not node.null_aware and bool(left_keys) and \
-        not any(polars_type(node.left.field(k).dtype).is_float() for k in left_keys)
+    return bool(left_keys) and not any(polars_type(node.left.field(k).dtype).is_float() for k in left_keys)
+
+
+def gate(null_aware: bool, total: int, nulls: int) -> str:
+    """What a right side of ``total`` rows, ``nulls`` of them with a NULL key, lets through: ``NOT IN`` over an empty
+    one every row (``OPEN``), over one with a NULL key none (``CLOSED``); otherwise (and always for ``NOT EXISTS``)
+    the rows by key (``KEYED``)."""
+    if not null_aware:
+        return KEYED
+    return OPEN if total == 0 else CLOSED if nulls > 0 else KEYED
 
 
 class ExternalAntiJoin(ExternalOperator, AntiJoinOp):
@@ -78,12 +93,19 @@ class ExternalAntiJoin(ExternalOperator, AntiJoinOp):
                 right_side: InputSide | None = None) -> pl.DataFrame:
         """The output delta of one batch, from the touched keys' rows read from the store (see the module)."""
         change = self.right.clear().select(self.kcols).with_columns(pl.lit(0, dtype=pl.Int64).alias(DELTA))
+        nulls, total = self.right_nulls, self.right_total
         if right is not None and right.height:
             keyed = right.select([*self._key_exprs(self.right_keys), pl.col(MULT)])
-            self.right_nulls += int(keyed.filter(pl.col(NULL_KEY)).get_column(MULT).sum())
-            self.right_total += int(keyed.get_column(MULT).sum())
+            nulls += int(keyed.filter(pl.col(NULL_KEY)).get_column(MULT).sum())
+            total += int(keyed.get_column(MULT).sum())
             change = (keyed.filter(~pl.col(NULL_KEY)).group_by(self.kcols).agg(pl.col(MULT).sum().alias(DELTA))
                       .filter(pl.col(DELTA) != 0))
+        now = gate(self.null_aware, total, nulls)
+        if self._cleared and now != self.gate:  # (after a reset the store holds no row yet: nothing to re-decide)
+            raise WholeStateChangedError(
+                f"operator {self.op_id}: the NOT IN's subquery {_moved(self.gate, now)}, which changes the verdict "
+                f"of every stored row; recapture the sketch (maintenance does so itself)")
+        self.right_nulls, self.right_total = nulls, total
         rows = self._stored_rows(left) if left is not None and left.height else None
         keys = change.select(self.kcols) if rows is None else \
             pl.concat([change.select(self.kcols), rows.select(self.kcols)], how="vertical_relaxed")
@@ -97,12 +119,12 @@ class ExternalAntiJoin(ExternalOperator, AntiJoinOp):
                            (pl.col(COUNT).fill_null(0) + pl.col(DELTA).fill_null(0)).alias(NEW)]))
         parts = []
         flipped = counts.filter((pl.col(OLD) > 0) != (pl.col(NEW) > 0))
-        if flipped.height and old[LEFT].height:  # NOT EXISTS: a row passes while its key has no right row
+        if flipped.height and old[LEFT].height and now == KEYED:  # a row passes while its key has no right row
             sign = pl.when(pl.col(NEW) > 0).then(-1).otherwise(1)
             parts.append(old[LEFT].join(flipped, on=self.kcols, how="inner")
                          .with_columns((pl.col(MULT) * sign).alias(MULT)))
-        if rows is not None:  # a NULL key matches no right row: its rows never join a blocked key
-            parts.append(rows.join(counts.filter(pl.col(NEW) > 0).select(self.kcols), on=self.kcols, how="anti"))
+        if rows is not None and now != CLOSED:
+            parts.append(self._passing(rows, counts.filter(pl.col(NEW) > 0).select(self.kcols), now))
         new_left = self._netted(pl.concat([old[LEFT], rows], how="vertical_relaxed") if rows is not None
                                 else old[LEFT])
         new_right = counts.filter(pl.col(NEW) > 0).select([*self.kcols, pl.col(NEW).alias(COUNT)])
@@ -111,6 +133,22 @@ class ExternalAntiJoin(ExternalOperator, AntiJoinOp):
         if not parts:
             return self.empty_delta()
         return self._output(self._netted(pl.concat([p.select(new_left.columns) for p in parts])))
+
+    @property
+    def gate(self) -> str:
+        """What the right side lets through now (``gate``)."""
+        return gate(self.null_aware, self.right_total, self.right_nulls)
+
+    def _passing(self, rows: pl.DataFrame, blocked: pl.DataFrame, now: str) -> pl.DataFrame:
+        """The stored-layout ``rows`` that pass a right side whose keys with rows are ``blocked``, under gate ``now``:
+        a NULL key matches no right row (``NOT EXISTS`` keeps its row, a keyed ``NOT IN`` drops it)."""
+        if now == CLOSED:
+            return rows.clear()
+        if now == OPEN:
+            return rows
+        if self.null_aware:
+            rows = rows.filter(pl.all_horizontal([pl.col(k).is_not_null() for k in self.kcols]))
+        return rows.join(blocked, on=self.kcols, how="anti")
 
     def _fetch(self, keys: pl.DataFrame) -> dict[str, pl.DataFrame]:
         """The touched keys' stored rows (none right after a reset: the store is emptied instead of read)."""
@@ -144,9 +182,8 @@ class ExternalAntiJoin(ExternalOperator, AntiJoinOp):
 
     def output_chunks(self) -> Iterator[pl.DataFrame]:
         for frames in self.store.contents():  # chunks of complete keys
-            rows = self._netted(frames[LEFT])
             blocked = frames[RIGHT].filter(pl.col(COUNT) > 0).select(self.kcols)
-            yield self._output(rows.join(blocked, on=self.kcols, how="anti"))
+            yield self._output(self._passing(self._netted(frames[LEFT]), blocked, self.gate))
 
     def output_for(self, wanted: pl.DataFrame) -> pl.DataFrame | None:
         """The current result rows whose anti-join key columns equal a row of ``wanted`` (columns named as the left
@@ -158,7 +195,7 @@ class ExternalAntiJoin(ExternalOperator, AntiJoinOp):
         keys = wanted.select([pl.col(c).alias(by_name[c]) for c in wanted.columns])
         frames = self.store.fetch_where(keys.cast({k: types[k] for k in keys.columns}))  # type: ignore[arg-type]
         blocked = frames[RIGHT].filter(pl.col(COUNT) > 0).select(self.kcols)
-        return self._output(self._netted(frames[LEFT]).join(blocked, on=self.kcols, how="anti"))
+        return self._output(self._passing(self._netted(frames[LEFT]), blocked, self.gate))
 
     def whole_frames(self) -> dict[str, pl.DataFrame]:
         """The state as the in-memory operator saves it (left rows with their annotation set)."""
@@ -206,4 +243,13 @@ class ExternalAntiJoin(ExternalOperator, AntiJoinOp):
         return memory.canonical()
 
 
-__all__ = ["LEFT", "RIGHT", "ExternalAntiJoin", "has_external_form"]
+def _moved(before: str, now: str) -> str:
+    """How a NOT IN's gate moved, in words."""
+    if now == CLOSED:
+        return "gained its first NULL"
+    if now == OPEN:
+        return "lost its last row"
+    return "lost its last NULL" if before == CLOSED else "gained its first row"
+
+
+__all__ = ["CLOSED", "KEYED", "LEFT", "OPEN", "RIGHT", "ExternalAntiJoin", "gate", "has_external_form"]

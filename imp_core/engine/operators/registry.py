@@ -58,7 +58,8 @@ EXTERNAL: dict[type[Plan], type[Operator]] = {Aggregate: ExternalAggregation, Di
 
 def can_be_external(node: Plan) -> bool:
     """Whether ``node``'s operator has an external form: a grouped aggregation (one without GROUP BY has one row),
-    a DISTINCT, a top-k per group partitioned by keys other than floats, a NOT EXISTS on keys other than floats."""
+    a DISTINCT, a top-k per group partitioned by keys other than floats, a NOT EXISTS or NOT IN on keys other than
+    floats."""
     if isinstance(node, Aggregate):
         return bool(node.keys)
     if isinstance(node, GroupTopK):

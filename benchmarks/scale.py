@@ -11,7 +11,8 @@ The parent samples
 the case's peak RSS every 0.2 s: the driver's Python process and the Spark JVM (``local[2]``, an 8 GB heap).
 
 Paths: ``memory`` (a budget no state exceeds), ``external`` (``IMP_STATE_MEMORY_BUDGET=512m``, 64m below SF10: the
-grouped aggregations that do not fit keep their state in Delta tables beside the data). Settings:
+grouped aggregations that do not fit keep their state in Delta tables beside the data), ``outside`` (a budget of 0:
+every operator with an external form keeps its state in Delta tables). Settings:
 ``IMP_BENCH_SCALE_CASES`` (``SF:QUERY:PATH`` comma-separated), ``IMP_BENCH_SCALE_SIZES`` (default
 ``10,1000,100000``); ``--quick`` runs one SF0.01 case with sizes 10 and 100.
 """
@@ -33,7 +34,7 @@ from benchmarks.harness import Experiment
 
 DEFAULT_CASES = ("1:Q18:memory,1:Q18:external,1:Q11:memory,1:Q21:memory,1:Q21:external,"
                  "10:Q3:external,10:Q18:external,10:Q9:external,10:Q21:external,10:W1:external")
-BUDGETS = {"memory": "64g", "external": "512m"}
+BUDGETS = {"memory": "64g", "external": "512m", "outside": "0"}
 SMALL_BUDGET = "64m"  # below SF10 the external path needs a smaller budget to put the largest aggregation outside
 SCALE = Experiment("scale", "Tables of any size: IMP (lazy maintenance) against FM (a recapture) through the service, "
                    "per change size, with the peak RSS of the driver's Python process and of the Spark JVM",

@@ -104,7 +104,7 @@ class ExternalAntiJoin(ExternalOperator, AntiJoinOp):
         if self._cleared and now != self.gate:  # (after a reset the store holds no row yet: nothing to re-decide)
             raise WholeStateChangedError(
                 f"operator {self.op_id}: the NOT IN's subquery {_moved(self.gate, now)}, which changes the verdict "
-                f"of every stored row; recapture the sketch (maintenance does so itself)")
+                f"of every stored row; a recapture computes the new result (imp sketch recapture)")
         self.right_nulls, self.right_total = nulls, total
         rows = self._stored_rows(left) if left is not None and left.height else None
         keys = change.select(self.kcols) if rows is None else \

@@ -10,8 +10,9 @@ import polars as pl
 import pytest
 
 from imp_core.engine.dense_keys import MIN_SPAN, DenseKeys, key_values
-from imp_core.engine.keyed import KeyIndex, SlotColumns
+from imp_core.engine.keyed import KeyIndex
 from imp_core.engine.schema import MULT
+from imp_core.engine.slot_columns import SlotColumns
 from tests.engine.test_keyed import WeakIndex, _aggregation, _batches, _same_state
 
 

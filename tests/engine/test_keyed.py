@@ -18,19 +18,12 @@ import pyarrow as pa
 import pytest
 
 from imp_core.engine.annotation import SMALL_BATCH, consolidate
-from imp_core.engine.keyed import (
-    KeyIndex,
-    PairCounts,
-    SlotColumns,
-    SortedMap,
-    _search,
-    integer_hashes,
-    lists_by_slot,
-)
+from imp_core.engine.keyed import KeyIndex, PairCounts, SortedMap, _search, integer_hashes, lists_by_slot
 from imp_core.engine.operators import small_batch
 from imp_core.engine.operators.aggregation import Aggregation
 from imp_core.engine.operators.partials import PartialLayout, group_ids
 from imp_core.engine.schema import MULT, frag_col
+from imp_core.engine.slot_columns import SlotColumns
 from imp_core.errors import StateError
 from imp_core.plan.expr import FLOAT, INT, STRING, AggCall, Col
 

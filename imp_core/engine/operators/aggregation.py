@@ -19,7 +19,7 @@ from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.exact_sum import neumaier
 from imp_core.engine.float_keys import from_nan_free
-from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, lists_by_slot, nullable_index
+from imp_core.engine.keyed import KeyIndex, PairCounts, lists_by_slot
 from imp_core.engine.operators import group_rows, small_batch
 from imp_core.engine.operators.base import OutputStateOperator
 from imp_core.engine.operators.context import BuildContext
@@ -29,6 +29,7 @@ from imp_core.engine.operators.minmax_keyed import SLOT, KeyedValueMultiset
 from imp_core.engine.operators.partials import PartialLayout, Partials, Term, agg_columns
 from imp_core.engine.order_dependence import is_order_dependent, sum_interval
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, NO_GROUP, ROW, SET, hi_name, lo_name
+from imp_core.engine.slot_columns import SlotColumns, nullable_index
 from imp_core.engine.state import Parts, Rows
 from imp_core.errors import StateError
 from imp_core.plan.expr import AggCall, Expr
@@ -207,7 +208,6 @@ class Aggregation(OutputStateOperator):
             raise StateError(f"operator {self.op_id}: saved state was written by an older engine (layout "
                              f"{meta.get('layout', 1)}, now {LAYOUT}); recapture the sketch")
         try:
-            # (``load_state`` has conformed every frame, parts as they are read, to the empty state's types)
             self._load(frames["groups"], frames["fcounts"], {j: frames[f"mm{j}"] for j in stored(self.multisets)})
             for j, multiset in self.multisets.items():
                 if isinstance(multiset, ValueMultiset) and self.minmax_buffer:

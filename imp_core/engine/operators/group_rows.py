@@ -15,10 +15,11 @@ import numpy as np
 import polars as pl
 
 from imp_core.engine.annotation import FRAG_DTYPE
-from imp_core.engine.keyed import PairCounts, SlotColumns, lists_by_slot
+from imp_core.engine.keyed import PairCounts, lists_by_slot
 from imp_core.engine.operators.distinct_values import stored
 from imp_core.engine.operators.minmax_keyed import KeyedValueMultiset
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, SET
+from imp_core.engine.slot_columns import SlotColumns
 from imp_core.engine.state import Parts, Rows, slices
 from imp_core.errors import StateError
 

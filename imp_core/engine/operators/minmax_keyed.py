@@ -16,8 +16,9 @@ import numpy as np
 import polars as pl
 
 from imp_core.engine.float_keys import float_from_order_key, float_order_key
-from imp_core.engine.keyed import KeyIndex, PairCounts, SlotColumns, SortedMap
+from imp_core.engine.keyed import KeyIndex, PairCounts, SortedMap
 from imp_core.engine.schema import COUNT, VALUE
+from imp_core.engine.slot_columns import SlotColumns
 from imp_core.engine.state import Parts, Rows, slices
 from imp_core.errors import StateError
 

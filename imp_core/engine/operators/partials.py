@@ -25,8 +25,8 @@ from imp_core.engine.dense_keys import compact, key_values
 from imp_core.engine.evaluate import compile_expr, polars_type
 from imp_core.engine.exact_sum import fold_levels, split_contributions
 from imp_core.engine.float_keys import float_order_key, nan_free, normalize_float
-from imp_core.engine.keyed import numpy_layout, take
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, NO_GROUP, SET, VALUE, is_annotation, nan_flag
+from imp_core.engine.slot_columns import numpy_layout, take
 from imp_core.plan.expr import AggCall, Expr
 
 Frame = pl.DataFrame | pl.LazyFrame

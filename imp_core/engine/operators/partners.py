@@ -26,8 +26,9 @@ import polars as pl
 from imp_core.engine import frames
 from imp_core.engine.annotation import consolidate
 from imp_core.engine.bloom import CountingBloom
-from imp_core.engine.keyed import KeyIndex, SlotColumns, SortedMap, take
+from imp_core.engine.keyed import KeyIndex, SortedMap
 from imp_core.engine.schema import COUNT
+from imp_core.engine.slot_columns import SlotColumns, take
 from imp_core.engine.state import Rows
 from imp_core.errors import StateError
 

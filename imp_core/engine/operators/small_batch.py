@@ -15,11 +15,11 @@ import pyarrow as pa
 
 from imp_core.engine import frames
 from imp_core.engine.evaluate import polars_type
-from imp_core.engine.keyed import Gather
 from imp_core.engine.operators.minmax import ValueMultiset
 from imp_core.engine.operators.partials import agg_columns
 from imp_core.engine.order_dependence import UNIT
 from imp_core.engine.schema import GROUP_ROWS, MULT, SET
+from imp_core.engine.slot_columns import Gather
 from imp_core.errors import StateError
 
 if TYPE_CHECKING:

@@ -67,9 +67,7 @@ class KeyedValueMultiset:
     @property
     def values(self) -> pl.DataFrame:
         """The positive counts as the frame multiset saves them: state keys, ``__v``, ``__n``."""
-        counts = self.entries.column(COUNT, np.arange(self.entries.size))
-        rows = self.entries.rows(np.flatnonzero(counts > 0))
-        return self.keys_of(rows.get_column(SLOT).to_numpy()).hstack(rows.select(VALUE, COUNT).get_columns())
+        return self.saved_rows().frame()
 
     def saved_rows(self) -> Rows:
         """:attr:`values` as :class:`~imp_core.engine.state.Rows`: a save streaming parts gathers a slice of entries

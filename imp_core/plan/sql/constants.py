@@ -59,7 +59,7 @@ FUNCS: dict[type[exp.Expression], tuple[str, tuple[str, ...]]] = {
     exp.Sign: ("sign", ("this",)),
 }
 # Flags sqlglot records while parsing that do not change the meaning of these functions for us.
-IGNORED_FUNC_ARGS = {"safe", "ignore_nulls", "is_nvl", "is_null", "big_int"}
+IGNORED_FUNC_ARGS = {"safe", "ignore_nulls", "is_nvl", "is_null", "big_int", "zero_start"}
 # Spellings that reach us as anonymous functions.
 FUNC_ALIASES = {"ceiling": "ceil", "substr": "substring", "pow": "power", "signum": "sign",
                 "char_length": "length", "character_length": "length"}

@@ -7,6 +7,7 @@ Command line::
     python -m imp_core.spark.connector fetch [DIR]     # mvn dependency:copy-dependencies into DIR (default: cache)
     python -m imp_core.spark.connector path            # print the cache folder
     python -m imp_core.spark.connector submit-args     # print spark-submit flags (one per line)
+    python -m imp_core.spark.connector session-conf    # print the same as Spark properties (key=value)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from imp_core.config import Settings
 from imp_core.errors import ConfigError
+from imp_core.sources import storage
 
 POM = Path(__file__).parent / "conf" / "connector-pom.xml"
 ENV_JARS = "IMP_SPARK_JARS"
@@ -31,6 +33,19 @@ MANIFEST = "imp-connectors.json"
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+ENV_PUBLISH_LOCATION = "IMP_PUBLISH_LOCATION"
+SKETCH_LOCATION_CONF = "spark.imp.sketches.location"
+
+# The settings that shape a query's result, at the values sketches are computed under: a session evaluating SQL
+# otherwise may need rows outside a sketch, so imp's extension applies sketches only in sessions with these values
+# (the manifests record them), and the printed settings include them.
+RESULT_SEMANTICS = {
+    "spark.sql.ansi.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.caseSensitive": "true",
+    "spark.sql.parquet.datetimeRebaseModeInRead": "CORRECTED",
+    "spark.sql.legacy.timeParserPolicy": "CORRECTED",
+}
 
 _NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 
@@ -144,12 +159,25 @@ def fetch(directory: Path | None = None, quiet: bool = True) -> list[Path]:
 
 
 def session_conf(directory: Path | None = None) -> dict[str, str]:
-    """Spark properties that load the connectors into a session (``spark.jars`` plus Delta's extension/catalog)."""
-    return {
-        "spark.jars": ",".join(str(p) for p in jar_paths(directory)),
-        "spark.sql.extensions": DELTA_EXTENSION,
+    """Spark properties that load the connectors and imp's sketch extension into a session (``spark.jars``, Delta's
+    extension and catalog, imp's extension after Delta's), with the result-shaping settings sketches are computed
+    under, and the manifests' location when ``IMP_PUBLISH_LOCATION`` names one.
+
+    Raises:
+        ConfigError: The connector jars or the extension jar are not installed (run ./dev setup).
+    """
+    from imp_core.spark import extension  # a sibling module of this one, which the extension's build imports
+
+    conf = {
+        "spark.jars": ",".join(str(p) for p in [*jar_paths(directory), extension.require_built(directory)]),
+        "spark.sql.extensions": f"{DELTA_EXTENSION},{extension.EXTENSION_CLASS}",
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+        **RESULT_SEMANTICS,
     }
+    location = os.environ.get(ENV_PUBLISH_LOCATION)
+    if location:
+        conf[SKETCH_LOCATION_CONF] = storage.spark_uri(location)
+    return conf
 
 
 def submit_args(directory: Path | None = None) -> list[str]:
@@ -182,12 +210,15 @@ def main(argv: list[str] | None = None) -> int:
             paths = fetch(Path(args[1]) if len(args) > 1 else None)
             print(f"{len(paths)} connector jars in {paths[0].parent} "
                   f"(delta-spark {delta_version()}, hadoop-aws {pinned()['hadoop-aws'].version})")
+        elif command == "session-conf":
+            print("\n".join(f"{k}={v}" for k, v in session_conf().items()))
         elif command == "path":
             print(jars_dir())
         elif command == "submit-args":
             print("\n".join(submit_args()))
         else:
-            print("usage: python -m imp_core.spark.connector fetch [DIR] | path | submit-args", file=sys.stderr)
+            print("usage: python -m imp_core.spark.connector fetch [DIR] | path | submit-args | session-conf",
+                  file=sys.stderr)
             return 2
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -30,13 +30,9 @@ ENV_DRIVER_MEMORY = "IMP_SPARK_DRIVER_MEMORY"  # the driver JVM's heap (a sessio
 DEFAULT_DRIVER_MEMORY = "4g"
 
 _SEMANTICS = {
-    "spark.sql.ansi.enabled": "false",
-    "spark.sql.session.timeZone": "UTC",
+    **connector.RESULT_SEMANTICS,
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
-    "spark.sql.caseSensitive": "true",
-    "spark.sql.parquet.datetimeRebaseModeInRead": "CORRECTED",
-    "spark.sql.legacy.timeParserPolicy": "CORRECTED",
 }
 
 
@@ -179,8 +175,7 @@ def under_spark_submit() -> bool:
     return bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
 
 
-_RESULT_SHAPING = ("spark.sql.ansi.enabled", "spark.sql.session.timeZone", "spark.sql.caseSensitive",
-                   "spark.sql.parquet.datetimeRebaseModeInRead", "spark.sql.legacy.timeParserPolicy")
+_RESULT_SHAPING = tuple(connector.RESULT_SEMANTICS)
 
 
 def semantics_differences(conf_get: Callable[[str, str], str | None]) -> dict[str, tuple[str, str]]:

@@ -19,6 +19,7 @@ ENV_WAREHOUSE = "IMP_WAREHOUSE"
 ENV_SPARK_MASTER = "IMP_SPARK_MASTER"
 ENV_SHUFFLE_PARTITIONS = "IMP_SHUFFLE_PARTITIONS"
 ENV_STATE_RETENTION = "IMP_STATE_RETENTION"
+ENV_PUBLISH_LOCATION = "IMP_PUBLISH_LOCATION"
 ENV_OPTIMIZATIONS = "IMP_OPTIMIZATIONS"
 ENV_CATALOG_URL_FILE = "IMP_CATALOG_URL_FILE"
 ENV_MAX_FRAGMENTS = "IMP_MAX_FRAGMENTS"
@@ -122,6 +123,9 @@ class Settings:
     state_location: str | None = None
     # whether a pass whose estimated cost exceeds a recapture's recaptures instead (the paper's break-even)
     cost_choice: bool = True
+    # where sketch manifests are published for imp's Spark extension (a local path or s3:// URI); None:
+    # `_imp_sketches` beside the sketch's first table, where the extension looks by default
+    publish_location: str | None = None
 
     @property
     def memory_budget(self) -> int:
@@ -160,6 +164,7 @@ class Settings:
             "state_budget": _size(env, ENV_STATE_BUDGET),
             "state_location": env.get(ENV_STATE_LOCATION) or None,
             "cost_choice": _switch(env, ENV_COST_CHOICE, True),
+            "publish_location": env.get(ENV_PUBLISH_LOCATION) or None,
         }
         for key, value in overrides.items():
             if value is None:

@@ -47,6 +47,8 @@ class SketchRecord:
     created_at: datetime
     unusable_reason: str | None = None
     unusable_at: datetime | None = None
+    signature: Any = None  # the Spark plan signature (imp_core.publish.signature); None: not computed
+    published_version: int | None = None  # latest version published for the Spark extension
 
     @property
     def usable(self) -> bool:
@@ -196,7 +198,8 @@ def table_record(row: Mapping[Any, Any]) -> TableRecord:
 def sketch_record(row: Mapping[Any, Any]) -> SketchRecord:
     return SketchRecord(row["id"], row["name"], row["sql"], row["dialect"], row["template_key"], row["plan_json"],
                         row["partitions"], row["safety"], row["strategy"], row["created_at"],
-                        row.get("unusable_reason"), row.get("unusable_at"))
+                        row.get("unusable_reason"), row.get("unusable_at"), row.get("signature"),
+                        row.get("published_version"))
 
 
 def version_record(row: Mapping[Any, Any]) -> VersionRecord:

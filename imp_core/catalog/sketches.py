@@ -34,6 +34,7 @@ class SketchStore(CatalogConnection):
         states: States,
         run_id: int | None = None,
         replaces: int | None = None,
+        signature: Any = None,
     ) -> SketchRecord:
         """Register a sketch together with its captured version 1 and that version's operator state, atomically.
 
@@ -51,6 +52,7 @@ class SketchStore(CatalogConnection):
             run_id: The maintenance run that captured it (also linked to the new sketch); defaults to
                 ``first_version.run_id``.
             replaces: The id of the live sketch of that name this one replaces: dropped in the same transaction.
+            signature: The Spark plan signature (:mod:`imp_core.publish.signature`), if computed.
 
         Returns:
             The new sketch.
@@ -65,10 +67,12 @@ class SketchStore(CatalogConnection):
             try:
                 row = conn.execute(
                     sa.text("INSERT INTO sketch (name, sql, dialect, template_key, plan_json, partitions, safety, "
-                            "strategy) VALUES (:name, :sql, :dialect, :tk, CAST(:plan AS jsonb), "
-                            "CAST(:parts AS jsonb), CAST(:safety AS jsonb), :strategy) RETURNING *"),
+                            "strategy, signature) VALUES (:name, :sql, :dialect, :tk, CAST(:plan AS jsonb), "
+                            "CAST(:parts AS jsonb), CAST(:safety AS jsonb), :strategy, CAST(:sig AS jsonb)) "
+                            "RETURNING *"),
                     {"name": name, "sql": sql, "dialect": dialect, "tk": template_key, "plan": as_json(plan_json),
-                     "parts": as_json(partitions), "safety": as_json(safety), "strategy": strategy},
+                     "parts": as_json(partitions), "safety": as_json(safety), "strategy": strategy,
+                     "sig": None if signature is None else as_json(signature)},
                 ).mappings().one()
             except sa.exc.IntegrityError as e:
                 if sqlstate(e) == UNIQUE_VIOLATION:
@@ -139,6 +143,19 @@ class SketchStore(CatalogConnection):
             raise self._sketch_not_found(conn, name)
         conn.execute(sa.text("DELETE FROM operator_state WHERE sketch_id = :s"), {"s": dropped})
         conn.execute(sa.text("DELETE FROM state_chunk WHERE sketch_id = :s"), {"s": dropped})
+
+    def set_signature(self, sketch_id: int, signature: Any) -> None:
+        """Record the Spark plan signature of a sketch (:mod:`imp_core.publish.signature`)."""
+        with self._transaction(f"record the signature of sketch {sketch_id}") as conn:
+            conn.execute(sa.text("UPDATE sketch SET signature = CAST(:g AS jsonb) WHERE id = :s"),
+                         {"g": as_json(signature), "s": sketch_id})
+
+    def mark_published(self, sketch_id: int, version: int) -> None:
+        """Record that ``version``'s manifest is published (never moves backwards)."""
+        with self._transaction(f"record the published version of sketch {sketch_id}") as conn:
+            conn.execute(sa.text("UPDATE sketch SET published_version = :v WHERE id = :s "
+                                 "AND (published_version IS NULL OR published_version < :v)"),
+                         {"v": version, "s": sketch_id})
 
     def mark_unusable(self, sketch_id: int, reason: str) -> bool:
         """Mark a sketch unusable: queries run without it, maintenance refuses it, until it is dropped.

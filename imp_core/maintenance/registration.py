@@ -19,7 +19,7 @@ from imp_core import inputs
 from imp_core.catalog import SketchRecord, TableRecord, VersionRecord
 from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.support import require_engine_support
-from imp_core.errors import PlanError, UnsafeSketchError, UsageError
+from imp_core.errors import PlanError, UnsafeSketchError, UsageError, first_line
 from imp_core.maintenance import placement
 from imp_core.maintenance.options import state_options
 from imp_core.maintenance.parts import Parts
@@ -34,6 +34,7 @@ from imp_core.plan.safety import SafetyReport, require_safe
 from imp_core.plan.serialize import plan_to_json
 from imp_core.plan.sql import Query, parse_query, parse_statement
 from imp_core.plan.template import template_key
+from imp_core.publish import publisher, signature
 from imp_core.sketch.bounds import KINDS
 from imp_core.sketch.partition import Partition, PartitionSet, parse_bounds
 from imp_core.sources import names, storage
@@ -226,12 +227,29 @@ def create_sketch(parts: Parts, name: str, sql: str | ParsedSql, on: list[str], 
         record = catalog.create_sketch(name, reg.parsed.sql, reg.parsed.dialect, key,
                                        _plan_json(reg, pipeline, constants),
                                        partitions.to_json(), reg.report.to_json(), strategy.value, first, blobs, run.id,
-                                       replaces=replaced)
+                                       replaces=replaced, signature=signature_of(parts, reg))
         run.reached = catalog.latest_version(record.id)
         run.timings = {"capture_ms": first.duration_ms or 0.0, "total_ms": (time.perf_counter() - started) * 1000}
     for t, v in reg.versions.items():
         catalog.observe_table_version(t, v, reg.sources[t].table_id(v))
+    publisher.after_commit(catalog, record.id, run.reached, parts.settings)
     return record, run.reached
+
+
+def signature_of(parts: Parts, reg: Registration) -> dict[str, Any]:
+    """The sketch query's Spark plan signature (:mod:`imp_core.publish.signature`); a failure is recorded in it
+    (the sketch is then published unusable for the Spark extension, and imp's own use is unaffected)."""
+    from imp_core.spark.session import is_remote  # lazy start of Spark
+
+    if is_remote(parts.spark):
+        return {"hash": None, "unmatchable": "registered through Spark Connect (no JVM here to compute the plan "
+                                             "signature); run `imp sketch publish` with a local Spark"}
+    try:
+        return signature.plan_signature(parts.spark, reg.parsed.sql, reg.parsed.dialect,
+                                        {t: s.path for t, s in reg.sources.items()}, reg.schemas,
+                                        {t: {c} for t, c in reg.targets.items()})
+    except Exception as e:  # noqa: BLE001 - the signature only serves the Spark extension; registration stands
+        return {"hash": None, "unmatchable": f"the plan signature could not be computed: {first_line(e)}"}
 
 
 def _partitions(parts: Parts, reg: Registration, fragments: int | None, bounds: list[str] | None) -> PartitionSet:

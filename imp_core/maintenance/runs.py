@@ -18,6 +18,7 @@ from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.state import FORMAT, format_version, state_parts
 from imp_core.errors import StateError, first_line
 from imp_core.maintenance import placement
+from imp_core.publish import publisher
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
 from imp_core.sources.delta import DeltaSource
@@ -147,6 +148,7 @@ def commit(catalog: Catalog, sketch_id: int, previous: VersionRecord, version: t
     record = catalog.commit_version(sketch_id, previous.version, new, blobs, retention, safety=safety)
     run.reached = record
     run.delta_rows += new.delta_rows
+    publisher.after_commit(catalog, sketch_id, record)  # for imp's Spark extension; never fails the commit
     return record
 
 

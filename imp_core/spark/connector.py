@@ -23,7 +23,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from imp_core.config import Settings
+from imp_core.config import ENV_PUBLISH_LOCATION, Settings
 from imp_core.errors import ConfigError
 from imp_core.sources import storage
 
@@ -33,7 +33,6 @@ MANIFEST = "imp-connectors.json"
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-ENV_PUBLISH_LOCATION = "IMP_PUBLISH_LOCATION"
 SKETCH_LOCATION_CONF = "spark.imp.sketches.location"
 
 # The settings that shape a query's result, at the values sketches are computed under: a session evaluating SQL

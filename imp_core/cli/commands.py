@@ -353,6 +353,35 @@ def sketch_drop(args: argparse.Namespace, service: SketchService) -> int:
 
 
 @with_service
+def sketch_publish(args: argparse.Namespace, service: SketchService) -> int:
+    """imp sketch publish [NAME]"""
+    if args.name is None and not args.all:
+        raise UsageError("name a sketch or give --all")
+    done = service.publish(args.name)
+    rows = [{"sketch": p.sketch, "version": p.version, "file": p.file, "usable": p.usable} for p in done]
+    return emit(args, rows, lambda: [print(f"published {r['sketch']} v{r['version']} to {r['file']}"
+                                           + ("" if r["usable"] else " (unusable: queries run without it)"))
+                                     for r in rows] or print("every sketch is published"))
+
+
+@with_service
+def sketch_explain(args: argparse.Namespace, service: SketchService) -> int:
+    """imp sketch explain --sql SQL"""
+    result = service.explain(args.sql, args.dialect)
+
+    def text() -> None:
+        for s in result.sketches:
+            verdict = f"applies ({s['detail']})" if s["applies"] else f"not applied: {s['reason']}"
+            print(f"sketch {s['sketch']} v{s['version']}: {verdict}")
+        for p in result.locations:
+            print(f"note: {p.get('file') or p['location']}: {p['reason']}")
+        if not result.sketches:
+            print("no published sketch reads these tables")
+
+    return emit(args, result.to_json(), text)
+
+
+@with_service
 def query(args: argparse.Namespace, service: SketchService) -> int:
     """imp query SQL"""
     result = service.query(args.sql, args.dialect, use_sketch=not args.no_sketch, capture=args.capture, on=args.on,
@@ -391,5 +420,5 @@ def catalog_stop(args: argparse.Namespace) -> int:
 
 
 __all__ = ["catalog_stop", "catalog_url", "demo", "needs_action", "no_command", "query", "sketch_create",
-           "sketch_drop", "sketch_history", "sketch_list", "sketch_maintain", "sketch_recapture", "sketch_show",
-           "table_list", "table_register"]
+           "sketch_drop", "sketch_explain", "sketch_history", "sketch_publish", "sketch_list", "sketch_maintain",
+           "sketch_recapture", "sketch_show", "table_list", "table_register"]

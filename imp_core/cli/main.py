@@ -147,6 +147,16 @@ def _sketch_commands(ssub: argparse._SubParsersAction, common: argparse.Argument
         _command(ssub, common, action, handler, help_text, f"imp sketch {example}", json=action != "drop") \
             .add_argument("name")
     _command(ssub, common, "list", commands.sketch_list, "list sketches with freshness", "imp sketch list --json")
+    pb = _command(ssub, common, "publish", commands.sketch_publish,
+                  "publish the latest version's manifest for the Spark extension (after a failed publish)",
+                  "imp sketch publish top", "imp sketch publish --all")
+    pb.add_argument("name", nargs="?")
+    pb.add_argument("--all", action="store_true", help="every sketch whose latest version is not published")
+    ex = _command(ssub, common, "explain", commands.sketch_explain,
+                  "say whether the Spark extension applies each published sketch to a query, or why not",
+                  "imp sketch explain --sql \"SELECT ...\"")
+    ex.add_argument("--sql", required=True)
+    ex.add_argument("--dialect", default="spark", help="SQL dialect of --sql (sqlglot name, default spark)")
     pr = _command(ssub, common, "predicate", commands.sketch_predicate,
                   "print the sketch's range predicate (Spark SQL) for your own queries",
                   "imp sketch predicate top", "imp sketch predicate top --table sales --json")

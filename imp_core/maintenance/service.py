@@ -26,9 +26,13 @@ from imp_core.maintenance.repartition import RepartitionResult
 from imp_core.maintenance.sketch_use import PreparedQuery, SketchInUse, SketchPredicate
 from imp_core.maintenance.strategy import Strategy
 from imp_core.plan.sql import Query
+from imp_core.publish import publisher
+from imp_core.publish.publisher import Published
 from imp_core.sketch.partition import Partition
 from imp_core.sketch.repartition import DEFAULT_FACTOR
 from imp_core.sources.delta import DeltaSource
+from imp_core.use import extension
+from imp_core.use.extension import Explanation
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -125,8 +129,21 @@ class SketchService:
                                           replace)
 
     def drop_sketch(self, name: str) -> None:
-        """Drop a sketch: its name becomes free, its versions stay for the record."""
+        """Drop a sketch: its name becomes free, its versions stay for the record, its manifests are withdrawn."""
+        record = self.parts.catalog.get_sketch(name)
+        latest = self.parts.catalog.latest_version(record.id)
         self.parts.catalog.drop_sketch(name)
+        publisher.withdraw_quietly(self.parts.settings, record, latest)
+
+    def publish(self, name: str | None = None) -> list[Published]:
+        """Publish sketch ``name``'s latest version for the Spark extension, or every sketch whose latest version
+        is not published yet (:func:`imp_core.use.extension.publish`)."""
+        names = [name] if name is not None else publisher.pending(self.parts.catalog)
+        return [extension.publish(self.parts, n) for n in names]
+
+    def explain(self, sql: str, dialect: str = "spark") -> Explanation:
+        """Which published sketches the Spark extension applies to ``sql``, and why not (``imp sketch explain``)."""
+        return extension.explain(self.parts, sql, dialect)
 
     def load(self, name: str) -> LoadedSketch:
         """Sketch ``name`` with its plan, partitions and tables (:func:`loading.load_sketch`)."""

@@ -87,4 +87,14 @@ def withdraw(settings: Settings, record: SketchRecord, version: VersionRecord) -
     store.delete(where, [n for n in store.names(where) if (p := store.parse_name(n)) and p[0] == record.id])
 
 
-__all__ = ["Published", "after_commit", "location", "pending", "publish_latest", "publish_version", "withdraw"]
+def withdraw_quietly(settings: Settings, record: SketchRecord, version: VersionRecord) -> None:
+    """:func:`withdraw`, an error logged (the drop stands; the extension then still finds the old manifests, which
+    stay correct for the table versions they name)."""
+    try:
+        withdraw(settings, record, version)
+    except Exception as e:  # noqa: BLE001 - a drop must not fail on the publish location
+        log.warning("could not delete the manifests of dropped sketch %s: %s", record.name, first_line(e))
+
+
+__all__ = ["Published", "after_commit", "location", "pending", "publish_latest", "publish_version", "withdraw",
+           "withdraw_quietly"]

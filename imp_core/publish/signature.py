@@ -43,7 +43,8 @@ def spark_text(sql: str, dialect: str) -> str:
     return sql if dialect == "spark" else sqlglot.transpile(sql, read=dialect, write="spark")[0]
 
 
-def _api(spark: SparkSession) -> Any:
+def api(spark: SparkSession) -> Any:
+    """The extension's API object (``imp.spark.ImpSketches``) through the JVM gateway."""
     jvm = spark._jvm  # type: ignore[attr-defined]
     for part in API_CLASS.split("."):
         jvm = getattr(jvm, part)
@@ -53,7 +54,7 @@ def _api(spark: SparkSession) -> Any:
 def raw_signature(spark: SparkSession, sql: str, tables: Mapping[str, str]) -> dict[str, Any]:
     """The extension's signature of ``sql`` (Spark SQL) with each table name read as the Delta table at its path."""
     uris = {name: storage.spark_uri(path) for name, path in tables.items()}
-    return json.loads(_api(spark).signature(spark._jsparkSession, sql, uris, dict(RESULT_SEMANTICS)))  # type: ignore[attr-defined]
+    return json.loads(api(spark).signature(spark._jsparkSession, sql, uris, dict(RESULT_SEMANTICS)))  # type: ignore[attr-defined]
 
 
 def plan_signature(spark: SparkSession, sql: str, dialect: str, tables: Mapping[str, str],
@@ -125,4 +126,4 @@ def _perturbed(literal: str, kind: str, value: str) -> tuple[str, str] | None:
     return None
 
 
-__all__ = ["plan_signature", "raw_signature", "spark_text"]
+__all__ = ["api", "plan_signature", "raw_signature", "spark_text"]

@@ -35,7 +35,8 @@ def files_read(df: Any) -> int:
 
 
 def main(spec_path: str) -> None:
-    spec = json.loads(open(spec_path).read())
+    with open(spec_path) as f:
+        spec = json.load(f)
     builder = SparkSession.builder.master(spec.get("master", "local[2]")).appName("a user's session")
     for key, value in {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", **spec["conf"]}.items():
         builder = builder.config(key, value)

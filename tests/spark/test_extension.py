@@ -119,6 +119,22 @@ def test_plans_left_unchanged(sales: tuple[Path, str], service: SketchService, t
         assert on["applied"] == [] and on["rows"] == off["rows"] and on["files"] == off["files"]
 
 
+def test_explain_names_the_sketch_or_the_first_failed_check(sales: tuple[Path, str],
+                                                           service: SketchService) -> None:
+    _, t = sales
+    query = SQL.format(t="ext_sales")
+    applies = service.explain(query).sketches
+    assert [(s["sketch"], s["applies"]) for s in applies] == [("ext_top", True)]
+    assert "1 of 10 fragments" in applies[0]["detail"] or "2 of 10 fragments" in applies[0]["detail"]
+    looser = service.explain(query.replace("> 300000", "> 1000")).sketches
+    assert looser[0]["applies"] is False and "slot 0 value 1000 is outside its constraint (>= 300000)" in \
+        looser[0]["reason"]
+    other = service.explain("SELECT brand, COUNT(*) FROM ext_sales GROUP BY brand").sketches
+    assert other[0]["applies"] is False and other[0]["reason"].startswith("signature differs")
+    assert [p.version for p in service.publish("ext_top")] == [1]
+    assert service.publish() == []  # nothing pending
+
+
 def test_stale_and_unusable_sketches_are_not_applied(sales: tuple[Path, str], service: SketchService,
                                                      tmp_path: Path) -> None:
     lake, t = sales

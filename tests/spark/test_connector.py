@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from imp_core.errors import ConfigError
-from imp_core.spark import connector
+from imp_core.spark import connector, extension
 
 
 def test_the_pom_pins_delta_for_the_installed_spark_and_hadoop_at_pysparks_version() -> None:
@@ -44,11 +44,20 @@ def test_a_stale_or_missing_cache_is_a_one_line_error(tmp_path: Path) -> None:
         connector.jar_paths(tmp_path)
 
 
-def test_submit_args_carry_jars_and_delta_settings() -> None:
+def test_submit_args_carry_jars_delta_settings_and_imps_extension() -> None:
     args = connector.submit_args()
     assert args[0] == "--jars" and "delta-spark" in args[1]
-    assert f"spark.sql.extensions={connector.DELTA_EXTENSION}" in args
+    assert str(extension.jar_path()) in args[1].split(",")
+    assert f"spark.sql.extensions={connector.DELTA_EXTENSION},{extension.EXTENSION_CLASS}" in args  # Delta's first
     assert f"spark.sql.catalog.spark_catalog={connector.DELTA_CATALOG}" in args
+    assert all(f"{k}={v}" in args for k, v in connector.RESULT_SEMANTICS.items())
+
+
+def test_the_extension_jar_is_named_after_its_sources(tmp_path: Path) -> None:
+    assert extension.jar_path().name == f"imp-spark-extension-{extension.digest()}.jar"
+    assert extension.jar_path().is_file()  # ./dev setup built it
+    with pytest.raises(ConfigError, match="not built for these sources.*./dev setup"):
+        extension.require_built(tmp_path)
 
 
 def test_a_session_without_the_connector_is_refused() -> None:

@@ -55,8 +55,10 @@ def narrowed(plan: Plan, keep: Mapping[str, set[str]] | None = None) -> Plan:
         elif isinstance(node, Union):
             names = _kept(node, mine)
             out = replace(node, inputs=tuple(_positions(rebuild(i), names) for i in node.inputs))
+        elif isinstance(node, (Select, Aggregate, Distinct, TopK, GroupTopK)):
+            out = replace(node, child=rebuild(node.child))
         else:
-            out = replace(node, child=rebuild(node.children[0]))  # type: ignore[call-arg]
+            raise AssertionError(f"no rebuild rule for {type(node).__name__}")
         built[id(node)] = out
         return out
 

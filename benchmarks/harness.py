@@ -49,10 +49,17 @@ def provenance() -> tuple[str, str]:
     (``imp_core``, ``benchmarks``) has uncommitted changes, or ``unknown`` outside a git checkout."""
     date = dt.datetime.now(dt.timezone.utc).date().isoformat()
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                check=True, timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "imp_core", "benchmarks"], cwd=ROOT,
-                               capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short=7", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=30
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "imp_core", "benchmarks"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown", date
     return commit + ("+dirty" if dirty else ""), date
@@ -86,12 +93,20 @@ class Experiment:
     warmup: bool = True  # False: runs recorded with ``add`` with no warm-up round before them
     merge: bool = False  # True: writing keeps the recorded rows of the cases this run did not measure
 
-    def add(self, case: str, variant: str, run: int, value: float, unit: str = "s", x: float | None = None,
-            **extra: Any) -> None:
+    def add(
+        self, case: str, variant: str, run: int, value: float, unit: str = "s", x: float | None = None, **extra: Any
+    ) -> None:
         self.rows.append(Row(case, variant, run, value, unit, x, extra))
 
-    def measure(self, case: str, variants: dict[str, Callable[[], float | None]], runs: int,
-                warmup: int | None = None, x: float | None = None, unit: str = "s") -> None:
+    def measure(
+        self,
+        case: str,
+        variants: dict[str, Callable[[], float | None]],
+        runs: int,
+        warmup: int | None = None,
+        x: float | None = None,
+        unit: str = "s",
+    ) -> None:
         """Run each variant ``warmup + runs`` times, interleaved; a callable returns its own measured value or None
         to be timed as a whole. ``warmup`` defaults to one round, none in quick mode."""
         if warmup is None:
@@ -134,8 +149,14 @@ class Experiment:
 
     def extra(self, case: str, key: str, variant: str | None = None) -> Any:
         """A recorded extra column of ``case`` (of ``variant``): its first row that has it, or None."""
-        return next((r.extra[key] for r in self.rows if r.case == case and (variant is None or r.variant == variant)
-                     and r.extra.get(key) not in (None, "")), None)
+        return next(
+            (
+                r.extra[key]
+                for r in self.rows
+                if r.case == case and (variant is None or r.variant == variant) and r.extra.get(key) not in (None, "")
+            ),
+            None,
+        )
 
     def unit(self, variant: str) -> str:
         for r in self.rows:
@@ -172,8 +193,20 @@ class Experiment:
             w = csv.writer(f)
             w.writerow([*COLUMNS, *extras])
             for r in self.rows:
-                w.writerow([self.name, r.case, r.variant, r.run, f"{r.value:.6g}", r.unit,
-                            "" if r.x is None else r.x, r.commit, r.date, *[r.extra.get(k, "") for k in extras]])
+                w.writerow(
+                    [
+                        self.name,
+                        r.case,
+                        r.variant,
+                        r.run,
+                        f"{r.value:.6g}",
+                        r.unit,
+                        "" if r.x is None else r.x,
+                        r.commit,
+                        r.date,
+                        *[r.extra.get(k, "") for k in extras],
+                    ]
+                )
         (OUT / f"{self.name}.json").write_text(self.meta_json())
         self.plot()
 
@@ -193,9 +226,19 @@ class Experiment:
         with open(directory / f"{name}.csv", newline="") as f:
             for rec in csv.DictReader(f):
                 extra = {k: v for k, v in rec.items() if k not in COLUMNS and v not in (None, "")}
-                exp.rows.append(Row(rec["case"], rec["variant"], int(rec["run"]), float(rec["value"]),
-                                    rec.get("unit") or "s", float(rec["x"]) if rec.get("x") else None, extra,
-                                    rec.get("commit") or "unknown", rec.get("date") or ""))
+                exp.rows.append(
+                    Row(
+                        rec["case"],
+                        rec["variant"],
+                        int(rec["run"]),
+                        float(rec["value"]),
+                        rec.get("unit") or "s",
+                        float(rec["x"]) if rec.get("x") else None,
+                        extra,
+                        rec.get("commit") or "unknown",
+                        rec.get("date") or "",
+                    )
+                )
         return exp
 
     def plot(self) -> None:
@@ -245,13 +288,23 @@ class Experiment:
         """How the figures were measured, for a table's caption."""
         runs = self.runs_per_case()
         after = " after a warm-up" if self.warmup else ""
-        return (f"median of {runs} runs{after} (min–max)" if self.timed and runs > 1 else
-                "one measurement per case" if not self.timed else "one run per case")
+        return (
+            f"median of {runs} runs{after} (min–max)"
+            if self.timed and runs > 1
+            else "one measurement per case"
+            if not self.timed
+            else "one run per case"
+        )
 
     def caption(self) -> str:
         dates = self.dates()
-        when = f"; measured {dates[0]}" if len(dates) == 1 else \
-            f"; measured {dates[0]} to {dates[-1]} (per row in the CSV)" if dates else ""
+        when = (
+            f"; measured {dates[0]}"
+            if len(dates) == 1
+            else f"; measured {dates[0]} to {dates[-1]} (per row in the CSV)"
+            if dates
+            else ""
+        )
         return f"**{self.title}** — {self.how()}{when}; [CSV](bench/{self.name}.csv), [plot](bench/{self.name}.png)"
 
     def markdown(self, cases: list[str] | None = None, notes: bool = True, variants: list[str] | None = None) -> str:
@@ -259,8 +312,11 @@ class Experiment:
         (min–max), then each ratio's median of per-run ratios."""
         variants = self.variants() if variants is None else variants
         lines = [self.caption(), ""]
-        header = ["case", *[v if v.endswith(f"({self.unit(v)})") else f"{v} ({self.unit(v)})" for v in variants],
-                  *[f"{a}/{b} (median of per-run ratios)" for a, b in self.ratios]]
+        header = [
+            "case",
+            *[v if v.endswith(f"({self.unit(v)})") else f"{v} ({self.unit(v)})" for v in variants],
+            *[f"{a}/{b} (median of per-run ratios)" for a, b in self.ratios],
+        ]
         lines.append("| " + " | ".join(header) + " |")
         lines.append("|" + "---|" * len(header))
         for case in cases if cases is not None else self.cases():

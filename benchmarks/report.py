@@ -26,6 +26,7 @@ def loader(directory: Path) -> Loader:
         if name not in cache:
             cache[name] = Experiment.load(name, directory) if (directory / f"{name}.csv").exists() else None
         return cache[name]
+
     return load
 
 

@@ -103,17 +103,21 @@ View = Full | Wide | Grid | Pivot
 
 def ratio_cell(num_variant: str, den_variant: str) -> Callable[[Experiment, str], str]:
     """A case's median of per-run ratios ``num / den``, as ``12.3x``."""
+
     def cell(exp: Experiment, case: str) -> str:
         r = exp.ratio_median(case, num_variant, den_variant)
         return "" if r is None else f"{r:.3g}x"
+
     return cell
 
 
 def median_cell(variant: str, scale: float = 1.0, unit: str = "") -> Callable[[Experiment, str], str]:
     """A variant's median for a case (times ``scale``, with ``unit``)."""
+
     def cell(exp: Experiment, case: str) -> str:
         m = exp.median(case, variant)
         return "" if m is None else f"{num(m * scale)}{unit}"
+
     return cell
 
 
@@ -147,29 +151,36 @@ class Target:
 
 def median_of(name: str, case: str, variant: str) -> Callable[[Loader], float | None]:
     """The median of ``variant``'s runs of ``case`` in experiment ``name``."""
+
     def figure(load: Loader) -> float | None:
         e = load(name)
         return None if e is None else e.median(case, variant)
+
     return figure
 
 
 def ratio_of(name: str, case: str, num_variant: str, den_variant: str) -> Callable[[Loader], float | None]:
     """The median of the per-run ratios ``num / den`` of ``case`` in experiment ``name``."""
+
     def figure(load: Loader) -> float | None:
         e = load(name)
         return None if e is None else e.ratio_median(case, num_variant, den_variant)
+
     return figure
 
 
-def over_cases(name: str, pattern: str, stat: Callable[[Experiment, str], float | None],
-               combine: Callable[[list[float]], float]) -> Callable[[Loader], float | None]:
+def over_cases(
+    name: str, pattern: str, stat: Callable[[Experiment, str], float | None], combine: Callable[[list[float]], float]
+) -> Callable[[Loader], float | None]:
     """``combine`` (min, max, median, ...) of ``stat`` over the cases matching ``pattern``."""
+
     def figure(load: Loader) -> float | None:
         e = load(name)
         if e is None:
             return None
         got = [v for c in e.cases() if re.search(pattern, c) and (v := stat(e, c)) is not None]
         return combine(got) if got else None
+
     return figure
 
 
@@ -190,5 +201,21 @@ def seconds(v: float) -> str:
     return f"{v:.3g} s"
 
 
-__all__ = ["Full", "Grid", "Loader", "Pivot", "Target", "View", "Wide", "median_cell", "median_of", "ms", "over_cases",
-           "ratio_cell", "ratio_of", "seconds", "spread", "times"]
+__all__ = [
+    "Full",
+    "Grid",
+    "Loader",
+    "Pivot",
+    "Target",
+    "View",
+    "Wide",
+    "median_cell",
+    "median_of",
+    "ms",
+    "over_cases",
+    "ratio_cell",
+    "ratio_of",
+    "seconds",
+    "spread",
+    "times",
+]

@@ -70,8 +70,9 @@ def test_every_row_records_its_run_and_the_csv_reads_back(tmp_path: Path, monkey
     assert back.markdown() == exp.markdown()
 
 
-def test_a_merging_experiment_replaces_only_the_cases_it_measured(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_merging_experiment_replaces_only_the_cases_it_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     first = Experiment("m", "t", merge=True)
     first.add("Q1 10 rows", "IMP", 0, 1.0)
     first.add("Q2 10 rows", "IMP", 0, 2.0)
@@ -81,7 +82,9 @@ def test_a_merging_experiment_replaces_only_the_cases_it_measured(tmp_path: Path
     _write(tmp_path, monkeypatch, again, ("bbbbbbb", "2026-12-01"))
     back = Experiment.load("m", tmp_path)
     assert [(r.case, r.value, r.commit, r.date) for r in back.rows] == [
-        ("Q1 10 rows", 1.0, "aaaaaaa", "2026-11-01"), ("Q2 10 rows", 3.0, "bbbbbbb", "2026-12-01")]
+        ("Q1 10 rows", 1.0, "aaaaaaa", "2026-11-01"),
+        ("Q2 10 rows", 3.0, "bbbbbbb", "2026-12-01"),
+    ]
     plain = Experiment("m", "t")  # without merge a run's CSV is that run alone
     plain.add("Q3 10 rows", "IMP", 0, 4.0)
     _write(tmp_path, monkeypatch, plain, ("ccccccc", "2026-12-02"))

@@ -40,8 +40,9 @@ def test_the_registry_names_every_recorded_experiment_once() -> None:
         assert t.judge(report.loader(BENCH))[1] in ("met", "**missed**"), t.goal
 
 
-def test_regenerating_rewrites_only_the_blocks_and_appends_a_new_one(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_regenerating_rewrites_only_the_blocks_and_appends_a_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bench = tmp_path / "bench"
     bench.mkdir()
     for name in ("skipping", "capture"):

@@ -21,14 +21,25 @@ EXPECTED = [n for s in REGISTRY if s.name != "nightly" for n in (*s.experiments,
 
 def test_quick_harness_writes_every_experiment(tmp_path: Path) -> None:
     out = tmp_path / "out" / "bench"
-    env = dict(os.environ, IMP_BENCH_SCALE="0.1", IMP_BENCH_DATA=str(tmp_path / "data"), IMP_BENCH_OUT=str(out),
-               IMP_HOME=str(tmp_path / "home"), PYSPARK_PYTHON=sys.executable)
+    env = dict(
+        os.environ,
+        IMP_BENCH_SCALE="0.1",
+        IMP_BENCH_DATA=str(tmp_path / "data"),
+        IMP_BENCH_OUT=str(out),
+        IMP_HOME=str(tmp_path / "home"),
+        PYSPARK_PYTHON=sys.executable,
+    )
     env.pop("IMP_CATALOG_URL", None)
     # every suite but "nightly" (minutes of spark-submit and Airflow runs even when tiny; run by hand)
     suites = [s for s in SUITES if s != "nightly"]
-    done = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--runs", "1", "--only", *suites], env=env,
-                          cwd=Path(__file__)
-                          .resolve().parent.parent, capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--runs", "1", "--only", *suites],
+        env=env,
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     doc = (out.parent / "BENCHMARKS.md").read_text()
     for name in EXPECTED:

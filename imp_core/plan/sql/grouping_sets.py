@@ -67,8 +67,9 @@ def rolled_up(e: Expr, absent: list[Expr]) -> Expr:
     return substitute(out, {v: k for k, v in hold.items()})
 
 
-def grouping_values(groupings: dict[str, tuple[str, tuple[Expr, ...]]], keys: list[Expr], present: list[int]
-                    ) -> dict[Expr, Expr]:
+def grouping_values(
+    groupings: dict[str, tuple[str, tuple[Expr, ...]]], keys: list[Expr], present: list[int]
+) -> dict[Expr, Expr]:
     """The constants ``GROUPING(k)`` (1 when ``k`` is rolled up in this set, else 0) and ``GROUPING_ID(k1, ..., kn)``
     (those bits, ``k1`` the most significant; all GROUP BY expressions when none are given) take in the set of
     ``keys`` at indexes ``present``, keyed by their placeholder columns.

@@ -1,9 +1,9 @@
-"""``python -m benchmarks [--quick] [--only NAME ...] [--runs N]``: run the benchmark suite.
+"""``python -m benchmarks [--quick] [--only NAME ...] [--runs N] [--report]``: run the benchmark suite.
 
-Writes docs/bench/<experiment>.csv and .png and regenerates the tables in docs/BENCHMARKS.md. ``make bench`` runs
-everything at full scale (about six hours on 2 cores: TPC-H about 40 min, the microbenchmarks about 1.5 h, top-k
-about 45 min, the strategies about 2.5 h, of which the mixed workload's grid takes 30 min and its 1,000-operation
-case 1.5 h); ``make bench-quick`` runs every experiment at a small scale.
+Each suite (``benchmarks/registry.py``) writes docs/bench/<experiment>.csv, .json and .png, and docs/BENCHMARKS.md is
+regenerated from the CSVs after every experiment. ``make bench`` runs every suite at full scale (about ten hours on 2
+cores, the durations in the registry); ``make bench-quick`` runs every suite at a small scale; ``--report`` only
+regenerates the document from the CSVs (``make bench-report``).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import importlib
 import sys
 import time
 
-from benchmarks import harness
+from benchmarks import harness, report
+from benchmarks.registry import SUITES as REGISTRY
 
-SUITES = ["engine", "skipping", "floor", "skew", "mixed_layout", "maintenance", "tpch", "topk", "strategies",
-          "lakehouse", "nightly", "engine_v2", "tpch22", "scale", "state_store", "state_parts"]
+SUITES = [s.name for s in REGISTRY]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="small scale, for CI smoke tests and a first look")
     p.add_argument("--only", nargs="*", choices=SUITES, help="run only these suites")
     p.add_argument("--runs", type=int, default=None, help="measured runs per case (default 5, quick 3)")
+    p.add_argument("--report", action="store_true", help="only regenerate docs/BENCHMARKS.md from docs/bench/*.csv")
     args = p.parse_args(argv)
+    if args.report:
+        report.refresh()
+        print(f"regenerated {harness.DOC} from {harness.OUT}/*.csv")
+        return 0
     runs = args.runs or (3 if args.quick else 5)
     harness.QUICK = args.quick
     for name in args.only or SUITES:
@@ -33,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {name} ({'quick' if args.quick else 'full'}, {runs} runs)", flush=True)
         for exp in module.run(quick=args.quick, runs=runs):
             exp.write()
+            report.refresh()
             print(exp.markdown(), flush=True)
             print(flush=True)
         print(f"== {name} done in {time.perf_counter() - t0:.0f} s", flush=True)

@@ -163,8 +163,9 @@ def tpch(scale: float = 1.0) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         for i, batch in enumerate(source.iter_batches(batch_size=500_000)):
             part = pa.Table.from_batches([batch]).cast(schema)
-            write_deltalake(str(tmp), part, mode="overwrite" if i == 0 else "append",
-                            configuration=CDF if i == 0 else None)
+            write_deltalake(
+                str(tmp), part, mode="overwrite" if i == 0 else "append", configuration=CDF if i == 0 else None
+            )
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)
         _base_version_file(path).write_text(str(DeltaTable(str(path)).version()))

@@ -7,7 +7,8 @@ aggregation state as whole frames rewritten per batch, top-k input re-sorted per
 * ``engine_v2_batch``: the in-memory pipeline of ``benchmarks.engine`` (10M rows, 5K groups, 1,000 fragments), a
   batch of 10, 1,000 and 100K rows: v1, v2 and v2 with the change-feed read;
 * ``engine_v2_groups``: Q_groups' aggregation driven directly (``benchmarks.group_state``) at 5K, 500K and 10M
-  groups: 1,000-row batches, then capture, save and load times and state size, per engine;
+  groups: 1,000-row batches, then capture, save and load times and state size (variants ``v2 save`` etc.), per
+  engine;
 * ``engine_v2_q18h``: TPC-H SF1 Q18h (the HAVING part of Q18, 1.5M groups) in memory over lineitem, 1,000-row
   batches (500 deletes of line items, 500 inserted copies);
 * ``engine_v2_q_groups``: Q_groups with 5K groups through Spark and the Delta change feed, IMP v1, IMP v2 and FM
@@ -83,9 +84,10 @@ def groups_experiment(quick: bool, batches: int) -> Experiment:
             r = got[state]
             for i, t in enumerate(r["times"]):  # type: ignore[arg-type]
                 exp.add(f"{n:,} groups", engine_name, i, t)
-            exp.notes.append(f"- {n:,} groups, {engine_name}: capture {r['capture']:.2f} s, save {r['save']:.2f} s, "
-                             f"load {r['load']:.2f} s, in memory {r['memory']:.1f} MB (groups and F_g), saved "
-                             f"{r['mb']:.1f} MB")
+            # the state's own figures, one measurement each: capture, save and load times, groups and F_g in memory
+            for what, key, unit in (("capture", "capture", "s"), ("save", "save", "s"), ("load", "load", "s"),
+                                    ("in memory", "memory", "MB"), ("saved", "mb", "MB")):
+                exp.add(f"{n:,} groups", f"{engine_name} {what}", 0, float(r[key]), unit)  # type: ignore[arg-type]
     return exp
 
 

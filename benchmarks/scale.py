@@ -38,7 +38,7 @@ BUDGETS = {"memory": "64g", "external": "512m", "outside": "0"}
 SMALL_BUDGET = "64m"  # below SF10 the external path needs a smaller budget to put the largest aggregation outside
 SCALE = Experiment("scale", "Tables of any size: IMP (lazy maintenance) against FM (a recapture) through the service, "
                    "per change size, with the peak RSS of the driver's Python process and of the Spark JVM",
-                   ratios=[("FM", "IMP")], log_x=True, x_label="changed rows", warmup=False)
+                   ratios=[("FM", "IMP")], log_x=True, x_label="changed rows", warmup=False, merge=True)
 
 
 def run(quick: bool = False, runs: int = 1) -> list[Experiment]:
@@ -55,7 +55,8 @@ def run(quick: bool = False, runs: int = 1) -> list[Experiment]:
                          f"peak RSS {peaks['jvm'] / 1024:.0f} MB)")
             print(f"   {label}: {out['error']}", flush=True)
             continue
-        SCALE.add(f"{label} capture", "FM", 0, out["capture_s"])
+        SCALE.add(f"{label} capture", "FM", 0, out["capture_s"], driver_mb=round(peaks["python"] / 1024),
+                  jvm_mb=round(peaks["jvm"] / 1024))
         for r in out["sizes"]:
             case = f"{label} {r['rows']:,} rows"
             SCALE.add(case, "IMP", 0, r["imp_s"], x=r["rows"], exact=r["exact"], placement=out["placement"])

@@ -275,7 +275,7 @@ def run(quick: bool = False, runs: int = 5):  # noqa: ANN201
     sizes = [100] if quick else [int(x) for x in os.environ.get("IMP_BENCH_TPCH22_SIZES", "10,100,1000").split(",")]
     kinds = ["mixed"] if quick else ["insert", "delete", "mixed"]
     exp = Experiment("tpch22", f"TPC-H SF{scale:g}, all 22 queries: IMP vs FM, changes to the largest table read",
-                     ratios=[("FM", "IMP")], log_y=True, y_label="seconds", warmup=not quick)
+                     ratios=[("FM", "IMP")], log_y=True, y_label="seconds", warmup=not quick, merge=True)
     outcomes: list[Outcome] = []
     queries = {**QUERIES, **RANKINGS}
     last = list(queries)[-1]

@@ -124,7 +124,7 @@ def generate(rows: int, groups: int, seed: int = 7) -> pa.Table:
     """The paper's synthetic table shape: ``a`` uniform over the groups, other columns linear in ``a`` plus noise."""
     rng = np.random.default_rng(seed)
     a = np.sort(rng.integers(0, groups, rows))  # clustered on a: files hold narrow ranges of a
-    cols = {"id": np.arange(rows, dtype=np.int64), "a": a.astype(np.int64)}
+    cols: dict[str, np.ndarray] = {"id": np.arange(rows, dtype=np.int64), "a": a.astype(np.int64)}
     for i, name in enumerate("bcdef"):
         cols[name] = (a * (i + 1) * 0.5 + rng.normal(0, 50, rows)).round(2)
     return pa.table(cols)

@@ -39,8 +39,9 @@ class PlanError(ImpError):
 
     exit_code = 3
 
-    def __init__(self, message: str, *, line: int | None = None, column: int | None = None,
-                 snippet: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, line: int | None = None, column: int | None = None, snippet: str | None = None
+    ) -> None:
         super().__init__(message)
         self.line = line
         self.column = column

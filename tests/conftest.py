@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+from hypothesis import settings
 
 from imp_core.config import Settings
 
@@ -27,6 +28,10 @@ if TYPE_CHECKING:
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+# `make unit` loads this profile (--hypothesis-profile=unit): each property test runs a share of its examples
+# (tests/engine/generators.py, PROFILE_SHARE); the full suite runs the default profile, every example.
+settings.register_profile("unit", settings.get_profile("default"))
 
 
 @pytest.fixture(scope="session")

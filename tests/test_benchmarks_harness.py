@@ -1,7 +1,10 @@
-"""The benchmark harness's bookkeeping: ratios pair runs, tables say how they were measured, hand-written text stays."""
+"""The benchmark harness's bookkeeping: ratios pair runs, tables say how they were measured, every row records its
+run's commit and date, a merging experiment keeps the cases it did not measure, and a CSV reads back as it was."""
 
 from __future__ import annotations
 
+import csv
+import re
 from pathlib import Path
 
 import pytest
@@ -39,13 +42,50 @@ def test_quick_mode_measures_without_a_warm_up(quick: bool, monkeypatch: pytest.
     assert ("after a warm-up" in exp.markdown()) is not quick
 
 
-def test_update_doc_replaces_only_the_generated_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    doc = tmp_path / "BENCHMARKS.md"
-    doc.write_text("# B\n\nhand text\n\n<!-- bench:x -->\nold table\n<!-- /bench:x -->\n\nreading notes\n")
-    monkeypatch.setattr(harness, "DOC", doc)
-    harness.update_doc("x", "new table")
-    text = doc.read_text()
-    assert "old table" not in text and "new table" in text
-    assert text.startswith("# B\n\nhand text\n") and text.endswith("reading notes\n")
-    harness.update_doc("y", "another")  # a new experiment is appended with its own markers
-    assert doc.read_text().rstrip().endswith("<!-- bench:y -->\nanother\n<!-- /bench:y -->")
+def test_provenance_is_this_checkout_and_today() -> None:
+    commit, date = harness.provenance()
+    assert re.fullmatch(r"[0-9a-f]{7,}(\+dirty)?", commit), commit
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", date)
+
+
+def _write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exp: Experiment, provenance: tuple[str, str]) -> None:
+    monkeypatch.setattr(harness, "OUT", tmp_path)
+    monkeypatch.setattr(harness, "provenance", lambda: provenance)
+    exp.write()
+
+
+def test_every_row_records_its_run_and_the_csv_reads_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    exp = Experiment("x", "a title", ratios=[("FM", "IMP")], warmup=False, notes=["- a note"])
+    exp.add("10 rows", "IMP", 0, 0.5, x=10, exact=True)
+    exp.add("10 rows", "FM", 0, 5.0, x=10)
+    _write(tmp_path, monkeypatch, exp, ("abc1234", "2026-12-01"))
+    with open(tmp_path / "x.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["commit"], r["date"]) for r in rows] == [("abc1234", "2026-12-01")] * 2
+    assert (tmp_path / "x.png").stat().st_size > 1000
+    back = Experiment.load("x", tmp_path)
+    assert (back.title, back.ratios, back.warmup, back.notes) == ("a title", [("FM", "IMP")], False, ["- a note"])
+    assert back.ratio_median("10 rows", "FM", "IMP") == 10.0
+    assert back.extra("10 rows", "exact") == "True" and back.dates() == ["2026-12-01"]
+    assert back.markdown() == exp.markdown()
+
+
+def test_a_merging_experiment_replaces_only_the_cases_it_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = Experiment("m", "t", merge=True)
+    first.add("Q1 10 rows", "IMP", 0, 1.0)
+    first.add("Q2 10 rows", "IMP", 0, 2.0)
+    _write(tmp_path, monkeypatch, first, ("aaaaaaa", "2026-11-01"))
+    again = Experiment("m", "t", merge=True)
+    again.add("Q2 10 rows", "IMP", 0, 3.0)
+    _write(tmp_path, monkeypatch, again, ("bbbbbbb", "2026-12-01"))
+    back = Experiment.load("m", tmp_path)
+    assert [(r.case, r.value, r.commit, r.date) for r in back.rows] == [
+        ("Q1 10 rows", 1.0, "aaaaaaa", "2026-11-01"),
+        ("Q2 10 rows", 3.0, "bbbbbbb", "2026-12-01"),
+    ]
+    plain = Experiment("m", "t")  # without merge a run's CSV is that run alone
+    plain.add("Q3 10 rows", "IMP", 0, 4.0)
+    _write(tmp_path, monkeypatch, plain, ("ccccccc", "2026-12-02"))
+    assert Experiment.load("m", tmp_path).cases() == ["Q3 10 rows"]

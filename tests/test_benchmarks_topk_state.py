@@ -11,4 +11,8 @@ def test_topk_state_benchmark_prints_every_case(capsys: pytest.CaptureFixture[st
     assert topk_state.main(["--sizes", "3000", "--batches", "3"]) == 0  # each case asserts its final top-10
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "3,000" in line]
     assert [(r.split(" | ")[0], r.split(" | ")[2]) for r in rows] == [
-        ("| random", "old"), ("| random", "indexed"), ("| top-heavy", "old"), ("| top-heavy", "indexed")]
+        ("| random", "old"),
+        ("| random", "indexed"),
+        ("| top-heavy", "old"),
+        ("| top-heavy", "indexed"),
+    ]

@@ -41,8 +41,9 @@ def test_top_n_per_group_queries_register(name: str, column: str) -> None:
     build(plan, outcome.column)
 
 
-@pytest.mark.parametrize(("name", "table"), [("Q13", "orders"), ("Q16", "supplier"), ("Q22", "orders"),
-                                              ("Q21", "lineitem")])
+@pytest.mark.parametrize(
+    ("name", "table"), [("Q13", "orders"), ("Q16", "supplier"), ("Q22", "orders"), ("Q21", "lineitem")]
+)
 def test_the_negated_side_is_never_the_sketch(name: str, table: str) -> None:
     """The table read by NOT EXISTS / NOT IN or padded by an outer join: a sketch there would drop rows that keep
     others out."""
@@ -65,8 +66,13 @@ def _read(path: Path) -> pa.Table:
 
 def test_partsupp_changes_keep_keys_unique_and_suppliers_existing(tmp_path: Path) -> None:
     parts, suppliers = np.repeat(np.arange(1, 51), 4), np.tile(np.arange(1, 5), 50) + np.repeat(np.arange(50) % 6, 4)
-    table = pa.table({"ps_partkey": pa.array(parts, pa.int64()), "ps_suppkey": pa.array(suppliers, pa.int64()),
-                      "ps_availqty": pa.array(np.arange(200), pa.int64())})
+    table = pa.table(
+        {
+            "ps_partkey": pa.array(parts, pa.int64()),
+            "ps_suppkey": pa.array(suppliers, pa.int64()),
+            "ps_availqty": pa.array(np.arange(200), pa.int64()),
+        }
+    )
     _write(tmp_path / "partsupp", table)
     changes = TableChanges("partsupp", tmp_path / "partsupp")
     changes.commit(20, "mixed")
@@ -79,8 +85,12 @@ def test_partsupp_changes_keep_keys_unique_and_suppliers_existing(tmp_path: Path
 
 
 def test_lineitem_inserts_keep_the_order_and_get_fresh_line_numbers(tmp_path: Path) -> None:
-    table = pa.table({"l_orderkey": pa.array(np.repeat(np.arange(1, 21), 3), pa.int64()),
-                      "l_linenumber": pa.array(np.tile(np.arange(1, 4), 20), pa.int64())})
+    table = pa.table(
+        {
+            "l_orderkey": pa.array(np.repeat(np.arange(1, 21), 3), pa.int64()),
+            "l_linenumber": pa.array(np.tile(np.arange(1, 4), 20), pa.int64()),
+        }
+    )
     _write(tmp_path / "lineitem", table)
     changes = TableChanges("lineitem", tmp_path / "lineitem")
     changes.commit(10, "delete")

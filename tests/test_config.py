@@ -21,8 +21,9 @@ def test_switches_and_sizes() -> None:
     assert not any([Optimizations.parse("none").partner_index, Optimizations.parse("none").join_key_pushdown])
 
 
-@pytest.mark.parametrize("text, named", [("-partner", "'partner'"), ("partner_rows=many", "partner_rows"),
-                                         ("rows=5", "'rows'")])
+@pytest.mark.parametrize(
+    "text, named", [("-partner", "'partner'"), ("partner_rows=many", "partner_rows"), ("rows=5", "'rows'")]
+)
 def test_bad_settings_name_what_is_wrong(text: str, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         Optimizations.parse(text)

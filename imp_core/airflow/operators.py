@@ -97,9 +97,9 @@ class ImpSparkSubmitOperator(SparkSubmitOperator):
             try:
                 super().execute(context)
             except BaseException:
-                tasks.report_job(self.application_args, self.imp_catalog_conn_id)
+                tasks.report_job(self.application_args or [], self.imp_catalog_conn_id)
                 raise
-        return tasks.report_job(self.application_args, self.imp_catalog_conn_id)
+        return tasks.report_job(self.application_args or [], self.imp_catalog_conn_id)
 
     def _get_hook(self) -> Any:
         """The provider's hook, refusing cluster deploy mode before anything is submitted.

@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.base_auth_manager import ResourceMethod
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 from airflow.api_fastapi.core_api.security import GetUserDep
 from airflow.models.dag import DagModel
@@ -53,7 +54,7 @@ TRIGGER_DAG = "imp_maintain_on_demand"
 # -- authorization ---------------------------------------------------------------------------------------------------
 
 
-def _dag_allowed(user: Any, method: str, dag_id: str, entity: Any = None) -> bool:
+def _dag_allowed(user: Any, method: ResourceMethod, dag_id: str, entity: Any = None) -> bool:
     try:
         team = DagModel.get_team_name(dag_id)
     except Exception:  # noqa: BLE001 - no team lookup possible: ask without one
@@ -62,7 +63,7 @@ def _dag_allowed(user: Any, method: str, dag_id: str, entity: Any = None) -> boo
                                                      details=DagDetails(id=dag_id, team_name=team), user=user))
 
 
-def _view_allowed(user: Any, method: str) -> bool:
+def _view_allowed(user: Any, method: ResourceMethod) -> bool:
     return bool(get_auth_manager().is_authorized_custom_view(method=method, resource_name=RESOURCE_NAME, user=user))
 
 

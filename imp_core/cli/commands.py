@@ -198,7 +198,7 @@ def sketch_maintain(args: argparse.Namespace, service: SketchService) -> int:
             extra = f"; recaptured because {r['recaptured']}" if r["recaptured"] else ""
             print(f"sketch {r['name']}: committed version(s) {r['versions']} from {r['delta_rows']} change rows"
                   f"{extra}")
-            print("  " + fragments_line(service.describe(r["name"])["partitions"]))
+            print("  " + fragments_line(service.describe(str(r["name"]))["partitions"]))
 
     return emit(args, out if args.all else out[0], text)
 

@@ -50,7 +50,7 @@ def settings_options(*, spark_master: bool = True) -> OneLineParser:
     return p
 
 
-def settings_from(args: argparse.Namespace, warn: Callable[[str], None]) -> Settings:
+def settings_from(args: argparse.Namespace, warn: Callable[[str], object]) -> Settings:
     """Settings from the environment with the flags of :func:`settings_options` over them.
 
     A password given with ``--catalog-url`` is visible to other local users (and in Spark's and Airflow's logs):

@@ -26,7 +26,7 @@ from imp_core.errors import StateError
 from imp_core.plan.nodes import Plan, Scan
 from imp_core.sketch.partition import Partition, PartitionSet
 
-FRAG_DTYPE = pl.UInt32
+FRAG_DTYPE = pl.UInt32()
 SMALL_BATCH = 32_768  # up to this many rows NumPy's sorts beat polars' (parallel) group-bys on this machine
 SET_DTYPE = pl.List(pl.UInt32)
 
@@ -271,7 +271,7 @@ class AnnotationLayout:
 
     @classmethod
     def of(cls, plan: Plan, partitions: PartitionSet) -> AnnotationLayout:
-        out = []
+        out: list[ScanAnnotation] = []
         for scan in plan.scans():
             part = partitions.get(scan.table)
             if part is not None:

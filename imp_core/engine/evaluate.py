@@ -240,7 +240,7 @@ class PolarsCompiler:
             v = self.to(value, t)
             chain = pl.when(c).then(v) if chain is None else chain.when(c).then(v)
         default = self.to(e.default, t) if e.default is not None else pl.lit(None, dtype=value_type(t))
-        return chain.otherwise(default) if chain is not None else default  # type: ignore[union-attr]
+        return chain.otherwise(default) if chain is not None else default
 
     # -- casts --------------------------------------------------------------------------------------------------------
 

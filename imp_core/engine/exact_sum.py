@@ -76,12 +76,9 @@ def split_contributions(values: list[np.ndarray], mult: np.ndarray, group_hash: 
         for p in prods:
             np.maximum.at(largest, gid, np.abs(p))
         sigma = (np.exp2(np.ceil(np.log2(largest))) * grow)[gid]
-        ok: np.ndarray | None = np.isfinite(sigma) & (sigma > 0)
-        s1 = sigma
-        if ok.all():  # type: ignore[union-attr]
-            ok = None
-        else:
-            s1 = np.where(ok, sigma, 0.0)
+        finite = np.isfinite(sigma) & (sigma > 0)
+        ok: np.ndarray | None = None if finite.all() else finite
+        s1 = sigma if ok is None else np.where(ok, sigma, 0.0)
         s2 = s1 * (_ULP * grow)
         out = []
         for i, p in enumerate(prods):

@@ -46,9 +46,9 @@ class GroupStore(Protocol):
         Visible to the next :meth:`fetch`."""
         ...
 
-    def load(self, frames: Mapping[str, pl.DataFrame]) -> None:
+    def load(self, frames: Mapping[str, pl.DataFrame | None]) -> None:
         """Replace the whole state by ``frames`` (a capture computed in this process, or state moved out of
-        memory)."""
+        memory; a component missing or None is empty)."""
         ...
 
     def contents(self) -> Iterator[dict[str, pl.DataFrame]]:
@@ -108,7 +108,7 @@ class ExternalOperator:
         memory, tests)."""
         raise NotImplementedError
 
-    def take_state(self, meta: Mapping[str, Any], stored: Mapping[str, pl.DataFrame] | None) -> None:
+    def take_state(self, meta: Mapping[str, Any], stored: Mapping[str, pl.DataFrame | None] | None) -> None:
         """Take over saved state: ``stored`` (every component's rows: state moved out of memory, or relabeled by a
         repartition) written into the store, else the store reference ``meta`` names (bound later by the maintenance
         driver).
@@ -148,7 +148,7 @@ class MemoryGroupStore:
 
     def fetch_where(self, keys: pl.DataFrame) -> dict[str, pl.DataFrame]:
         types = self._key_types()
-        wanted = keys.cast({k: types[k] for k in keys.columns}).unique()  # type: ignore[arg-type]
+        wanted = keys.cast({k: types[k] for k in keys.columns}).unique()
         return {name: df.join(wanted, on=list(keys.columns), how="semi", nulls_equal=True)
                 for name, df in self.frames.items()}
 
@@ -162,7 +162,7 @@ class MemoryGroupStore:
             self.frames[name] = kept
         self.writes += 1
 
-    def load(self, frames: Mapping[str, pl.DataFrame]) -> None:
+    def load(self, frames: Mapping[str, pl.DataFrame | None]) -> None:
         for name, schema in self.schemas.items():
             df = frames.get(name)
             self.frames[name] = pl.DataFrame(schema=schema) if df is None else \
@@ -189,7 +189,7 @@ def warm_stores(operators: Sequence[ExternalOperator]) -> threading.Thread | Non
     """Warm the stores of ``operators`` (:meth:`GroupStore.warm`) in another thread, deepest first (their fetches
     come first in a pass), while the pass works below them; join it when the pass ends. A store that fails to warm is
     left alone: its fetch reports the error."""
-    ops = sorted(operators, key=lambda o: -o.op_id.count("."))  # type: ignore[attr-defined]
+    ops = sorted(operators, key=lambda o: -o.op_id.count("."))
     stores = [op.store for op in ops if getattr(op, "store", None) is not None]
     if not stores:
         return None

@@ -14,14 +14,14 @@ import polars as pl
 try:  # polars' own constructors, the steps ``pl.Series``/``pl.DataFrame`` end in after input handling of ~5-20 us
     from polars.datatypes.constructor import numpy_type_to_constructor
 except ImportError:  # pragma: no cover - another polars layout: pl.Series does it all
-    numpy_type_to_constructor = None
+    numpy_type_to_constructor = None  # type: ignore[assignment]
 try:
     from polars._plr import PyDataFrame
 except ImportError:  # pragma: no cover - polars 1.x
     try:
-        from polars.polars import PyDataFrame
+        from polars.polars import PyDataFrame  # type: ignore[no-redef]
     except ImportError:
-        PyDataFrame = None
+        PyDataFrame = None  # type: ignore[assignment,misc]
 
 _PLAIN = {np.dtype(t): d for t, d in [
     (np.int8, pl.Int8), (np.int16, pl.Int16), (np.int32, pl.Int32), (np.int64, pl.Int64), (np.uint8, pl.UInt8),

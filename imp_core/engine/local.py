@@ -52,7 +52,8 @@ class LocalBackend:
         if isinstance(op, UnionOp):
             return op.combine([op.process(rows, i) for i, rows in enumerate(inputs)])
         if isinstance(op, AntiJoinOp):  # a fresh operator fed both inputs whole: its output is the whole result
-            return op.process(*inputs)
+            left, right = inputs
+            return op.process(left, right)
         if isinstance(op, StatefulOperator) or not isinstance(op, UnaryOperator):
             raise UnsupportedError(f"{type(node).__name__} reads operator state; its contents must come with the "
                                    f"relation")

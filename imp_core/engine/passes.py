@@ -115,6 +115,8 @@ class TreePass:
         """The delta of a join's (or anti join's) output from its inputs' deltas; a capture of an anti join starts
         its state from both inputs whole (an external one on the backend, where it can)."""
         left, right = stage.inputs
+        dl: pl.DataFrame | None
+        dr: pl.DataFrame | None
         if self.capture and isinstance(op, AntiJoinOp):
             if isinstance(op, ExternalOperator) and (kept := self._capture_anti_join(stage)) is not None:
                 return kept
@@ -207,7 +209,7 @@ class TreePass:
         if found is None:
             return None
         rel, roots = found
-        op.reset()
+        op.reset()  # type: ignore[attr-defined]
         if not self.backend.capture_external(rel, op, self.versions):
             return None
         op.bind(op.store)
@@ -328,8 +330,8 @@ class TreePass:
         wanted = wanted.drop_nulls().unique()
         return self._rows_for(stage, wanted) if wanted.height else None
 
-    def _rows_for(self, stage: Stage, wanted: pl.DataFrame) -> pl.DataFrame | None:
-        wanted = _typed_as(wanted, stage)
+    def _rows_for(self, stage: Stage, keys: pl.DataFrame) -> pl.DataFrame | None:
+        wanted = _typed_as(keys, stage)
         if wanted is None:
             return None
         cols = tuple(wanted.columns)

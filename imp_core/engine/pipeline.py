@@ -10,7 +10,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import polars as pl
@@ -72,6 +72,16 @@ def external_candidates(plan: Plan) -> frozenset[str]:
     return frozenset(path for path, node in node_paths(plan) if can_be_external(node))
 
 
+class _Options(TypedDict):
+    """The optimizations a pipeline hands to every operator it builds (and to the pipelines made from it)."""
+
+    topk_buffer: int
+    minmax_buffer: int
+    join_caching: JoinCaching | None
+    topk_index: bool
+    agg_index: bool
+
+
 class Pipeline:
     """Incremental operators for ``plan`` under ``partitions``, plus the merge μ at the root."""
 
@@ -96,8 +106,8 @@ class Pipeline:
         self.annotations = AnnotationLayout.of(plan, partitions)
         # which operators decide membership conservatively from order-dependent float sums (refuses unsound shapes)
         self.order_dependence = OrderDependence(plan)
-        self._options = dict(topk_buffer=topk_buffer, minmax_buffer=minmax_buffer, join_caching=join_caching,
-                             topk_index=topk_index, agg_index=agg_index)
+        self._options = _Options(topk_buffer=topk_buffer, minmax_buffer=minmax_buffer, join_caching=join_caching,
+                                 topk_index=topk_index, agg_index=agg_index)
         self._built: dict[int, Stage] = {}
         self.root = self._build(plan, "r")
         self.operators: dict[str, Operator] = {s.path: s.op for s in self.stages()}
@@ -173,7 +183,7 @@ class Pipeline:
     def external_operators(self) -> list[ExternalOperator]:
         """The operators whose state lives in a store outside the process, by operator id."""
         return sorted((op for op in self.operators.values() if isinstance(op, ExternalOperator)),
-                      key=lambda o: o.op_id)  # type: ignore[attr-defined]
+                      key=lambda o: o.op_id)
 
     def bind_stores(self, store_of: Callable[[ExternalOperator], GroupStore]) -> None:
         """Give every external operator its store (``store_of(operator)``)."""
@@ -195,12 +205,14 @@ class Pipeline:
                     op.bind(old.store)
                     continue
                 op.bind(store_of(op))
-                op.set_state_frames(*old.state_frames())  # type: ignore[attr-defined]
+                meta, frames = old.state_frames()
+                op.set_state_frames(meta, dict(frames))
             elif isinstance(old, ExternalOperator):
                 meta, _ = old.state_frames()
                 op.set_state_frames({k: v for k, v in meta.items() if k != "external"}, old.whole_frames())
             else:
-                op.set_state_frames(*old.state_frames())
+                meta, frames = old.state_frames()
+                op.set_state_frames(meta, dict(frames))
         return new
 
     def stateful(self) -> list[StatefulOperator]:

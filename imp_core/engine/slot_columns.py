@@ -31,7 +31,7 @@ def take(s: pl.Series, rows: np.ndarray, missing: np.ndarray | None = None) -> p
     if s.null_count() or not s.len() or not numpy_layout(s.dtype):
         idx = pl.Series("__i", rows, dtype=pl.Int64)
         if missing is not None and missing.any():
-            idx = idx.set(pl.Series(missing), None)  # type: ignore[arg-type]
+            idx = idx.set(pl.Series(missing), None)
         return s.gather(idx)
     values = s.to_numpy()
     if values.dtype.kind in "mM":
@@ -47,7 +47,7 @@ def nullable_index(slots: np.ndarray) -> pl.Series:
     """Slots as a polars gather index; -1 becomes NULL (a gather yields a NULL row there)."""
     idx = pl.Series("__i", slots, dtype=pl.Int64)
     missing = slots < 0
-    return idx.set(pl.Series(missing), None) if missing.any() else idx  # type: ignore[arg-type]
+    return idx.set(pl.Series(missing), None) if missing.any() else idx
 
 
 class Gather:
@@ -74,7 +74,7 @@ class SlotColumns:
         self.size = 0
         self.capacity = 0
         self.cols = {n: pl.Series(n, [], dtype=t) for n, t in self.schema.items() if n not in self.dense}
-        self.arrays = {n: np.zeros(0, dtype=_numpy_type(self.schema[n])) for n in self.dense}
+        self.arrays: dict[str, np.ndarray] = {n: np.zeros(0, dtype=_numpy_type(self.schema[n])) for n in self.dense}
 
     def gather(self, slots: np.ndarray, names: list[str] | None = None) -> pl.DataFrame:
         """The rows at ``slots``; NULL rows where a slot is -1."""

@@ -24,6 +24,7 @@ allocated once. See docs/ARCHITECTURE.md, "State and versions".
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -455,7 +456,7 @@ def check_frames(frames: Mapping[str, Frame | Parts], expected: Mapping[str, Fra
             continue
         got = frames[name]
         if isinstance(got, (Chunk, Parts)):
-            out[name] = got.checked(lambda df, n=name, s=shape: conform(df, s, n, where))
+            out[name] = got.checked(functools.partial(conform, shape=shape, name=name, where=where))
         else:
             out[name] = conform(got, shape, name, where)
     return out
@@ -473,6 +474,6 @@ def conform(got: pl.DataFrame, shape: pl.DataFrame, name: str, where: str) -> pl
     if got.schema == shape.schema:
         return got
     try:
-        return got.cast(dict(shape.schema), strict=True)
+        return got.cast(shape.schema, strict=True)
     except (pl.exceptions.PolarsError, TypeError, ValueError) as e:
         raise StateError(f"{where}: saved frame {name!r} has values of the wrong type; recapture the sketch") from e

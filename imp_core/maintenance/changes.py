@@ -21,8 +21,14 @@ def used_columns(plan: Plan, table: str) -> list[str]:
     return cols
 
 
-def read_changes(source: DeltaSource, plan: Plan, after: int, upto: int, opts: Optimizations | None = None,
-                 feeds: ChangeFeeds | None = None) -> pl.DataFrame:
+def read_changes(
+    source: DeltaSource,
+    plan: Plan,
+    after: int,
+    upto: int,
+    opts: Optimizations | None = None,
+    feeds: ChangeFeeds | None = None,
+) -> pl.DataFrame:
     """Change rows of ``(after, upto]`` (plain column names, ``__mult``, ``__version``), through ``feeds`` when a
     grouped job shares its tables' change feeds."""
     opts = opts or Optimizations()

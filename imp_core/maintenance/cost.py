@@ -48,8 +48,9 @@ def estimate(parts: Parts, loaded: LoadedSketch, latest: VersionRecord,
     duration recorded, or change row counts the Delta log does not give)."""
     versions = parts.catalog.versions(loaded.record.id)
     capture = next((v for v in reversed(versions) if v.method in CAPTURES and v.duration_ms), None)
-    if capture is None:
+    if capture is None or not capture.duration_ms:
         return None
+    capture_s = capture.duration_ms / 1000
     rows = 0
     for table, source in loaded.sources.items():
         after, upto = latest.table_versions.get(table, -1), target[table]
@@ -63,7 +64,7 @@ def estimate(parts: Parts, loaded: LoadedSketch, latest: VersionRecord,
     fixed, per_row = fit([v for v in versions if v.method == "incremental"][-HISTORY:],
                          PRIORS["external" if external else "memory"])
     growth = _growth(loaded, capture, target)
-    return Estimate(rows, fixed + per_row * rows, capture.duration_ms / 1000 * growth)
+    return Estimate(rows, fixed + per_row * rows, capture_s * growth)
 
 
 def fit(history: Sequence[VersionRecord], prior: tuple[float, float]) -> tuple[float, float]:

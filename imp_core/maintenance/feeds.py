@@ -54,8 +54,7 @@ class ChangeFeeds:
         self.reads: Counter[str] = Counter()
         self._planned: dict[tuple[str, str], _Planned] = {}
 
-    def plan(self, source: DeltaSource, after: int, upto: int, columns: Iterable[str] | None,
-             sketch: str = "") -> None:
+    def plan(self, source: DeltaSource, after: int, upto: int, columns: Iterable[str] | None, sketch: str = "") -> None:
         """Record that a sketch will read versions ``(after, upto]`` of ``source`` (``columns``; None: all)."""
         if upto <= after:
             return
@@ -75,8 +74,9 @@ class ChangeFeeds:
         """Tables planned for by more than one sketch, with how many sketches share each read."""
         return {name: len(p.sketches) for (name, _), p in self._planned.items() if len(p.sketches) > 1}
 
-    def changes(self, source: DeltaSource, after: int, upto: int, columns: list[str] | None = None,
-                predicate: str | None = None) -> pa.Table:
+    def changes(
+        self, source: DeltaSource, after: int, upto: int, columns: list[str] | None = None, predicate: str | None = None
+    ) -> pa.Table:
         """``source.changes(after, upto, columns, predicate)``, served from the table's shared read when it covers
         the request (``predicate`` is a pre-filter hint; a slice of the shared read ignores it)."""
         planned = self._planned.get((source.name, source.path))

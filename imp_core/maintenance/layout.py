@@ -284,11 +284,12 @@ def _rows_inside(f: FileStats, column: str, ranges: list[tuple[Any, Any, bool]])
     with_nulls = False
     for r_lo, r_hi, r_nulls in ranges:
         with_nulls |= r_nulls
-        a = lo if r_lo is None or _number(r_lo) is None else max(lo, _number(r_lo))  # type: ignore[type-var]
-        b = hi if r_hi is None or _number(r_hi) is None else min(hi, _number(r_hi))  # type: ignore[type-var]
+        start, end = _number(r_lo), _number(r_hi)  # None: open-ended
+        a = lo if start is None else max(lo, start)
+        b = hi if end is None else min(hi, end)
         if hi == lo:  # one value: inside the range [r_lo, r_hi) or not
-            above = r_lo is None or _number(r_lo) is None or lo >= _number(r_lo)  # type: ignore[operator]
-            below = r_hi is None or _number(r_hi) is None or lo < _number(r_hi)  # type: ignore[operator]
+            above = start is None or lo >= start
+            below = end is None or lo < end
             covered = 1.0 if above and below else covered
         elif b > a:
             covered += (b - a) / (hi - lo)

@@ -44,8 +44,9 @@ def narrowed(plan: Plan, keep: Mapping[str, set[str]] | None = None) -> Plan:
         mine = wanted.get(id(node), set())
         out: Plan
         if isinstance(node, Scan):
-            cols = tuple(c for c in node.columns
-                         if node.qualified(c.name) in mine or c.name in keep.get(node.table, set()))
+            cols = tuple(
+                c for c in node.columns if node.qualified(c.name) in mine or c.name in keep.get(node.table, set())
+            )
             out = node if len(cols) == len(node.columns) else replace(node, columns=cols or node.columns[:1])
         elif isinstance(node, Project):
             items = tuple(i for i in node.items if i[0] in mine) or node.items[:1]
@@ -55,8 +56,10 @@ def narrowed(plan: Plan, keep: Mapping[str, set[str]] | None = None) -> Plan:
         elif isinstance(node, Union):
             names = _kept(node, mine)
             out = replace(node, inputs=tuple(_positions(rebuild(i), names) for i in node.inputs))
+        elif isinstance(node, (Select, Aggregate, Distinct, TopK, GroupTopK)):
+            out = replace(node, child=rebuild(node.child))
         else:
-            out = replace(node, child=rebuild(node.children[0]))  # type: ignore[call-arg]
+            raise AssertionError(f"no rebuild rule for {type(node).__name__}")
         built[id(node)] = out
         return out
 

@@ -114,12 +114,13 @@ def ranking_below(select: Select) -> tuple[GroupTopK, str] | None:
         n = n.child
     if not isinstance(n, GroupTopK):
         return None
-    name: str | None = n.rank
+    name = n.rank
     for p in reversed(chain):
         if isinstance(p, Project):
-            name = next((out for out, e in p.items if e == Col(name, RANK_TYPE)), None)
-            if name is None:
+            renamed = next((out for out, e in p.items if e == Col(name, RANK_TYPE)), None)
+            if renamed is None:
                 return None
+            name = renamed
     return n, name
 
 
@@ -127,10 +128,11 @@ def only_rank_bounds(select: Select) -> bool:
     """Whether every condition of ``select`` lets through every rank from 1 to the ``k`` of the top-k per group below
     it (so the select keeps every row of that top-k)."""
     found = ranking_below(select)
-    if found is None or found[0].k is None:
+    if found is None:
         return False
     node, name = found
-    return all(_keeps_first(c, name, node.k) for c in conjuncts(select.predicate))
+    k = node.k
+    return k is not None and all(_keeps_first(c, name, k) for c in conjuncts(select.predicate))
 
 
 def upper_bound(c: Expr, name: str) -> int | None:
@@ -141,9 +143,11 @@ def upper_bound(c: Expr, name: str) -> int | None:
 
 def _keeps_first(c: Expr, name: str, k: int) -> bool:
     found = _rank_values(c, name)
-    if found is None or found[1] is None:
+    if found is None:
         return False
     low, high, listed = found
+    if high is None:
+        return False
     return set(range(1, k + 1)) <= listed if listed is not None else low <= 1 and high >= k
 
 

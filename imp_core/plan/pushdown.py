@@ -54,8 +54,11 @@ def to_datafusion(e: Expr) -> str | None:
         return f'("{e.arg.name}" IS {"NOT " if e.negated else ""}NULL)'
     if isinstance(e, Binary) and e.op in ("=", "<>", "<", "<=", ">", ">="):
         return _comparison(e)
-    if isinstance(e, InList) and isinstance(e.arg, Col) and all(isinstance(i, Lit) and _plain_literal(i)
-                                                                 for i in e.items):
+    if (
+        isinstance(e, InList)
+        and isinstance(e.arg, Col)
+        and all(isinstance(i, Lit) and _plain_literal(i) for i in e.items)
+    ):
         items = ", ".join(_literal(i) for i in e.items)  # type: ignore[arg-type]
         return f'("{e.arg.name}" {"NOT " if e.negated else ""}IN ({items}))'
     return None

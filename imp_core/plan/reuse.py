@@ -57,8 +57,9 @@ def _nodes(a: Plan, b: Plan, top: bool) -> tuple[bool, str]:
 
 def _differs_outside_selections(a: Plan, b: Plan) -> bool:
     """True when the nodes themselves (not their children) differ."""
-    fields = [f for f in getattr(a, "__dataclass_fields__", {})
-              if f not in ("schema", "child", "left", "right", "inputs")]
+    fields = [
+        f for f in getattr(a, "__dataclass_fields__", {}) if f not in ("schema", "child", "left", "right", "inputs")
+    ]
     return any(getattr(a, f) != getattr(b, f) for f in fields)
 
 

@@ -195,7 +195,7 @@ class _Analysis:
     # -- relations ----------------------------------------------------------------------------------------------------
 
     def rel(self, node: Plan) -> Rel:
-        fn = getattr(self, f"visit_{type(node).__name__}")
+        fn: Callable[[Plan], Rel] = getattr(self, f"visit_{type(node).__name__}")
         return fn(node)
 
     def visit_Scan(self, node: Scan) -> Rel:

@@ -31,8 +31,9 @@ def load_state_key(home: Path, env: dict[str, str] | None = None) -> bytes:
     else:
         text = read_or_create(secrets_dir(home) / STATE_KEY_FILE, _random.token_hex(32) + "\n").strip()
     if len(text) < 32:
-        raise ConfigError(f"the state key must have at least 32 characters (e.g. `openssl rand -hex 32`), got "
-                          f"{len(text)}")
+        raise ConfigError(
+            f"the state key must have at least 32 characters (e.g. `openssl rand -hex 32`), got {len(text)}"
+        )
     register_secret(text)
     return hashlib.sha256(_DOMAIN + text.encode()).digest()
 

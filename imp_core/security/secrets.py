@@ -12,6 +12,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal, overload
 
 from imp_core.errors import ConfigError
 from imp_core.security.redact import register_secret
@@ -137,6 +138,10 @@ def pgpass_path(home: Path) -> Path:
     return Path(home).expanduser() / SECRETS_DIR / PGPASS_FILE
 
 
+@overload
+def embedded_password(home: Path, create: Literal[True] = ...) -> str: ...
+@overload
+def embedded_password(home: Path, create: bool) -> str | None: ...
 def embedded_password(home: Path, create: bool = True) -> str | None:
     """The embedded catalog's password from ``catalog.pgpass`` (generated when ``create`` and missing)."""
     path = pgpass_path(home)

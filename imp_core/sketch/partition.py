@@ -126,7 +126,8 @@ class Partition:
             table = self._lookup[dtype]
             if table is not None and v.size > 64:  # a lookup per value, not a binary search (~60 ns, mispredicted)
                 first = int(lo[0]) - 1
-                return table[np.clip(v, first, int(lo[-1])).astype(np.int64) - first]
+                looked_up: np.ndarray = table[np.clip(v, first, int(lo[-1])).astype(np.int64) - first]
+                return looked_up
             return np.searchsorted(lo, v, side="right").astype(np.int32)
         idx = inner.search_sorted(values, side="right")
         frag = idx.to_numpy().astype(np.int32, copy=False)

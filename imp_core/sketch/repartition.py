@@ -56,7 +56,9 @@ class Repartition:
         grow = np.zeros(self.mid.fragments, dtype=np.int64)
         for frag, inner in self.splits.items():
             grow[frag] = len(inner)
-        return np.arange(self.mid.fragments, dtype=np.int64) + np.concatenate([[0], np.cumsum(grow)[:-1]])
+        shift: np.ndarray = np.concatenate([[0], np.cumsum(grow)[:-1]])
+        ids: np.ndarray = np.arange(self.mid.fragments, dtype=np.int64) + shift
+        return ids
 
     def moved_by_merge(self) -> list[tuple[int, int]]:
         """Old fragments whose rows move in the merge step, with the old id they move to (the run's first)."""

@@ -9,8 +9,10 @@ import pyarrow as pa
 
 
 def schema_to_json(schema: pa.Schema) -> dict[str, Any]:
-    return {"columns": [[f.name, str(f.type)] for f in schema],
-            "arrow": base64.b64encode(schema.serialize().to_pybytes()).decode()}
+    return {
+        "columns": [[f.name, str(f.type)] for f in schema],
+        "arrow": base64.b64encode(schema.serialize().to_pybytes()).decode(),
+    }
 
 
 def schema_from_json(obj: dict[str, Any]) -> pa.Schema:

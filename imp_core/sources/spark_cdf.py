@@ -44,9 +44,13 @@ def read_change_feed(spark: SparkSession, uri: str, after: int, upto: int, colum
     if storage.is_s3(uri):
         storage.configure_spark(spark)
     spark.conf.set(_SCHEMA_MODE, "endVersion")
-    df = (spark.read.format("delta").option("readChangeFeed", "true")
-          .option("startingVersion", after + 1).option("endingVersion", upto)
-          .load(storage.spark_uri(uri)))
+    df = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", after + 1)
+        .option("endingVersion", upto)
+        .load(storage.spark_uri(uri))
+    )
     cols = [F.col("`" + c.replace("`", "``") + "`") for c in columns]
     return df.select(*cols, F.col("_change_type"), F.col("_commit_version")).toArrow()
 

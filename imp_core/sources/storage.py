@@ -188,7 +188,7 @@ def configure_spark(spark: SparkSession, config: S3Config | None = None) -> None
         hadoop.set(name, value)
     # the cached S3A file systems were built with the old values
     if _applied.get(id(spark)) is not None:
-        spark.sparkContext._jvm.org.apache.hadoop.fs.FileSystem.closeAll()
+        _jvm(spark).org.apache.hadoop.fs.FileSystem.closeAll()
     _applied[id(spark)] = key
 
 
@@ -224,12 +224,21 @@ def remove_tree(uri: str, spark: SparkSession | None = None) -> None:
     fs.delete(path, True)
 
 
+def _jvm(spark: SparkSession) -> Any:
+    """The Py4J view of the session's JVM (a classic session always has one)."""
+    jvm = spark.sparkContext._jvm
+    if jvm is None:
+        raise ConfigError("this Spark session has no JVM gateway (object storage needs a classic session, not "
+                          "Spark Connect)")
+    return jvm
+
+
 def _hadoop(uri: str, spark: SparkSession | None) -> tuple[Any, Any]:
     if spark is None:
         raise ConfigError(f"listing {redact(uri)} needs a Spark session (object storage is reached through S3A)")
     if is_s3(uri):
         configure_spark(spark)
-    jvm = spark.sparkContext._jvm
+    jvm = _jvm(spark)
     path = jvm.org.apache.hadoop.fs.Path(spark_uri(uri))
     return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
 

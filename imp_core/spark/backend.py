@@ -54,7 +54,7 @@ def to_engine_types(df: pl.DataFrame, node: Plan) -> pl.DataFrame:
     casts = {f.name: polars_type(f.dtype) for f in node.schema if f.name in df.columns}
     casts = {k: v for k, v in casts.items() if df.schema[k] != v}
     if MULT in df.columns and df.schema[MULT] != pl.Int64:
-        casts[MULT] = pl.Int64
+        casts[MULT] = pl.Int64()
     for c in df.columns:
         if is_frag_col(c) and df.schema[c] != FRAG_DTYPE:
             casts[c] = FRAG_DTYPE
@@ -80,7 +80,7 @@ class SparkBackend:
     def spark(self) -> SparkSession:
         if callable(self._spark) and not isinstance(self._spark, SparkSession):
             self._spark = self._spark()
-        return self._spark  # type: ignore[return-value]
+        return self._spark
 
     def scan(self, table: str, version: int) -> DataFrame:
         key = (table, version)
@@ -219,7 +219,7 @@ class SparkBackend:
         m = col(MULT)
         group = [*layout.key_names, *frag_names]
         out = rows
-        for j in sorted({c.agg for c in exact}):  # type: ignore[type-var]
+        for j in sorted({c.agg for c in exact if c.agg is not None}):
             columns = [c for c in exact if c.agg == j]
             v = exact_value(Accumulator(VALUE, Term.EXACT, j, columns[0].dtype), args[j])
             vdf = (df.filter(F.abs(m) > 1).select(*keys, *[col(c) for c in frag_names], v.alias(VALUE), m)
@@ -232,7 +232,7 @@ class SparkBackend:
             sums = [((pl.col(VALUE).abs() if c.term is Term.EXACT_ABS else pl.col(VALUE)) * n).cast(dec).alias(c.name)
                     for c in columns]
             part = part.select([*group, *sums]).group_by(group).agg(pl.all().sum())
-            part = part.cast({c: out.schema[c] for c in group})  # type: ignore[arg-type]
+            part = part.cast({c: out.schema[c] for c in group})
             names = [c.name for c in columns]
             out = out.join(part, on=group, how="left", suffix="__x", nulls_equal=True)
             out = out.with_columns([(pl.col(c).fill_null(0) + pl.col(f"{c}__x").fill_null(0)).alias(c) for c in names])
@@ -344,7 +344,7 @@ def _restrict(other: DataFrame, delta: pl.DataFrame, delta_keys: list[str], keys
         return other.filter(col(keys[0]).isin(first.to_list()))
     # polars' min/max skip NaN, while Spark's join matches NaN with NaN: keep the other side's NaN keys too
     lo, hi = first.min(), first.max()
-    cond = col(keys[0]).between(lo, hi)
+    cond = col(keys[0]).between(lo, hi)  # type: ignore[arg-type]
     if first.dtype.is_float() and bool(first.is_nan().any()):
         cond = cond | F.isnan(col(keys[0]))
     return other.filter(cond)

@@ -22,6 +22,7 @@ sum, a decimal average, an order-dependent bound) is left to the in-process path
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
@@ -82,7 +83,7 @@ def capture_state(spark: SparkSession, df: DataFrame, op: ExternalAggregation | 
     fcounts = _fragment_counts(per_fragment, names, frag_names, with_sets)
     if fcounts is not None:
         components[FCOUNTS] = as_stored(spark, fcounts, stored[FCOUNTS])
-    op.store.write_all(components)  # type: ignore[union-attr]
+    op.store.write_all(components)  # type: ignore[attr-defined]
     return True
 
 
@@ -145,7 +146,7 @@ def capture_rows(spark: SparkSession, df: DataFrame, op: ExternalGroupTopK) -> b
     rows = df.select(*keys, *[col(c) for c in op.data_cols], _set_text(col(SET)).alias(SKEY),
                      col(MULT).cast("long").alias(N))
     stored = op.component_schemas()[ROWS]
-    op.store.write_all({ROWS: as_stored(spark, rows, stored)})  # type: ignore[attr-defined]
+    op.store.write_all({ROWS: as_stored(spark, rows, stored)})
     return True
 
 
@@ -169,7 +170,7 @@ def capture_anti_join(spark: SparkSession, left: DataFrame, right: DataFrame, op
     counts = (keyed.where(~col(NULL_KEY)).groupBy(*[col(k) for k in op.kcols]).agg(F.sum(col(MULT)).alias(COUNT))
               .where(col(COUNT) > 0))
     schemas = op.component_schemas()
-    op.store.write_all({LEFT: as_stored(spark, rows, schemas[LEFT]),  # type: ignore[attr-defined]
+    op.store.write_all({LEFT: as_stored(spark, rows, schemas[LEFT]),
                         RIGHT: as_stored(spark, counts, schemas[RIGHT])})
     op.set_totals(int(totals["nulls"] or 0) if totals else 0, int(totals["total"] or 0) if totals else 0)
     return True
@@ -226,8 +227,8 @@ def output_frame(spark: SparkSession, op: ExternalOperator) -> DataFrame | None:
     layout = op.layout
     if layout.float_keys or not layout.keys or op.bounded or op.floats:
         return None
-    store = op.store
-    wide = store.wide_table([GROUPS, FCOUNTS])  # type: ignore[attr-defined]
+    store: Any = op.store  # a DeltaGroupStore (its ``table`` above): its wide table and column names
+    wide = store.wide_table([GROUPS, FCOUNTS])
     values = _output_values(op)
     if wide is None or values is None:
         return None
@@ -238,7 +239,7 @@ def output_frame(spark: SparkSession, op: ExternalOperator) -> DataFrame | None:
     count, frag = col(store.physical(FCOUNTS, COUNT)), col(store.physical(FCOUNTS, FRAG))
     live = wide.groupBy(*[col(k) for k in names]).agg(
         *[F.first(F.when(groups, col(store.physical(GROUPS, c))), ignorenulls=True).alias(c)
-          for c in store.stored(GROUPS) if c not in names],  # type: ignore[attr-defined]
+          for c in store.stored(GROUPS) if c not in names],
         F.array_sort(F.collect_set(F.when(fcounts & (count > 0), frag.cast("int")))).alias(SET))
     out = live.where(col(GROUP_ROWS) > 0).select(*[col(k) for k in names], *values, F.lit(1).cast("long").alias(MULT),
                                                  col(SET))

@@ -97,9 +97,11 @@ def add_fragment(df: DataFrame, value: Column, partition: Partition, offset: int
     bucketizer = Bucketizer(splits=splits, inputCol=_TMP_IN, outputCol=_TMP_OUT, handleInvalid="keep")
     x = _as_double(value, partition)
     out = bucketizer.transform(df.withColumn(_TMP_IN, x))
-    frag = (F.when(F.col(_TMP_IN).isNull(), F.lit(0))
-            .when(F.isnan(F.col(_TMP_IN)), F.lit(n - 1))
-            .otherwise(F.col(_TMP_OUT).cast("int")))
+    frag = (
+        F.when(F.col(_TMP_IN).isNull(), F.lit(0))
+        .when(F.isnan(F.col(_TMP_IN)), F.lit(n - 1))
+        .otherwise(F.col(_TMP_OUT).cast("int"))
+    )
     return out.withColumn(name, (frag + F.lit(offset)).cast("int")).drop(_TMP_IN, _TMP_OUT)
 
 

@@ -39,10 +39,10 @@ def spark_schema(schema: Mapping[str, pl.DataType]) -> T.StructType:
 
 
 def _arrow(df: pl.DataFrame) -> pa.Table:
-    casts = {}
+    casts: dict[str, pl.DataType] = {}
     for name, dtype in df.schema.items():
         if dtype == FRAG_DTYPE:
-            casts[name] = pl.Int32
+            casts[name] = pl.Int32()
         elif dtype == SET_DTYPE:
             casts[name] = pl.List(pl.Int32)
     table = df.cast(casts).to_arrow() if casts else df.to_arrow()  # type: ignore[arg-type]

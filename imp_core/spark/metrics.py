@@ -35,8 +35,10 @@ def scan_metrics(df: DataFrame) -> ScanMetrics:
         ConfigError: ``df`` belongs to a Spark Connect session (its executed plan is on the server).
     """
     if not hasattr(df, "_jdf"):
-        raise ConfigError("imp query reports the files its scans read from the executed plan, which needs a Spark of "
-                          "its own: unset IMP_SPARK_REMOTE for imp query (maintenance jobs use Spark Connect)")
+        raise ConfigError(
+            "imp query reports the files its scans read from the executed plan, which needs a Spark of "
+            "its own: unset IMP_SPARK_REMOTE for imp query (maintenance jobs use Spark Connect)"
+        )
     plan = df._jdf.queryExecution().executedPlan()
     files = rows = scans = 0
     stack: list[Any] = [plan]

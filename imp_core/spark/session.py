@@ -140,7 +140,7 @@ def _connect(url: str) -> SparkSession:
         raise ConfigError(f"no Spark Connect server answers at {shown} ({e}); start it with `python -m "
                           f"imp_core.spark.connect_server start` or unset {ENV_REMOTE}") from e
     spark = SparkSession.builder.remote(url).getOrCreate()
-    client = spark.client  # type: ignore[attr-defined]
+    client = spark.client
     patient = client.get_retry_policies()
     # the first call says whether the server admits us: fail in seconds, not after the client's 10 minutes of retries
     client.set_retry_policies([DefaultPolicy(max_retries=2, max_backoff=1000)])

@@ -188,7 +188,7 @@ class DeltaGroupStore:
         if self.log >= max(COMPACT_MIN_ROWS, sum(self.rows.values()) // 4):
             self.compact()
 
-    def load(self, frames: Mapping[str, pl.DataFrame]) -> None:
+    def load(self, frames: Mapping[str, pl.DataFrame | None]) -> None:
         self.write_all({name: to_spark(self.spark, self._stored_rows(name, frames.get(name)))
                         for name in self.schemas})
 
@@ -214,8 +214,8 @@ class DeltaGroupStore:
             return
         first = next(iter(self.schemas))  # groups, or a top-k's rows
         per_chunk = max(1, self.buckets * CHUNK_ROWS // max(1, self.rows.get(first, 0)))
-        for first in range(0, self.buckets, per_chunk):
-            chosen = list(range(first, min(self.buckets, first + per_chunk)))
+        for start in range(0, self.buckets, per_chunk):
+            chosen = list(range(start, min(self.buckets, start + per_chunk)))
             yield self._split(self._latest_rows(to_polars(self._table().where(F.col(BUCKET).isin(chosen))
                                                           .drop(BUCKET))))
 

@@ -24,15 +24,15 @@ def _queries() -> list[str]:
     return [q.strip() for q in text.split(";") if q.strip()]
 
 
-def test_the_documented_queries_run_and_count_parts(catalog: Catalog,
-                                                    make_sketch: Callable[..., SketchRecord]) -> None:
+def test_the_documented_queries_run_and_count_parts(catalog: Catalog, make_sketch: Callable[..., SketchRecord]) -> None:
     part = b"a slice of a large frame" * 100
 
     def write(sink: PartSink) -> list[StateBlob]:
         digest = hashlib.sha256(part).hexdigest()
         sink(digest, part)
-        return [StateBlob("aggregation@0", "arrow-ipc", 3, b"header", chunks={digest: lambda: part},
-                          parts_bytes=len(part))]
+        return [
+            StateBlob("aggregation@0", "arrow-ipc", 3, b"header", chunks={digest: lambda: part}, parts_bytes=len(part))
+        ]
 
     make_sketch(name="top", states=write)
     queries = _queries()

@@ -29,7 +29,9 @@ per query), and differs from Spark on UPPER('ß') and on what TRIM removes (``y.
 (``Case.duck`` is False) is checked against a recapture (maintained state and sketch equal a fresh capture) and the
 engine's invariants only; the Spark oracle (``test_spark_oracle.py``) runs those classes against Spark itself.
 
-**Runs.** Examples per test: ``IMP_HYPOTHESIS_EXAMPLES`` (CI defaults are modest). Cases come from a fixed seed
+**Runs.** Examples per test: each test's own count in the full suite, a quarter of it under the hypothesis profile
+``unit`` (``make unit``: ``--hypothesis-profile=unit``), or ``IMP_HYPOTHESIS_EXAMPLES`` for every test. Cases come
+from a fixed seed
 (``IMP_HYPOTHESIS_SEED``, default 14), so CI is reproducible; another seed explores other cases, and
 ``IMP_HYPOTHESIS_SEED=random`` draws fresh ones on every run, e.g.::
 
@@ -63,12 +65,20 @@ from imp_core.sketch.partition import Partition, PartitionSet
 
 EXAMPLES = int(os.environ.get("IMP_HYPOTHESIS_EXAMPLES", "0")) or None
 SEED = os.environ.get("IMP_HYPOTHESIS_SEED", "14")
+# the share of each property test's examples a hypothesis profile runs (tests/conftest.py registers the profiles)
+PROFILE_SHARE = {"unit": 0.25}
+
+
+def examples(default_examples: int) -> int:
+    """How many examples a property test runs under the loaded hypothesis profile."""
+    share = PROFILE_SHARE.get(settings.get_current_profile_name(), 1.0)
+    return EXAMPLES or max(1, round(default_examples * share))
 
 
 def property_test(default_examples: int) -> Callable[[Any], Any]:
     """Settings and seed of a property test (apply above ``@given``)."""
     def wrap(test: Any) -> Any:
-        test = settings(max_examples=EXAMPLES or default_examples, deadline=None, derandomize=False, database=None,
+        test = settings(max_examples=examples(default_examples), deadline=None, derandomize=False, database=None,
                         print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                                 HealthCheck.filter_too_much])(test)
         return test if SEED == "random" else seed(int(SEED))(test)

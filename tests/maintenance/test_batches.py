@@ -8,8 +8,12 @@ from imp_core.maintenance.batches import PendingVersion, plan_batches
 
 
 def test_batches_follow_commit_order_across_tables() -> None:
-    commits = [PendingVersion("r", 1, 10.0, 3), PendingVersion("s", 5, 11.0, 4), PendingVersion("r", 2, 12.0, 1),
-               PendingVersion("s", 6, 13.0, 9)]
+    commits = [
+        PendingVersion("r", 1, 10.0, 3),
+        PendingVersion("s", 5, 11.0, 4),
+        PendingVersion("r", 2, 12.0, 1),
+        PendingVersion("s", 6, 13.0, 9),
+    ]
     assert plan_batches({"r": 0, "s": 4}, commits, 5) == [{"r": 1, "s": 5}, {"r": 2, "s": 6}]
 
 

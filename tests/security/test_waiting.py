@@ -43,8 +43,9 @@ def test_query_runs_without_waiting_for_a_busy_maintainer(lab: Lab, held_lock) -
     record = lab.sketch("wait_top", "wait_sales")
     sql = TOP_SQL.format(t="wait_sales")
     held_lock(record.id)
-    patient = SketchService(dataclasses.replace(lab.service.settings, query_wait=1.0), catalog=lab.catalog,
-                            spark=lab.service.spark)
+    patient = SketchService(
+        dataclasses.replace(lab.service.settings, query_wait=1.0), catalog=lab.catalog, spark=lab.service.spark
+    )
 
     # the sketch is fresh: its committed version is used as it is (had the query asked for the lock, it would
     # have given up after a second and run without the sketch)
@@ -78,6 +79,7 @@ def test_every_dag_task_has_an_execution_timeout() -> None:
     for dag in dags.values():
         for task in dag.tasks:
             timeout = getattr(task, "execution_timeout", None) or getattr(task, "partial_kwargs", {}).get(
-                "execution_timeout")
+                "execution_timeout"
+            )
             assert timeout is not None, f"{dag.dag_id}.{task.task_id} can run forever"
             assert timeout.total_seconds() > 0

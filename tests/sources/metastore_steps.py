@@ -17,8 +17,10 @@ SQL = "SELECT g, SUM(price) AS rev FROM named_sales GROUP BY g HAVING SUM(price)
 
 def create(spark, data: str, where: str) -> None:  # noqa: ANN001
     spark.sql("CREATE DATABASE IF NOT EXISTS shop")
-    spark.sql(f"CREATE TABLE shop.sales (id BIGINT, g BIGINT, price BIGINT) USING delta LOCATION '{data}/{where}' "
-              f"TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
+    spark.sql(
+        f"CREATE TABLE shop.sales (id BIGINT, g BIGINT, price BIGINT) USING delta LOCATION '{data}/{where}' "
+        f"TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+    )
     spark.sql("INSERT INTO shop.sales SELECT id, id % 3, id * 10 FROM range(12)")
 
 

@@ -89,8 +89,10 @@ def upgrade_to_head(connection: sa.Connection) -> tuple[str | None, str]:
     before = current_revision(connection)
     head = head_revision()
     if before is not None and before not in known_revisions():
-        raise CatalogError(f"catalog schema revision {before} is newer than this imp version supports "
-                           f"(it knows up to {head}); upgrade imp")
+        raise CatalogError(
+            f"catalog schema revision {before} is newer than this imp version supports "
+            f"(it knows up to {head}); upgrade imp"
+        )
     if before != head:
         config = alembic_config()
         config.attributes["connection"] = connection

@@ -27,8 +27,7 @@ def _url() -> str:
 
 def _run(connection: sa.Connection) -> None:
     # transaction_per_migration=False: all pending revisions commit together or not at all.
-    context.configure(connection=connection, target_metadata=None, version_table=VERSION_TABLE,
-                      transactional_ddl=True)
+    context.configure(connection=connection, target_metadata=None, version_table=VERSION_TABLE, transactional_ddl=True)
     with context.begin_transaction():
         context.run_migrations()
 

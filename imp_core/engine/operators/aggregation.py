@@ -7,7 +7,7 @@ and "Cost of a batch".
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -101,12 +101,12 @@ class Aggregation(OutputStateOperator):
 
     def _groups_schema(self) -> dict[str, pl.DataType]:
         schema: dict[str, pl.DataType] = dict(self.key_types)
-        schema[GROUP_ROWS] = pl.Int64
+        schema[GROUP_ROWS] = pl.Int64()
         for j, (_, a) in enumerate(self.aggs):
             for c in self.layout.of_agg(j):
                 schema[c.name] = c.dtype
                 if c.compensation is not None:
-                    schema[c.compensation] = pl.Float64
+                    schema[c.compensation] = pl.Float64()
             if j in self.multisets:
                 schema[agg_columns(j).extreme] = polars_type(a.dtype)  # MIN/MAX: the argument's type
         schema[SET] = SET_DTYPE
@@ -140,7 +140,7 @@ class Aggregation(OutputStateOperator):
         values = values or {}
         for j, multiset in self.multisets.items():
             if isinstance(multiset, ValueMultiset) and j in values:
-                multiset.values = values[j]
+                multiset.values = values[j]  # type: ignore[assignment]
         if not self.keyed:
             assert isinstance(groups, pl.DataFrame) and isinstance(fcounts, pl.DataFrame)
             self._groups, self._fcounts = groups, fcounts
@@ -181,7 +181,7 @@ class Aggregation(OutputStateOperator):
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
         return self._frames({"groups": self.groups, "fcounts": self.group_fragments})
 
-    def saved_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame | Rows]]:
+    def saved_frames(self) -> tuple[dict[str, Any], Mapping[str, pl.DataFrame | Rows]]:
         """Keyed state's ``groups``, ``F_g`` and value counts as :class:`Rows` (a streaming save never builds them)."""
         if not self.keyed:
             return self.state_frames()
@@ -220,7 +220,7 @@ class Aggregation(OutputStateOperator):
         """State sorted into a canonical order; a float sum is compared as ``fl(s + c)`` (two routes reach the same
         exact sum as different (sum, compensation) pairs)."""
         _, frames = self.state_frames()
-        pairs = [(c.name, c.compensation) for c in self.layout.compensated]
+        pairs = [(c.name, c.compensation) for c in self.layout.compensated if c.compensation is not None]
         out = {}
         for name, df in frames.items():
             if name == "groups" and pairs:
@@ -592,7 +592,7 @@ class Aggregation(OutputStateOperator):
             for name, a in self.aggs:
                 schema[name] = polars_type(a.dtype)
             for j in self.bounded:
-                schema[lo_name(self.aggs[j][0])] = schema[hi_name(self.aggs[j][0])] = pl.Float64
+                schema[lo_name(self.aggs[j][0])] = schema[hi_name(self.aggs[j][0])] = pl.Float64()
             self._expr_cache[("schema",)] = {**schema, MULT: pl.Int64, SET: SET_DTYPE}
         return self._expr_cache[("schema",)]
 

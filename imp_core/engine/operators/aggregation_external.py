@@ -53,7 +53,7 @@ class _External(ExternalOperator):
         old = self.store.fetch(keys)
         self._groups, self._fcounts = old[GROUPS], old[FCOUNTS]
         for j, multiset in stored(self.multisets).items():
-            multiset.values = old[f"mm{j}"]
+            multiset.values = old[f"mm{j}"]  # type: ignore[misc]
         try:
             out = Aggregation._apply_frames(self, partials, partial, fp)
             rows = {GROUPS: self._groups, FCOUNTS: self._fcounts,

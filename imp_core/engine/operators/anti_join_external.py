@@ -139,7 +139,7 @@ class ExternalAntiJoin(ExternalOperator, AntiJoinOp):
         """What the right side lets through now (``gate``)."""
         return gate(self.null_aware, self.right_total, self.right_nulls)
 
-    def _passing(self, rows: pl.DataFrame, blocked: pl.DataFrame, now: str) -> pl.DataFrame:
+    def _passing(self, rows: pl.DataFrame, blocked: pl.DataFrame, now: str) -> pl.DataFrame:  # type: ignore[override]
         """The stored-layout ``rows`` that pass a right side whose keys with rows are ``blocked``, under gate ``now``:
         a NULL key matches no right row (``NOT EXISTS`` keeps its row, a keyed ``NOT IN`` drops it)."""
         if now == CLOSED:
@@ -193,7 +193,7 @@ class ExternalAntiJoin(ExternalOperator, AntiJoinOp):
             return None
         types = self.component_schemas()[LEFT]
         keys = wanted.select([pl.col(c).alias(by_name[c]) for c in wanted.columns])
-        frames = self.store.fetch_where(keys.cast({k: types[k] for k in keys.columns}))  # type: ignore[arg-type]
+        frames = self.store.fetch_where(keys.cast({k: types[k] for k in keys.columns}))
         blocked = frames[RIGHT].filter(pl.col(COUNT) > 0).select(self.kcols)
         return self._output(self._passing(self._netted(frames[LEFT]), blocked, self.gate))
 
@@ -207,7 +207,7 @@ class ExternalAntiJoin(ExternalOperator, AntiJoinOp):
         right = pl.concat(rights) if rights else self.right.clear()
         totals = pl.DataFrame({"nulls": [self.right_nulls], "total": [self.right_total]},
                               schema={"nulls": pl.Int64, "total": pl.Int64})
-        return {RIGHT: right.select(self.right.columns).cast(self.right.schema),  # type: ignore[arg-type]
+        return {RIGHT: right.select(self.right.columns).cast(self.right.schema),
                 "totals": totals, LEFT: self._output(left)}
 
     def state_frames(self) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:

@@ -7,6 +7,7 @@ version it belongs to; operators never do I/O. See docs/ARCHITECTURE.md, "Operat
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -112,13 +113,18 @@ class StatefulOperator(Operator, ABC):
         return frozenset()
 
     @abstractmethod
-    def state_frames(self) -> tuple[dict[str, Any], dict[str, Frame]]:
+    def state_frames(self) -> tuple[dict[str, Any], Mapping[str, Frame]]:
         """(metadata, frames) of the current state; a frame the operator keeps unchanged for many versions may be a
         :class:`~imp_core.engine.state.Chunk` (stored once when large)."""
 
     @abstractmethod
-    def set_state_frames(self, meta: dict[str, Any], frames: dict[str, Frame]) -> None:
-        """Take over state saved by ``state_frames`` (a saved chunk comes back as a chunk, fetched on first use)."""
+    def set_state_frames(self, meta: dict[str, Any], frames: dict[str, Any]) -> None:
+        """Take over state saved by ``state_frames`` (a saved chunk comes back as a chunk, fetched on first use; a
+        frame of ``streamed_frames`` stored as parts comes as its :class:`~imp_core.engine.state.Parts`).
+
+        ``frames`` is typed ``Any`` per frame: each operator gets back the kinds it hands out (``Frame``, or
+        ``Parts`` for its streamed frames), which this signature cannot say per operator; the keyed-state contract
+        (issue 55) replaces it."""
 
     @abstractmethod
     def reset(self) -> None:
@@ -140,7 +146,7 @@ class StatefulOperator(Operator, ABC):
         meta, frames = self.state_frames()
         return state_codec.encode(self.kind, self.op_id, self.fingerprint, meta, frames)
 
-    def saved_frames(self) -> tuple[dict[str, Any], dict[str, Frame | Rows]]:
+    def saved_frames(self) -> tuple[dict[str, Any], Mapping[str, Frame | Rows]]:
         """:meth:`state_frames` for a save: an operator whose large frames are views it would have to build may hand
         them over as :class:`~imp_core.engine.state.Rows`, built slice by slice when written as parts."""
         return self.state_frames()
@@ -167,7 +173,7 @@ class StatefulOperator(Operator, ABC):
             frames = state_codec.check_frames(payload.frames, expected, where=f"operator {self.op_id}")
             streamed = self.streamed_frames
             self.set_state_frames(payload.meta, {n: f.frame() if isinstance(f, Parts) and n not in streamed else f
-                                                 for n, f in frames.items()})  # type: ignore[misc]
+                                                 for n, f in frames.items()})
         except StateError:
             self.reset()
             raise

@@ -95,7 +95,7 @@ class KeyedDistinctValues(KeyedValueMultiset):
             value = self._stepped(batch, slots, old)
         empty = non_null <= 0
         if self.func == "sum":
-            return value.set(pl.Series(empty), None), lambda: self.commit(batch)  # type: ignore[arg-type]
+            return value.set(pl.Series(empty), None), lambda: self.commit(batch)
         counts = value.to_numpy()
         if (counts[empty] != 0).any() or (counts[~empty] <= 0).any():
             raise StateError(f"operator {self.op_id}: a group's {self.label} state disagrees with its non-NULL "
@@ -149,7 +149,7 @@ def distinct_sums(values: pl.DataFrame, keys: list[str], scale: int | None, new:
 
 def _weakly(method: Callable[[np.ndarray], pl.DataFrame]) -> Callable[[np.ndarray], pl.DataFrame]:
     """``method`` called through a weak reference to its object."""
-    ref = weakref.WeakMethod(method)  # type: ignore[arg-type]
+    ref = weakref.WeakMethod(method)
 
     def call(slots: np.ndarray) -> pl.DataFrame:
         bound = ref()

@@ -128,7 +128,7 @@ class GroupTopKOp(OutputStateOperator):
             return self.empty_delta()
         d = as_sets(delta).with_columns(skey_expr())
         d = d.group_by([*self.data_cols, SKEY]).agg(pl.col(MULT).sum().alias(N), pl.col(SET).first())
-        d = d.select(self.rows.columns).cast(self.rows.schema)  # type: ignore[arg-type]
+        d = d.select(self.rows.columns).cast(self.rows.schema)
         if self._top is None:
             self._settle()
             self._top = self._hashed(self.top(self.rows))

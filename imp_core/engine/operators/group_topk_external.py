@@ -83,7 +83,7 @@ class ExternalGroupTopK(ExternalOperator, GroupTopKOp):
         """``delta`` as rows of the in-memory state: one per (row, annotation) with its summed multiplicity."""
         d = as_sets(delta).with_columns(skey_expr())
         d = d.group_by([*self.data_cols, SKEY]).agg(pl.col(MULT).sum().alias(N), pl.col(SET).first())
-        return d.select(self.rows.columns).cast(self.rows.schema)  # type: ignore[arg-type]
+        return d.select(self.rows.columns).cast(self.rows.schema)
 
     def _keyed(self, rows: pl.DataFrame) -> pl.DataFrame:
         """``rows`` (in-memory state rows) as the store keeps them: with the partition key, without the set."""
@@ -93,7 +93,7 @@ class ExternalGroupTopK(ExternalOperator, GroupTopKOp):
     def _from_store(self, stored: pl.DataFrame) -> pl.DataFrame:
         """Stored rows as the in-memory state holds them (the set rebuilt from its text)."""
         return stored.with_columns(skey_set()).select(self.rows.columns).cast(
-            self.rows.schema)  # type: ignore[arg-type]
+            self.rows.schema)
 
     # -- the whole state, for the operators above a capture and for tests -----------------------------------------
 
@@ -110,7 +110,7 @@ class ExternalGroupTopK(ExternalOperator, GroupTopKOp):
             return None
         types = self.component_schemas()[ROWS]
         keys = wanted.select([pl.col(c).alias(by_name[c]) for c in wanted.columns])
-        keys = keys.cast({k: types[k] for k in keys.columns})  # type: ignore[arg-type]
+        keys = keys.cast({k: types[k] for k in keys.columns})
         rows = self._netted(self._from_store(self.store.fetch_where(keys)[ROWS]))
         return self.top(rows).select(self._out_cols())
 

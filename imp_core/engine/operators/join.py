@@ -70,7 +70,7 @@ class JoinOp(BinaryOperator, StatefulOperator):
         self.key_types: list[pl.DataType] = []
         for a, b in zip(self.left_keys, self.right_keys):
             ta, tb = polars_type(node.left.field(a).dtype), polars_type(node.right.field(b).dtype)
-            self.key_types.append(ta if ta == tb else (pl.Float64 if (ta.is_float() or tb.is_float()) else pl.Int64))
+            self.key_types.append(ta if ta == tb else (pl.Float64 if (ta.is_float() or tb.is_float()) else pl.Int64)())
         # a partner index matches keys by value with polars joins: only when both sides' key columns have the same
         # type, and not for float keys (polars joins do not match NaN with NaN reliably)
         self._same_key_types = all(polars_type(node.left.field(a).dtype) == polars_type(node.right.field(b).dtype)

@@ -60,7 +60,7 @@ class KeyedValueMultiset:
         return self._held.by_slot
 
     def reset(self) -> None:
-        self._held.entries = SlotColumns({SLOT: pl.Int64, VALUE: self.value_type, COUNT: pl.Int64})
+        self._held.entries = SlotColumns({SLOT: pl.Int64(), VALUE: self.value_type, COUNT: pl.Int64()})
         self._held.index = KeyIndex([SLOT, VALUE])
         self._held.by_slot = SortedMap(shift=32)
 
@@ -133,10 +133,10 @@ class KeyedValueMultiset:
         if missing.any():
             raise StateError(f"operator {self.op_id}: a group has values but its MIN/MAX state holds none; "
                              f"recapture the sketch")
-        value = value.set(pl.Series(non_null <= 0), None)  # type: ignore[arg-type]
+        value = value.set(pl.Series(non_null <= 0), None)
         if self.float_values:
             decoded = float_from_order_key(value.fill_null(0).to_numpy())
-            value = pl.Series(value.name, decoded, dtype=pl.Float64).set(value.is_null(), None)  # type: ignore[arg-type]
+            value = pl.Series(value.name, decoded, dtype=pl.Float64).set(value.is_null(), None)
 
         return value, lambda: self.commit(batch)
 
@@ -154,6 +154,7 @@ class KeyedValueMultiset:
         chg = changes.select(pl.col(SLOT).cast(pl.Int64), pl.col(VALUE).cast(self.value_type),
                              pl.col(COUNT).cast(pl.Int64))
         pos, hashes, taken = self.index.probe(chg.select(SLOT, VALUE), self.entries)
+        assert hashes is not None  # a key of two columns is always hashed (only a one-column key has a dense table)
         before = np.where(pos >= 0, self.entries.column(COUNT, pos), 0)
         after = before + chg.get_column(COUNT).to_numpy()
         if after.min() < 0:
@@ -223,7 +224,7 @@ def _encode(values: pl.Series, float_values: bool) -> pl.Series:
         return values
     nulls = values.is_null()
     keys = float_order_key(values.cast(pl.Float64).fill_null(0.0).to_numpy())
-    return pl.Series(values.name, keys, dtype=pl.Int64).set(nulls, None)  # type: ignore[arg-type]
+    return pl.Series(values.name, keys, dtype=pl.Int64).set(nulls, None)
 
 
 __all__ = ["SLOT", "KeyedValueMultiset", "Probe"]

@@ -89,26 +89,26 @@ def accumulator_type(a: AggCall) -> pl.DataType:
     assert a.arg is not None
     t = a.arg.dtype
     if pa.types.is_integer(t):
-        return pl.Decimal(38, 0) if a.func == "avg" else pl.Int64
+        return pl.Decimal(38, 0) if a.func == "avg" else pl.Int64()
     if pa.types.is_decimal(t):
         return pl.Decimal(38, t.scale)
-    return pl.Float64
+    return pl.Float64()
 
 
 def _accumulators(j: int, a: AggCall, bounded: bool) -> list[Accumulator]:
     if a.arg is None:
         return []
     cols = agg_columns(j)
-    out = [Accumulator(cols.non_null, Term.NON_NULL, j, pl.Int64)]
+    out = [Accumulator(cols.non_null, Term.NON_NULL, j, pl.Int64())]
     if a.func not in ("sum", "avg") or a.distinct:  # a DISTINCT aggregate's value comes from its value counts
         return out
     acc = accumulator_type(a)
     if acc == pl.Float64:
-        out.append(Accumulator(cols.sum, Term.FINITE, j, pl.Float64, cols.compensation))
-        out += [Accumulator(cols.nan, Term.NAN, j, pl.Int64), Accumulator(cols.pos_inf, Term.POS_INF, j, pl.Int64),
-                Accumulator(cols.neg_inf, Term.NEG_INF, j, pl.Int64)]
+        out.append(Accumulator(cols.sum, Term.FINITE, j, pl.Float64(), cols.compensation))
+        out += [Accumulator(cols.nan, Term.NAN, j, pl.Int64()), Accumulator(cols.pos_inf, Term.POS_INF, j, pl.Int64()),
+                Accumulator(cols.neg_inf, Term.NEG_INF, j, pl.Int64())]
         if bounded:
-            out.append(Accumulator(cols.abs_sum, Term.FINITE_ABS, j, pl.Float64, cols.abs_compensation))
+            out.append(Accumulator(cols.abs_sum, Term.FINITE_ABS, j, pl.Float64(), cols.abs_compensation))
     elif acc == pl.Int64:
         out.append(Accumulator(cols.sum, Term.WRAPPED, j, acc))
     else:
@@ -145,8 +145,8 @@ class PartialLayout:
         self.float_keys = [n for n, _ in keys if key_types[n] in (pl.Float32, pl.Float64)]
         self.plain_keys = [n for n, _ in keys] if keys else [NO_GROUP]
         self.key_names = [*self.plain_keys, *[nan_flag(n) for n in self.float_keys]]
-        self.key_types: dict[str, pl.DataType] = ({**key_types, **{nan_flag(n): pl.Boolean for n in self.float_keys}}
-                                                  if keys else {NO_GROUP: pl.Int8})
+        self.key_types: dict[str, pl.DataType] = ({**key_types, **{nan_flag(n): pl.Boolean() for n in self.float_keys}}
+                                                  if keys else {NO_GROUP: pl.Int8()})
         self.minmax = [j for j, (_, a) in enumerate(aggs) if a.func in ("min", "max")]
         self.distinct = [j for j, (_, a) in enumerate(aggs) if a.distinct]
         self.valued = sorted([*self.minmax, *self.distinct])  # the aggregates whose value counts are kept
@@ -157,7 +157,7 @@ class PartialLayout:
             arg = aggs[j][1].arg
             self.value_owner[j] = next(o for o in self.valued if aggs[o][1].arg == arg and (
                 self.value_type(o) == self.value_type(j)) and self.float_values(o) == self.float_values(j))
-        self.accumulators = [Accumulator(GROUP_ROWS, Term.ROWS, None, pl.Int64)]
+        self.accumulators = [Accumulator(GROUP_ROWS, Term.ROWS, None, pl.Int64())]
         for j, (_, a) in enumerate(aggs):
             self.accumulators += _accumulators(j, a, j in bounded)
 
@@ -178,7 +178,7 @@ class PartialLayout:
         """The type of MIN/MAX or DISTINCT ``j``'s multiset values."""
         arg = self.aggs[j][1].arg
         assert arg is not None
-        return pl.Int64 if self.float_values(j) else polars_type(arg.dtype)
+        return pl.Int64() if self.float_values(j) else polars_type(arg.dtype)
 
     def shared_values(self, owned: dict[int, pl.DataFrame]) -> dict[int, pl.DataFrame]:
         """Value counts per valued aggregate from those of each argument's first aggregate (the same frame)."""
@@ -281,9 +281,9 @@ class PartialLayout:
             sums.append(c.name)
         if self.compensated:
             # NULL, NaN and ±inf contribute nothing to the finite part (they are counted apart)
-            for i, (j, term) in enumerate(self._sources[0]):
+            for i, (j, kind) in enumerate(self._sources[0]):
                 x = pl.col(f"__arg{j}").cast(pl.Float64)
-                x = pl.when(x.is_finite()).then(x.abs() if term == Term.FINITE_ABS else x).otherwise(0.0)
+                x = pl.when(x.is_finite()).then(x.abs() if kind == Term.FINITE_ABS else x).otherwise(0.0)
                 cols.append(x.fill_null(0.0).alias(f"__v{i}"))
             keys = self.key_names
             cols.append((pl.col(keys[0]).hash() if len(keys) == 1 else pl.struct(keys).hash()).alias("__h"))
@@ -350,7 +350,8 @@ class PartialLayout:
             for c in self.compensated:
                 head, mid, low = levels[source_of[c.name]]
                 total, err = fold_levels(head, mid + low)
-                out += [frames.series(c.name, total, pl.Float64), frames.series(c.compensation, err, pl.Float64)]
+                assert c.compensation is not None
+                out += [frames.series(c.name, total, pl.Float64()), frames.series(c.compensation, err, pl.Float64())]
         groups = frames.frame(out)
 
         fragments, rows = _fragment_pairs(d, frag_cols, inv, m, [groups.get_column(k) for k in keys])
@@ -461,7 +462,7 @@ def _fragment_pairs(d: pl.DataFrame, frag_cols: list[str], inv: np.ndarray, m: n
     fragments = frames.frame([*[take(s, rows) for s in keys],
                               frames.series(FRAG, (unique & np.uint64((1 << shift) - 1)).astype(np.uint32),
                                             FRAG_DTYPE),
-                              frames.series(COUNT, counts.astype(np.int64, copy=False), pl.Int64)])
+                              frames.series(COUNT, counts.astype(np.int64, copy=False), pl.Int64())])
     return fragments, rows
 
 

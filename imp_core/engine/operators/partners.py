@@ -125,7 +125,7 @@ class KeyedPartners:
     def __init__(self, rows: pl.DataFrame, keys: pl.DataFrame, bloom: CountingBloom | None, canon: Canon) -> None:
         self.bloom, self.fresh, self.canon = bloom, False, canon
         self.kcols = [c for c in keys.columns if c != N_KEY]
-        self.store = SlotColumns({**{c: keys.schema[c] for c in self.kcols}, N_KEY: pl.Int64},
+        self.store = SlotColumns({**{c: keys.schema[c] for c in self.kcols}, N_KEY: pl.Int64()},
                                  dense=frozenset({N_KEY}))
         self.index = KeyIndex(self.kcols)
         keys = keys.select([*self.kcols, pl.col(N_KEY).cast(pl.Int64)])

@@ -55,8 +55,8 @@ def updated(op: Aggregation, partial: pl.DataFrame, joined: pl.DataFrame,
             t = old + d0
             err = np.where(np.abs(old) >= np.abs(d0), (old - t) + d0, (d0 - t) + old)
             err = np.where(np.isfinite(t), err, 0.0)
-            updated[c.name] = frames.series(c.name, t, pl.Float64)
-            updated[c.compensation] = frames.series(c.compensation, err_old + err + carried, pl.Float64)
+            updated[c.name] = frames.series(c.name, t, pl.Float64())
+            updated[c.compensation] = frames.series(c.compensation, err_old + err + carried, pl.Float64())
     rows = updated[GROUP_ROWS].to_numpy()
     if rows.size and rows.min() < 0:
         raise StateError(f"operator {op.op_id}: a group's row count became negative — the change feed deleted "

@@ -27,7 +27,7 @@ class TableAccess(UnaryOperator):
         self.scan = scan
         self.annotation = annotation
         self._columns = [(c.name, scan.qualified(c.name), polars_type(c.dtype)) for c in scan.columns]
-        self._columns.append((MULT, MULT, pl.Int64))
+        self._columns.append((MULT, MULT, pl.Int64()))
 
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> TableAccess:

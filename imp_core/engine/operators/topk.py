@@ -91,9 +91,9 @@ class TopKOp(OutputStateOperator):
         bounded = ctx.bounded_input(node)
         schema = {f.name: polars_type(f.dtype) for f in node.schema}
         for c in sorted(bounded):  # intervals and the certain flag the input carries stay with each row
-            schema[lo_name(c)] = schema[hi_name(c)] = pl.Float64
+            schema[lo_name(c)] = schema[hi_name(c)] = pl.Float64()
         if role.flagged_input:
-            schema[CERTAIN] = pl.Boolean
+            schema[CERTAIN] = pl.Boolean()
         return cls(ctx.op_id(cls.kind), node.order, node.k, schema, ctx.fingerprint, buffer=ctx.topk_buffer,
                    bounded=bounded, conservative=role.conservative, index=ctx.topk_index)
 
@@ -145,9 +145,10 @@ class TopKOp(OutputStateOperator):
             raise StateError(f"operator {self.op_id}: saved top-k state is a cut buffer, the operator keeps every "
                              f"row now; recapture the sketch")
         base, log = self._rest_frames(frames)
+        rows: pl.DataFrame = frames["rows"]  # type: ignore[assignment]
         self._top = None
         if self.indexed and layout != 1:
-            self.rows = frames["rows"]  # type: ignore[assignment]
+            self.rows = rows
             self.boundary = frames.get("boundary")  # type: ignore[assignment]
             self.base, self.log = base, log if log is not None else self.rows.clear()
             self.base_rows = self._saved_base_rows(meta, base) if layout == LAYOUT or base is None else \
@@ -155,8 +156,8 @@ class TopKOp(OutputStateOperator):
             if (self.base is not None or self.log.height) and self.boundary is None:
                 raise StateError(f"operator {self.op_id}: an indexed top-k state without its boundary; recapture")
             return
-        parts = [frames["rows"], *([base.frame()] if base is not None else []), *([log] if log is not None else [])]
-        self.rows = parts[0] if len(parts) == 1 else self._compacted(pl.concat(parts))  # type: ignore[arg-type]
+        parts = [rows, *([base.frame()] if base is not None else []), *([log] if log is not None else [])]
+        self.rows = parts[0] if len(parts) == 1 else self._compacted(pl.concat(parts))
         self.base, self.base_rows, self.log = None, 0, self.rows.clear()
         self.boundary = frames.get("boundary") if self.truncated else None  # type: ignore[assignment]
         if self.truncated and self.boundary is None:
@@ -168,7 +169,7 @@ class TopKOp(OutputStateOperator):
         """The saved base (a chunk, its shape checked when read) and log, in this operator's columns and types."""
         def shaped(df: pl.DataFrame, name: str) -> pl.DataFrame:
             try:
-                return df.select(self.rows.columns).cast(self.rows.schema, strict=True)  # type: ignore[arg-type]
+                return df.select(self.rows.columns).cast(self.rows.schema, strict=True)
             except (pl.exceptions.PolarsError, TypeError, ValueError) as e:
                 raise StateError(f"operator {self.op_id}: saved top-k frame {name!r} has the wrong shape; "
                                  f"recapture the sketch") from e
@@ -282,7 +283,7 @@ class TopKOp(OutputStateOperator):
             key = self.order[j]
             ends = pl.concat([r.get_column("__klo"), r.get_column("__khi")])
             rank = ends.rank("dense", descending=key.descending).cast(pl.Int64)
-            top = int(rank.max() or 0) + 1
+            top = int(rank.max() or 0) + 1  # type: ignore[arg-type]
             ranks = rank.fill_null(0 if key.effective_nulls_first else top).to_numpy()
             lo_rank, hi_rank = ranks[:r.height], ranks[r.height:]
             earliest, latest = (hi_rank, lo_rank) if key.descending else (lo_rank, hi_rank)
@@ -318,7 +319,7 @@ class TopKOp(OutputStateOperator):
         old_top = self.top()
         keys = [*self.data_cols, SKEY]
         # fold by grouping, not joining: polars joins do not match NaN with NaN reliably, its group-by does
-        changes = d.rename({"__dn": N}).select(self.rows.columns).cast(self.rows.schema)  # type: ignore[arg-type]
+        changes = d.rename({"__dn": N}).select(self.rows.columns).cast(self.rows.schema)
         merged = pl.concat([self.rows, changes]).group_by(keys, maintain_order=True).agg(
             pl.col(N).sum(), pl.col(SET).first())
         if merged.filter(pl.col(N) < 0).height:
@@ -335,7 +336,7 @@ class TopKOp(OutputStateOperator):
     def _process_indexed(self, d: pl.DataFrame) -> pl.DataFrame:
         """Fold the per-tuple changes ``d`` (``__dn``): those after the boundary go to the rest log (no output), the
         others into the head, whose top-k before and after give the output delta."""
-        changes = d.rename({"__dn": N}).select(self.rows.columns).cast(self.rows.schema)  # type: ignore[arg-type]
+        changes = d.rename({"__dn": N}).select(self.rows.columns).cast(self.rows.schema)
         if self.boundary is not None:
             head_part, rest_part = self._split_at_boundary(changes)
             if rest_part.height:

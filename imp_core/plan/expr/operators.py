@@ -446,7 +446,7 @@ class Cast(Expr):
             raise (UnsupportedError if "not supported" in reason else PlanError)(reason)
 
     @property
-    def dtype(self) -> pa.DataType:  # type: ignore[override]
+    def dtype(self) -> pa.DataType:
         return self.to
 
     def children(self) -> tuple[Expr, ...]:

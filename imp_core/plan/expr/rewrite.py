@@ -46,8 +46,9 @@ def rebuild(e: Expr, kids: Sequence[Expr]) -> Expr:
 
 def rename_columns(e: Expr, names: dict[str, str]) -> Expr:
     """Rename column references (``old -> new``)."""
-    mapping: dict[Expr, Expr] = {c: Col(names[c.name], c.dtype) for c in e.walk()
-                                 if isinstance(c, Col) and c.name in names}
+    mapping: dict[Expr, Expr] = {
+        c: Col(names[c.name], c.dtype) for c in e.walk() if isinstance(c, Col) and c.name in names
+    }
     return substitute(e, mapping) if mapping else e
 
 

@@ -41,19 +41,19 @@ _INTEGRAL_DECIMAL = {8: pa.decimal128(3, 0), 16: pa.decimal128(5, 0), 32: pa.dec
 
 
 def is_integral(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t)
+    return bool(pa.types.is_integer(t))
 
 
 def is_numeric(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
 
 
 def is_temporal(t: pa.DataType) -> bool:
-    return pa.types.is_date(t) or pa.types.is_timestamp(t)
+    return bool(pa.types.is_date(t) or pa.types.is_timestamp(t))
 
 
 def is_string(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or t == pa.string_view()
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or t == pa.string_view())
 
 
 def kind_of_type(t: pa.DataType) -> str:

@@ -16,7 +16,15 @@ from imp_core.plan.nodes import Distinct, Plan, Project, Select, SortKey, TopK, 
 from imp_core.plan.sql.constants import CLAUSE_NAMES, SELECT_CLAUSES
 from imp_core.plan.sql.exprs import ExprTranslator
 from imp_core.plan.sql.grouping import aggregate
-from imp_core.plan.sql.grouping_sets import element_sets, expand, fresh, grouping_values, rolled_up
+from imp_core.plan.sql.grouping_sets import (
+    cube_sets,
+    element_sets,
+    expand,
+    fresh,
+    grouping_values,
+    rolled_up,
+    rollup_sets,
+)
 from imp_core.plan.sql.positions import Locator
 from imp_core.plan.sql.scope import Cte, OrderItem, Scope, SelectItem, free_name, unique_names
 from imp_core.plan.sql.set_operations import SetOperations
@@ -219,11 +227,7 @@ class QueryTranslator(Subqueries, SetOperations, Windows):
                     keys.append(e)
         for key in ("rollup", "cube"):  # GROUP BY a, b WITH ROLLUP / WITH CUBE
             if group.args.get(key):
-                whole = exp.Rollup(expressions=[]) if key == "rollup" else exp.Cube(expressions=[])
-                whole.set("expressions", list(range(len(keys))))
-                options = element_sets(whole)
-                assert options is not None
-                elements = [[[keys[i] for i in opt] for opt in options]]  # type: ignore[index]
+                elements = [rollup_sets(keys) if key == "rollup" else cube_sets(keys)]
         if group.args.get("grouping_sets"):
             raise self.loc.unsupported("this form of GROUPING SETS", group,
                                        "write GROUP BY GROUPING SETS ((a, b), (a))")

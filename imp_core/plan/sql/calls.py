@@ -41,6 +41,7 @@ from imp_core.plan.sql.constants import (
 )
 from imp_core.plan.sql.dates import iso_date_formats
 from imp_core.plan.sql.positions import Locator
+from imp_core.plan.sql.scope import Scope
 from imp_core.plan.sql.windows import HINT
 from imp_core.plan.values import string_to_date, string_to_timestamp
 
@@ -49,6 +50,7 @@ class CallRules:
     """The handlers of calls and typed constants; ``ExprTranslator`` provides the attributes declared here."""
 
     loc: Locator
+    scope: Scope
     clause: str
     allow_aggs: bool
 
@@ -280,7 +282,8 @@ class CallRules:
             raise self.loc.unsupported("AVG(DISTINCT ...)", node,
                                        "write SUM(DISTINCT x) / COUNT(DISTINCT x), or aggregate over a SELECT "
                                        "DISTINCT subquery")
-        return arg.expressions[0]
+        only: exp.Expression = arg.expressions[0]
+        return only
 
     def _Filter(self, node: exp.Filter) -> Expr:
         raise self.loc.unsupported("an aggregate with FILTER (WHERE ...)", node, "use SUM(CASE WHEN ... END)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import re
+from collections.abc import Callable
 
 from sqlglot import exp
 
@@ -65,7 +66,7 @@ class ExprTranslator(CallRules):
             raise self.loc.at(e, node) from e
 
     def _translate(self, node: exp.Expression) -> Expr:
-        handler = getattr(self, f"_{type(node).__name__}", None)
+        handler: Callable[[exp.Expression], Expr] | None = getattr(self, f"_{type(node).__name__}", None)
         if handler is not None:
             return handler(node)
         kind = type(node)

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import copy
 import itertools
+from collections.abc import Sequence
+from typing import TypeVar
 
 import pyarrow as pa
 from sqlglot import exp
 
 from imp_core.errors import PlanError
 from imp_core.plan.expr import NULL, AggCall, Cast, Col, Expr, Lit, substitute
+
+_T = TypeVar("_T")
 
 
 def expand(elements: list[list[list[Expr]]], keys: list[Expr]) -> list[list[int]]:
@@ -26,15 +30,23 @@ def expand(elements: list[list[list[Expr]]], keys: list[Expr]) -> list[list[int]
     return sets
 
 
+def rollup_sets(xs: Sequence[_T]) -> list[list[_T]]:
+    """The sets ``ROLLUP(xs)`` stands for: every prefix of ``xs``, longest first."""
+    return [list(xs[:i]) for i in range(len(xs), -1, -1)]
+
+
+def cube_sets(xs: Sequence[_T]) -> list[list[_T]]:
+    """The sets ``CUBE(xs)`` stands for, in Spark's order: the full set first, then subsets by decreasing size (as
+    itertools.combinations orders them)."""
+    return [list(c) for n in range(len(xs), -1, -1) for c in itertools.combinations(xs, n)]
+
+
 def element_sets(g: exp.Expression) -> list[list[exp.Expression]] | None:
     """The grouping sets one GROUP BY element stands for, or None for a plain expression."""
     if isinstance(g, exp.Rollup):
-        xs = list(g.expressions)
-        return [xs[:i] for i in range(len(xs), -1, -1)]
+        return rollup_sets(g.expressions)
     if isinstance(g, exp.Cube):
-        xs = list(g.expressions)
-        # Spark's order: the full set first, then subsets by decreasing size (as itertools.combinations orders them)
-        return [list(c) for n in range(len(xs), -1, -1) for c in itertools.combinations(xs, n)]
+        return cube_sets(g.expressions)
     if isinstance(g, exp.GroupingSets):
         out = []
         for s in g.expressions:
@@ -49,14 +61,15 @@ def rolled_up(e: Expr, absent: list[Expr]) -> Expr:
     if not absent:
         return e
     aggs = [a for a in e.walk() if isinstance(a, AggCall)]
-    hold = {a: Col(f"__held{i}", a.dtype) for i, a in enumerate(aggs)}
+    hold: dict[Expr, Expr] = {a: Col(f"__held{i}", a.dtype) for i, a in enumerate(aggs)}
     nulls: dict[Expr, Expr] = {k: Cast(Lit(None, NULL), k.dtype) for k in absent}
     out = substitute(e, {**hold, **nulls})
     return substitute(out, {v: k for k, v in hold.items()})
 
 
-def grouping_values(groupings: dict[str, tuple[str, tuple[Expr, ...]]], keys: list[Expr], present: list[int]
-                    ) -> dict[Expr, Expr]:
+def grouping_values(
+    groupings: dict[str, tuple[str, tuple[Expr, ...]]], keys: list[Expr], present: list[int]
+) -> dict[Expr, Expr]:
     """The constants ``GROUPING(k)`` (1 when ``k`` is rolled up in this set, else 0) and ``GROUPING_ID(k1, ..., kn)``
     (those bits, ``k1`` the most significant; all GROUP BY expressions when none are given) take in the set of
     ``keys`` at indexes ``present``, keyed by their placeholder columns.
@@ -76,9 +89,9 @@ def grouping_values(groupings: dict[str, tuple[str, tuple[Expr, ...]]], keys: li
     return out
 
 
-def fresh(plan: object) -> object:
+def fresh(plan: _T) -> _T:
     """A copy of a plan with new node objects (each branch's scans are its own)."""
     return copy.deepcopy(plan)
 
 
-__all__ = ["element_sets", "expand", "fresh", "grouping_values", "rolled_up"]
+__all__ = ["cube_sets", "element_sets", "expand", "fresh", "grouping_values", "rolled_up", "rollup_sets"]

@@ -36,16 +36,22 @@ def exists(nd: exp.Column, mn: exp.Column, outer: exp.Expression) -> exp.Express
     differs = exp.or_(exp.GTE(this=nd, expression=exp.Literal.number(2)),
                       exp.and_(exp.EQ(this=nd.copy(), expression=exp.Literal.number(1)),
                                exp.NEQ(this=mn, expression=outer.copy())))
-    return exp.and_(exp.Not(this=exp.Is(this=outer.copy(), expression=exp.Null())), exp.Paren(this=differs))
+    return _node(exp.and_(exp.Not(this=exp.Is(this=outer.copy(), expression=exp.Null())), exp.Paren(this=differs)))
 
 
 def not_exists(nd: exp.Column, mn: exp.Column, outer: exp.Expression) -> exp.Expression:
     """No summarized row (none at all, or all equal to ``outer``) differs from ``outer``."""
-    return exp.or_(exp.Is(this=nd, expression=exp.Null()),
-                   exp.EQ(this=nd.copy(), expression=exp.Literal.number(0)),
-                   exp.and_(exp.EQ(this=nd.copy(), expression=exp.Literal.number(1)),
-                            exp.EQ(this=mn, expression=outer.copy())),
-                   exp.Is(this=outer.copy(), expression=exp.Null()))
+    return _node(exp.or_(exp.Is(this=nd, expression=exp.Null()),
+                         exp.EQ(this=nd.copy(), expression=exp.Literal.number(0)),
+                         exp.and_(exp.EQ(this=nd.copy(), expression=exp.Literal.number(1)),
+                                  exp.EQ(this=mn, expression=outer.copy())),
+                         exp.Is(this=outer.copy(), expression=exp.Null())))
+
+
+def _node(condition: exp.Expr) -> exp.Expression:
+    """The ``And``/``Or`` node ``exp.and_``/``exp.or_`` build (typed by sqlglot as its ``Condition`` trait)."""
+    assert isinstance(condition, exp.Expression)
+    return condition
 
 
 __all__ = ["exists", "not_exists", "summary"]

@@ -9,6 +9,8 @@ between a left and a right column (the keys) plus conditions on the padded-again
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from imp_core.errors import UnsupportedError
 from imp_core.plan.expr import NULL, Binary, Cast, Col, Expr, Lit, conjoin, conjuncts
 from imp_core.plan.nodes import AntiJoin, Join, Plan, Project, Select, Union
@@ -80,8 +82,8 @@ def _filtered(plan: Plan, preds: list[Expr]) -> Plan:
 
 def _padded(anti: Plan, left: Plan, right: Plan, pad_right: bool) -> Plan:
     """The unmatched rows with NULLs for the other side's columns, in the inner join's column order."""
-    def null(f_dtype: object) -> Expr:
-        return Cast(Lit(None, NULL), f_dtype)  # type: ignore[arg-type]
+    def null(f_dtype: pa.DataType) -> Expr:
+        return Cast(Lit(None, NULL), f_dtype)
 
     items: list[tuple[str, Expr]] = []
     for f in left.schema:

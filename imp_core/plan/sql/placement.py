@@ -88,8 +88,7 @@ def _join_component(members: list[int], plans: list[Plan], linked: list[_Linked]
     while remaining:
         pick = next((i for i in remaining if any(i in refs and refs <= joined | {i} for _, refs in pending)), None)
         if pick is None:  # only conditions over three or more items link the rest
-            pick = next((i for i in remaining if any(i in refs and refs & joined for _, refs in pending)),
-                        remaining[0])
+            pick = next((i for i in remaining if any(i in refs and refs & joined for _, refs in pending)), remaining[0])
         joined.add(pick)
         remaining.remove(pick)
         here = [m for m in pending if m[1] <= joined]

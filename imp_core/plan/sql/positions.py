@@ -21,7 +21,7 @@ _SNIPPET_CHARS = 60
 _E = TypeVar("_E", bound=PlanError)
 
 # The keywords that start a clause node before its first positioned token (see Locator.position).
-_KEYWORDS: dict[type[exp.Expression], str] = {
+_KEYWORDS: dict[type[exp.Expr], str] = {
     exp.Join: "NATURAL|LEFT|RIGHT|FULL|OUTER|INNER|CROSS|SEMI|ANTI|JOIN", exp.Limit: "LIMIT",
     exp.Offset: "OFFSET", exp.Fetch: "FETCH|FIRST|NEXT", exp.Qualify: "QUALIFY", exp.Group: "GROUP|BY",
     exp.Sort: "SORT|BY", exp.Cluster: "CLUSTER|BY", exp.Distribute: "DISTRIBUTE|BY", exp.Lateral: "LATERAL|VIEW",
@@ -61,7 +61,7 @@ class Locator:
     sql: str
     dialect: str
 
-    def position(self, node: exp.Expression) -> tuple[int | None, int | None, str]:
+    def position(self, node: exp.Expr) -> tuple[int | None, int | None, str]:
         """Line and column of the node's leftmost token that has a position (None, None without one), and its SQL."""
         snippet = sqlglot_text(node.sql(dialect=self.dialect))
         if len(snippet) > _SNIPPET_CHARS:
@@ -78,21 +78,21 @@ class Locator:
                 s = m.start()
         return self.sql.count("\n", 0, s) + 1, s - self.sql.rfind("\n", 0, s), snippet
 
-    def located(self, cls: type[_E], before: str, node: exp.Expression, after: str = "") -> _E:
+    def located(self, cls: type[_E], before: str, node: exp.Expr, after: str = "") -> _E:
         """``cls(before + <where node is> + after)`` with the position as fields."""
         line, column, snippet = self.position(node)
         where = f"at line {line}, column {column} (`{snippet}`)" if line is not None else f"in `{snippet}`"
         return cls(f"{before}{where}{after}", line=line, column=column, snippet=snippet)
 
-    def error(self, message: str, node: exp.Expression, hint: str = "") -> PlanError:
+    def error(self, message: str, node: exp.Expr, hint: str = "") -> PlanError:
         """A ``PlanError``: "<message> at line L, column C (`sql`); <hint>"."""
         return self.located(PlanError, f"{message} ", node, f"; {hint}" if hint else "")
 
-    def unsupported(self, construct: str, node: exp.Expression, hint: str = "") -> UnsupportedError:
+    def unsupported(self, construct: str, node: exp.Expr, hint: str = "") -> UnsupportedError:
         """An ``UnsupportedError``: "<construct> is not supported; found at line L, column C (`sql`); <hint>"."""
         return self.located(UnsupportedError, f"{construct} is not supported; found ", node,
                             f"; {hint}" if hint else "")
 
-    def at(self, error: _E, node: exp.Expression) -> _E:
+    def at(self, error: _E, node: exp.Expr) -> _E:
         """The same error (class and message) with where ``node`` is appended, for errors of the IR constructors."""
         return self.located(type(error), f"{error} ", node)

@@ -38,8 +38,9 @@ class Query:
     sql: str
 
 
-def parse_query(sql: str, tables: Mapping[str, pa.Schema], dialect: str = "spark", *,
-                statement: exp.Expression | None = None) -> Query:
+def parse_query(
+    sql: str, tables: Mapping[str, pa.Schema], dialect: str = "spark", *, statement: exp.Expression | None = None
+) -> Query:
     """Translate one SELECT query into a plan over the registered tables.
 
     Identifiers are resolved case-insensitively (as Spark does); the plan keeps the spelling stored in ``tables``.
@@ -87,8 +88,9 @@ def parse_statement(sql: str, dialect: str = "spark") -> exp.Expression:
     if not statements:
         raise PlanError("the query text is empty")
     if len(statements) > 1:
-        raise UnsupportedError(f"multiple statements ({len(statements)}) are not supported; a sketch is made for "
-                               "exactly one SELECT query")
+        raise UnsupportedError(
+            f"multiple statements ({len(statements)}) are not supported; a sketch is made for exactly one SELECT query"
+        )
     statement = statements[0]
     if not (isinstance(statement, exp.Query) and isinstance(statement, exp.Expression)):
         kind = statement.name.upper() if isinstance(statement, exp.Command) else statement.key.upper()

@@ -381,8 +381,8 @@ def _scalar_subqueries(e: exp.Expression) -> list[exp.Subquery]:
     return found
 
 
-def _ancestors(node: exp.Expression, stop: exp.Expression) -> list[exp.Expression]:
-    out = []
+def _ancestors(node: exp.Expression, stop: exp.Expression) -> list[exp.Expr]:
+    out: list[exp.Expr] = []
     p = node.parent
     while p is not None and p is not stop:
         out.append(p)

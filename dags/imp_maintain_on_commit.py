@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from airflow.sdk import AssetAny, AssetWatcher, dag, task
+from airflow.sdk import AssetAny, AssetWatcher, dag, get_parsing_context, task
 
 from imp_core.airflow import CHECK_TIMEOUT, JOB_TIMEOUT, assets, group_size, tasks
 from imp_core.airflow.hooks import ImpCatalogHook
@@ -31,11 +31,14 @@ from imp_core.config import WatchSettings
 from imp_core.jobs import group_label, sketches_of
 
 settings = WatchSettings.from_env()
-service = ImpCatalogHook().get_conn()
-try:
-    found = assets.watched(service)
-finally:
-    service.close()
+if get_parsing_context().dag_id is None:  # the DAG processor: the catalog's tables and sketches are the assets
+    service = ImpCatalogHook().get_conn()
+    try:
+        found = assets.watched(service)
+    finally:
+        service.close()
+else:  # a worker parsing the file to run one task: the tasks read the catalog themselves
+    found = assets.Watched()
 
 tables = [assets.table_asset(uri, names, [AssetWatcher(name="imp-delta-commits", trigger=DeltaCommitTrigger(
     uri, names, settings.poll_seconds))] if settings.enabled else []) for uri, names in sorted(found.tables.items())]

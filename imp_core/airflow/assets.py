@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, quote, unquote, urlsplit
 
+from airflow.providers.common.compat.openlineage.facet import Dataset  # a placeholder without OpenLineage
 from airflow.sdk import Asset, AssetWatcher
 
 from imp_core.config import WatchSettings
@@ -110,8 +111,6 @@ def create_asset(*, sketch: str, catalog: str | None = None, extra: Mapping[str,
 
 def convert_asset_to_openlineage(asset: Asset, lineage_context: Any) -> Any:
     """The OpenLineage dataset of a sketch asset: namespace ``imp://<catalog>``, name the sketch."""
-    from airflow.providers.common.compat.openlineage.facet import Dataset  # only called with OpenLineage installed
-
     catalog, sketch = sketch_of_uri(asset.uri) or ("", asset.uri)
     return Dataset(namespace=f"{SCHEME}://{catalog}", name=sketch)
 

@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import boto3
+from botocore.config import Config
+
 from imp_core.errors import SourceError
 from imp_core.sources import storage
 
@@ -151,9 +154,6 @@ class DeltaLog:
 
 def s3_client() -> Any:
     """A boto3 S3 client from the S3 settings in force (``imp_storage`` connection, ``IMP_S3_*``, ``AWS_*``)."""
-    import boto3  # lazily: only s3:// tables need it, and it takes a while to import
-    from botocore.config import Config
-
     config = storage.s3_config()
     style = {"addressing_style": "path" if config.path_style else "virtual"} if config.path_style is not None else {}
     return boto3.client("s3", endpoint_url=config.endpoint, region_name=config.region or "us-east-1",

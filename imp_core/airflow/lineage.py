@@ -26,6 +26,14 @@ from urllib.parse import urlsplit
 
 from airflow.sdk import Asset
 
+try:  # the OpenLineage provider is optional: its listener is what calls the lineage methods
+    from airflow.providers.common.compat.openlineage.facet import InputDataset, OutputDataset
+    from airflow.providers.openlineage.conf import is_disabled
+    from airflow.providers.openlineage.extractors.base import OperatorLineage
+    from openlineage.client.generated.dataset_version_dataset import DatasetVersionDatasetFacet
+except ImportError:
+    OperatorLineage = None
+
 from imp_core.airflow.assets import SCHEME, catalog_name, sketch_asset, sketch_of_uri, table_uri
 from imp_core.airflow.hooks import ImpCatalogHook
 from imp_core.errors import ImpError, first_line
@@ -79,10 +87,6 @@ class JobLineage:
 
     def to_openlineage(self) -> Any:
         """An OpenLineage ``OperatorLineage`` (the provider installed: only its listener calls this)."""
-        from airflow.providers.common.compat.openlineage.facet import InputDataset, OutputDataset
-        from airflow.providers.openlineage.extractors.base import OperatorLineage
-        from openlineage.client.generated.dataset_version_dataset import DatasetVersionDatasetFacet
-
         def facets(version: int) -> dict[str, Any]:
             return {"version": DatasetVersionDatasetFacet(datasetVersion=str(version))}
 
@@ -122,7 +126,7 @@ def job_lineage(application_args: Sequence[str], conn_id: str) -> JobLineage | N
         return None
     trigger, sketches = found
     try:
-        catalog = ImpCatalogHook(conn_id).get_conn().catalog
+        catalog = ImpCatalogHook(conn_id).get_conn(shared=True).catalog  # the one report_job opened
         commits = [c for name in dict.fromkeys(sketches) if (c := _commit(catalog, name, trigger)) is not None]
         locations = {t.name: t.path for t in catalog.list_tables()}
     except ImpError as e:
@@ -142,7 +146,7 @@ def _commit(catalog: Any, name: str, trigger: str) -> SketchCommit | None:
     made = sorted({v for r in runs for v in range((r.from_version or 0) + 1, r.to_version + 1)})
     if not made:
         return None
-    first, last = min(runs, key=lambda r: r.id), max(runs, key=lambda r: r.id)
+    first = min(runs, key=lambda r: r.id)
     version = catalog.get_version(record.id, max(made))
     return SketchCommit(name, version.version, tuple(made), version.method, dict(version.table_versions),
                         dict(first.table_versions_from or {}), sum(r.delta_rows or 0 for r in runs))
@@ -165,11 +169,7 @@ def announce(task: Any, context: Mapping[str, Any], lineage: JobLineage | None) 
 
 def openlineage_enabled() -> bool:
     """Whether Airflow's OpenLineage provider is installed and configured (a transport, or a config file)."""
-    try:
-        from airflow.providers.openlineage.conf import is_disabled  # the provider is optional
-    except ImportError:
-        return False
-    return not is_disabled()
+    return OperatorLineage is not None and not is_disabled()
 
 
 __all__ = ["JobLineage", "SketchCommit", "announce", "dataset_name", "job_lineage", "job_sketches",

@@ -224,7 +224,7 @@ def report_job(application_args: Sequence[str], conn_id: str = CATALOG_CONN_ID) 
     except (ImpError, SystemExit):
         return None
     try:
-        report = ImpCatalogHook(conn_id).get_conn().run_report(job.trigger, list(sketches))
+        report = ImpCatalogHook(conn_id).get_conn(shared=True).run_report(job.trigger, list(sketches))
     except ImpError as e:
         log.warning("cannot read the runs of this job back from the catalog: %s", scrub(first_line(e)))
         return None
@@ -238,5 +238,5 @@ def report_job(application_args: Sequence[str], conn_id: str = CATALOG_CONN_ID) 
     return {"trigger": job.trigger, "sketches": outcome, "runs": runs}
 
 
-__all__ = ["on_commit_group_args", "on_demand_args", "report_job", "report_runs", "stale_group_args", "trigger_for", "validate_maintenance",
-           "repartition_args", "validate_registration"]
+__all__ = ["on_commit_group_args", "on_demand_args", "report_job", "report_runs", "stale_group_args", "trigger_for",
+           "validate_maintenance", "repartition_args", "validate_registration"]

@@ -29,6 +29,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
+from imp_core.airflow.assets import location_of
 from imp_core.airflow.delta_log import Commit, DeltaLog
 from imp_core.errors import ImpError, first_line
 from imp_core.security.redact import scrub
@@ -62,8 +63,6 @@ class DeltaCommitTrigger(BaseEventTrigger):
                 {"table_uri": self.table_uri, "tables": self.tables, "poll_seconds": self.poll_seconds})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from imp_core.airflow.assets import location_of  # imports Airflow's asset classes: only in the triggerer
-
         log = DeltaLog(location_of(self.table_uri))
         last = await self._resume(log)
         pending: tuple[int, float] | None = None  # (version to record, when its events were handed over)

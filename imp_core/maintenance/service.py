@@ -154,7 +154,8 @@ class SketchService:
         return groups.maintain_group(self.parts, sketches, strategy, batch_size, trigger, allow_recapture)
 
     def stale_groups(self, size: int, table: str | Collection[str] | None = None) -> list[tuple[str, ...]]:
-        """The stale sketches (of ``table``, or of any of several) in groups of at most ``size`` (:func:`groups.stale_groups`)."""
+        """The stale sketches (of ``table``, or of several tables) in groups of at most ``size``
+        (:func:`groups.stale_groups`)."""
         return groups.stale_groups(self.parts, size, table)
 
     def is_stale(self, name: str) -> bool:

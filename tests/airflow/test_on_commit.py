@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.airflow.conftest import APPLE_ROW, TOP_SQL, AirflowServer, Imp, start_airflow, tail
+from tests.airflow.conftest import APPLE_ROW, AirflowServer, Imp, start_airflow, tail
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 

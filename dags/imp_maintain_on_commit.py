@@ -18,7 +18,7 @@ plans the jobs. Settings: ``IMP_ON_COMMIT`` (``on``, default; ``off``: no watche
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from airflow.sdk import AssetAny, AssetWatcher, dag, get_parsing_context, task
@@ -51,19 +51,20 @@ sketches = [assets.sketch_asset(name, settings.catalog_name) for name in sorted(
     start_date=datetime(2025, 1, 1),
     catchup=False,
     max_active_runs=1,  # events arriving during a run wait for it and are consumed together by the next run
+    # a retry holds up the next commits' run (one run at a time): retry soon; the next commit's run tries again anyway
+    default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
     user_defined_macros={"group_label": group_label, "sketches_of": sketches_of},
     tags=["imp"],
     doc_md=__doc__,
 )
 def imp_maintain_on_commit() -> None:
-    @task(retries=1, execution_timeout=CHECK_TIMEOUT)
+    @task(execution_timeout=CHECK_TIMEOUT)
     def list_changed_groups(**context: Any) -> list[list[str]]:
         return tasks.on_commit_group_args(context, group_size(), settings.batch_size)
 
     job_operator().partial(
         task_id="maintain_group",
         outlets=sketches,
-        retries=1,
         map_index_template="{{ group_label(sketches_of(task.application_args)) }}",
         execution_timeout=JOB_TIMEOUT,
     ).expand(application_args=list_changed_groups())

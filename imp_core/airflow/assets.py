@@ -41,10 +41,10 @@ def table_uri(path: str) -> str:
     """The asset URI of a registered table's location: ``file:///abs/path`` or ``s3://bucket/key``."""
     if storage.is_s3(path):
         return storage.normalize(path)
-    if storage.is_local(path):
-        return "file://" + quote(os.path.abspath(path), safe="/")
     if path.startswith("file:"):
         return "file://" + quote(unquote(urlsplit(path).path).rstrip("/") or "/", safe="/")
+    if storage.is_local(path):
+        return "file://" + quote(os.path.abspath(path), safe="/")
     return path.rstrip("/")  # another scheme (abfss://, gs://): as registered
 
 

@@ -395,6 +395,36 @@ def airflow_server(imp: Imp, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         server.stop()
 
 
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's headless Chromium, driven by Playwright (one per test module)."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail("chromium is not installed (./dev test installs it with apt-get)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+        yield b
+        b.close()
+
+
+def log_in(page: Any, server: AirflowServer, screenshot: Path | None = None) -> None:
+    """Log in to the Airflow UI through the simple auth manager's form."""
+    page.goto(f"{server.base_url}/")
+    page.wait_for_url("**/auth/login**")
+    page.get_by_label("Username").fill(server.username)
+    page.get_by_label("Password").fill(server.password)
+    if screenshot is not None:
+        page.screenshot(path=str(screenshot))
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(lambda url: "/auth/login" not in url)
+
+
 @pytest.fixture(scope="session")
 def artifacts() -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ def stack(imp: Imp, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflo
     server = start_airflow(imp, home, STACK, wanted=(DAG,), **{
         "IMP_WATCH_INTERVAL": "1",
         "IMP_MAINTENANCE_GROUP_SIZE": "25",
+        "IMP_ON_COMMIT_BATCH_SIZE": "1",  # eager: one sketch version per table version
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(lineage),
                                                        "append": True}),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "imp-test",
@@ -148,7 +150,7 @@ def test_delta_rs_and_spark_commits_are_maintained_without_a_manual_trigger(imp:
     assert "password" not in cmd.lower() and "IMP_CATALOG_URL=" not in cmd
 
 
-def test_a_burst_of_commits_coalesces_into_one_or_two_runs(imp: Imp, stack: AirflowServer) -> None:
+def test_a_burst_coalesces_and_a_restarted_triggerer_loses_no_version(imp: Imp, stack: AirflowServer) -> None:
     imp.table("burst_sales")
     imp.sketch("burst_top", "burst_sales")
     [uri] = watch(stack, imp, "burst_sales")
@@ -165,6 +167,16 @@ def test_a_burst_of_commits_coalesces_into_one_or_two_runs(imp: Imp, stack: Airf
     mine = sorted((r for r in imp.runs("burst_top") if (r.trigger or "").startswith(f"airflow:{DAG}/")),
                   key=lambda r: r.id)
     assert all(a.finished_at <= b.started_at for a, b in zip(mine, mine[1:]))
+
+    # the triggerer stops; versions 21..23 are committed while nobody watches; it starts again
+    time.sleep(4)  # a version is recorded as reported a few seconds after its event
+    stack.stop_component("triggerer")
+    for i in range(3):
+        imp.append("burst_sales", {"id": [200 + i], "brand": ["HP"], "price": [11 + i], "numSold": [1]})
+    stack.start("triggerer")
+    wait_covered(stack, imp, "burst_top", {"burst_sales": 23})
+    assert trigger_versions(stack, uri) == [(v - 1, v) for v in range(1, 24)]
+    assert f"watching {uri} (tables burst_sales) from version 20" in (stack.home / "triggerer.out").read_text()
     imp.assert_equals_recapture("burst_top")
 
 
@@ -190,23 +202,57 @@ def test_a_sketch_of_two_tables_is_maintained_once_per_event_set(imp: Imp, stack
     imp.assert_equals_recapture("two_join")
 
 
-def test_a_restarted_triggerer_loses_no_version(imp: Imp, stack: AirflowServer) -> None:
-    imp.table("rs_sales")
-    imp.sketch("rs_top", "rs_sales")
-    [uri] = watch(stack, imp, "rs_sales")
-    imp.append("rs_sales", {"id": [10], "brand": ["HP"], "price": [10], "numSold": [1]})
-    wait_covered(stack, imp, "rs_top", {"rs_sales": 1})
-    time.sleep(4)  # the version is recorded as reported a few seconds after its event
+@pytest.mark.browser
+def test_the_page_shows_freshness_in_a_browser(imp: Imp, stack: AirflowServer, browser: Any,
+                                               artifacts: Path) -> None:
+    from playwright.sync_api import expect
 
-    stack.stop_component("triggerer")
-    for i in range(3):  # versions 2..4 while nobody watches
-        imp.append("rs_sales", {"id": [11 + i], "brand": ["HP"], "price": [11 + i], "numSold": [1]})
-    stack.start("triggerer")
-    wait_covered(stack, imp, "rs_top", {"rs_sales": 4})
-    seen = trigger_versions(stack, uri)
-    assert seen == [(v - 1, v) for v in range(1, 5)], seen
-    assert f"watching {uri} (tables rs_sales) from version 1" in (stack.home / "triggerer.out").read_text()
-    imp.assert_equals_recapture("rs_top")
+    from tests.airflow.conftest import log_in
+
+    imp.table("pg_sales")
+    record = imp.sketch("pg_top", "pg_sales")
+    [uri] = watch(stack, imp, "pg_sales")
+    for i in range(3):  # three maintained versions for the plot (a batch size of 1: one per table version)
+        imp.append("pg_sales", {"id": [300 + i], "brand": ["Apple"], "price": [500 * (i + 1)], "numSold": [1]})
+    wait_covered(stack, imp, "pg_top", {"pg_sales": 3})
+    page = browser.new_page(viewport={"width": 1600, "height": 900})
+    page.set_default_timeout(30_000)
+    try:
+        log_in(page, stack)
+        # a maintainer holds the sketch's lock: the on-commit run waits for it and the page shows the sketch behind
+        with imp.catalog.sketch_lock(record.id):
+            imp.append("pg_sales", {"id": [310], "brand": ["HP"], "price": [900], "numSold": [2]})
+            deadline = time.monotonic() + 60
+            while (4 not in [v for _, v in trigger_versions(stack, uri)]
+                   or not any(r["state"] == "running" for r in runs(stack))):
+                assert time.monotonic() < deadline, "no event or run for version 4"
+                time.sleep(0.5)
+            page.goto(f"{stack.base_url}/plugin/sketch-catalog")
+            row = page.frame_locator("iframe").locator('tr[data-sketch="pg_top"]')
+            expect(row.locator("td.freshness")).to_contain_text("stale")
+            expect(row.locator("td.freshness")).to_contain_text("1 version behind")
+            expect(row.locator("td.freshness")).to_contain_text("last missed commit")
+            expect(row).to_contain_text("pg_sales: 3 / 4")
+            expect(row.locator("td.maintenance")).to_contain_text("v4 incremental")
+            expect(row.locator("td.optimizer")).to_contain_text("not reported")
+            assert row.locator("td.history svg rect").count() == 4  # capture + three maintained versions
+            row.scroll_into_view_if_needed()
+            page.screenshot(path=str(artifacts / "10-freshness-stale.png"))
+        wait_covered(stack, imp, "pg_top", {"pg_sales": 4})
+        page.reload()
+        row = page.frame_locator("iframe").locator('tr[data-sketch="pg_top"]')
+        expect(row.locator("td.freshness")).to_contain_text("fresh")
+        expect(row.locator("td.maintenance")).to_contain_text("v5 incremental")
+        assert row.locator("td.history svg rect").count() == 5
+        assert row.locator("td.history svg polyline").count() == 1
+        box = row.locator("td.history svg").bounding_box()
+        assert box is not None and box["width"] >= 150 and box["height"] >= 30  # drawn, not just in the HTML
+        page.screenshot(path=str(artifacts / "11-freshness-fresh.png"))
+    except Exception:
+        page.screenshot(path=str(artifacts / "19-freshness-failure.png"))
+        raise
+    finally:
+        page.close()
 
 
 def test_dropped_and_unregistered_tables_stop_their_watch(imp: Imp, stack: AirflowServer) -> None:

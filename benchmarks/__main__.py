@@ -16,7 +16,7 @@ import time
 from benchmarks import harness
 
 SUITES = ["engine", "skipping", "floor", "skew", "mixed_layout", "maintenance", "tpch", "topk", "strategies",
-          "lakehouse", "nightly", "engine_v2", "tpch22", "scale", "state_store", "state_parts"]
+          "lakehouse", "nightly", "engine_v2", "tpch22", "scale", "state_store", "state_parts", "freshness"]
 
 
 def main(argv: list[str] | None = None) -> int:

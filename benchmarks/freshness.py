@@ -198,20 +198,8 @@ def freshness(service: SketchService, quick: bool, work: Path) -> Experiment:
     finally:
         stack.stop()
 
-    latencies: list[float] = []
-    per_commit: list[float] = []
-    versions = {s: service.catalog.versions(service.catalog.get_sketch(s).id) for ss in readers.values() for s in ss}
-    for table, version, committed in commits:
-        worst = 0.0
-        for sketch in readers[table]:
-            covering = next(v for v in versions[sketch] if v.table_versions.get(table, -1) >= version)
-            latencies.append(covering.created_at.timestamp() - committed)
-            worst = max(worst, latencies[-1])
-        per_commit.append(worst)
-    exact = []
-    for sketch, vs in versions.items():
-        again = service.recapture(sketch, trigger="bench-freshness-oracle")
-        exact.append(again.fragments == vs[-1].fragments and dict(again.table_versions) == dict(vs[-1].table_versions))
+    latencies, per_commit = _latencies(service, commits, readers)
+    exact = _exact(service, readers)
     if not all(exact):
         raise AssertionError(f"freshness: {exact.count(False)} sketch(es) differ from a recapture at the end")
 
@@ -240,6 +228,31 @@ def freshness(service: SketchService, quick: bool, work: Path) -> Experiment:
                      f"{'yes' if all(exact) else 'no'}. Measured on the shared 2-core machine: re-run alone for "
                      f"figures to quote.")
     return exp
+
+
+def _latencies(service: SketchService, commits: list[tuple[str, int, float]],
+               readers: dict[str, list[str]]) -> tuple[list[float], list[float]]:
+    """Per (commit, sketch of its table): seconds from the commit to the first sketch version covering it; and per
+    commit the slowest of its sketches."""
+    versions = {s: service.catalog.versions(service.catalog.get_sketch(s).id) for ss in readers.values() for s in ss}
+    latencies: list[float] = []
+    per_commit: list[float] = []
+    for table, version, committed in commits:
+        mine = [next(v for v in versions[s] if v.table_versions.get(table, -1) >= version).created_at.timestamp()
+                - committed for s in readers[table]]
+        latencies += mine
+        per_commit.append(max(mine))
+    return latencies, per_commit
+
+
+def _exact(service: SketchService, readers: dict[str, list[str]]) -> list[bool]:
+    """Whether each sketch's latest version equals a recapture at the same table versions."""
+    out = []
+    for sketch in (s for ss in readers.values() for s in ss):
+        latest = service.catalog.latest_version(service.catalog.get_sketch(sketch).id)
+        again = service.recapture(sketch, trigger="bench-freshness-oracle")
+        out.append(again.fragments == latest.fragments and dict(again.table_versions) == dict(latest.table_versions))
+    return out
 
 
 def run(quick: bool = False, runs: int = 5) -> Iterator[Experiment]:

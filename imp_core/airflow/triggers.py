@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -65,12 +66,14 @@ class DeltaCommitTrigger(BaseEventTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         log = DeltaLog(location_of(self.table_uri))
         last = await self._resume(log)
-        pending: tuple[int, float] | None = None  # (version to record, when its events were handed over)
+        pending: deque[tuple[int, float]] = deque()  # (version reported, when its events were handed over)
         dropped = False
         while True:
-            if pending is not None and time.monotonic() - pending[1] >= PERSIST_DELAY:
-                await self._record(pending[0])
-                pending = None
+            due = None
+            while pending and time.monotonic() - pending[0][1] >= PERSIST_DELAY:
+                due = pending.popleft()[0]
+            if due is not None:
+                await self._record(due)
             try:
                 commits = await asyncio.to_thread(log.commits_after, last)
             except ImpError as e:
@@ -92,7 +95,7 @@ class DeltaCommitTrigger(BaseEventTrigger):
                 yield event
             if commits:
                 last = commits[-1].version
-                pending = (last, time.monotonic())
+                pending.append((last, time.monotonic()))
             await asyncio.sleep(self.poll_seconds)
 
     def events(self, commits: list[Commit], last: int) -> list[TriggerEvent]:
@@ -128,14 +131,29 @@ class DeltaCommitTrigger(BaseEventTrigger):
         return start
 
     async def _stored(self) -> int | None:
+        """The version recorded last (None: first watch). Retried while Airflow's API cannot say: starting at the
+        current version instead would skip what was committed meanwhile."""
         if self.asset_state_store is None:  # not run as an asset's watcher (no state to resume from)
             return None
-        value = await self.asset_state_store.aget(STATE_KEY)
+        while True:
+            try:
+                value = await self.asset_state_store.aget(STATE_KEY)
+                break
+            except Exception as e:  # noqa: BLE001 - Airflow's API errors, whatever they are: retried
+                self.log.warning("watch of %s: cannot read its last version from the asset state store (%s); "
+                                 "retrying in %.0f s", self.table_uri, scrub(first_line(e)), ERROR_BACKOFF)
+                await asyncio.sleep(ERROR_BACKOFF)
         return int(value) if isinstance(value, (int, float, str)) and str(value).lstrip("-").isdigit() else None
 
     async def _record(self, version: int) -> None:
-        if self.asset_state_store is not None:
+        """Record ``version`` as reported (a failure is logged: the next version's record covers it)."""
+        if self.asset_state_store is None:
+            return
+        try:
             await self.asset_state_store.aset(STATE_KEY, version)
+        except Exception as e:  # noqa: BLE001 - Airflow's API errors: a restart would repeat a few events at most
+            self.log.warning("watch of %s: cannot record version %d in the asset state store (%s)", self.table_uri,
+                             version, scrub(first_line(e)))
 
 
 __all__ = ["DROPPED_CHECK", "DeltaCommitTrigger", "MAX_EVENTS_PER_POLL", "PERSIST_DELAY", "STATE_KEY"]

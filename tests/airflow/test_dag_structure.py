@@ -6,8 +6,8 @@ Postgres under a temporary ``IMP_HOME``) has two tables registered, one local an
 from __future__ import annotations
 
 import importlib.util
-import re
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -158,6 +158,7 @@ def test_maintain_on_commit(dagbag, monkeypatch: pytest.MonkeyPatch) -> None:  #
     assert watcher.trigger.serialize()[1] == {"table_uri": "s3://lake/st", "tables": ["st_s3", "st_s3_alias"],
                                               "poll_seconds": 5.0}
     listing, maintain = dag.get_task("list_changed_groups"), dag.get_task("maintain_group")
+    assert listing.retries == 1 and listing.execution_timeout.total_seconds() == 15 * 60
     assert maintain.upstream_task_ids == {"list_changed_groups"} and maintain.operator_class is ImpSparkSubmitOperator
     assert maintain.partial_kwargs["retry_delay"].total_seconds() == 30
 

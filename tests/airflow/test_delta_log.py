@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pytest
 from deltalake import write_deltalake
 
 from imp_core.airflow.assets import table_uri

@@ -107,8 +107,10 @@ def plot_svg(history: Sequence[Mapping[str, Any]], width: int = 200, height: int
     parts.append(f'<polyline class="time" points="{points}" fill="none"/>')
     label = (f"last {n} versions: change rows (bars, max {top_rows:,}) and maintenance time (line, max "
              f"{top_time:.0f} ms)")
+    legend = (f'<div class="legend"><span class="rows">&#9646;</span> change rows (max {top_rows:,}) '
+              f'<span class="time">&#9472;</span> time (max {top_time:.0f} ms)</div>')
     return (f'<svg class="plot" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-            f'aria-label="{html.escape(label)}"><title>{html.escape(label)}</title>{"".join(parts)}</svg>')
+            f'aria-label="{html.escape(label)}"><title>{html.escape(label)}</title>{"".join(parts)}</svg>{legend}')
 
 
 def _iso(value: Any) -> str | None:

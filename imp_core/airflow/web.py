@@ -218,6 +218,7 @@ code { font-size: .8rem; color: #2d3748; }
 form.refresh { display: inline; } form.refresh button { font-size: .8rem; }
 svg.plot rect.rows { fill: #90cdf4; } svg.plot polyline.time { stroke: #c05621; stroke-width: 1.5; }
 svg.plot { background: #f7fafc; border-radius: .25rem; } .behind { font-weight: 600; color: #744210; }
+.legend { font-size: .7rem; color: #4a5568; } .legend .rows { color: #90cdf4; } .legend .time { color: #c05621; }
 """
 
 

@@ -71,6 +71,7 @@ class JobLineage:
     commits: tuple[SketchCommit, ...] = ()
     locations: dict[str, str] = field(default_factory=dict)  # table name -> registered location
     catalog: str = "imp"
+    registration: bool = False  # a new sketch's capture: lineage, but no asset event (nothing was refreshed)
 
     def inputs(self) -> list[tuple[str, str, int]]:
         """``(namespace, name, version)`` of each table read, at the newest version a sketch reached."""
@@ -125,6 +126,7 @@ def job_lineage(application_args: Sequence[str], conn_id: str) -> JobLineage | N
     if found is None:
         return None
     trigger, sketches = found
+    registration = application_args[0] == RegisterJob.COMMAND
     try:
         catalog = ImpCatalogHook(conn_id).get_conn(shared=True).catalog  # the one report_job opened
         commits = [c for name in dict.fromkeys(sketches) if (c := _commit(catalog, name, trigger)) is not None]
@@ -132,7 +134,7 @@ def job_lineage(application_args: Sequence[str], conn_id: str) -> JobLineage | N
     except ImpError as e:
         log.warning("cannot read what this job committed back from the catalog: %s", scrub(first_line(e)))
         return None
-    return JobLineage(trigger, tuple(commits), locations, catalog_name())
+    return JobLineage(trigger, tuple(commits), locations, catalog_name(), registration)
 
 
 def _commit(catalog: Any, name: str, trigger: str) -> SketchCommit | None:
@@ -154,7 +156,7 @@ def _commit(catalog: Any, name: str, trigger: str) -> SketchCommit | None:
 
 def announce(task: Any, context: Mapping[str, Any], lineage: JobLineage | None) -> None:
     """Make the committed sketches the task's outlets, each with its event's extra (other outlets stay)."""
-    if lineage is None:
+    if lineage is None or lineage.registration:
         return
     kept = [o for o in task.outlets or () if not (isinstance(o, Asset) and sketch_of_uri(o.uri))]
     committed = [sketch_asset(c.sketch, lineage.catalog) for c in lineage.commits]

@@ -83,6 +83,10 @@ class SketchService:
         """Register a Delta table, its current version observed (:func:`registration.register_table`)."""
         return registration.register_table(self.parts, name, path, replace, table)
 
+    def unregister_table(self, name: str) -> None:
+        """Forget a registered table no live sketch reads (:meth:`Catalog.unregister_table`)."""
+        self.catalog.unregister_table(name)
+
     def analyze(self, sql: str, dialect: str = "spark") -> Query:
         """``sql``'s plan against the registered tables."""
         return registration.analyze(self.parts, ParsedSql.parse(sql, dialect))

@@ -62,3 +62,20 @@ def test_the_catalog_name_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
         with pytest.raises(ConfigError, match=variable):
             WatchSettings.from_env(bad)
     assert WatchSettings.from_env({}) == WatchSettings(True, 5.0, 1000, "imp")
+
+
+def test_what_a_job_committed_becomes_openlineage_datasets() -> None:
+    from imp_core.airflow.lineage import JobLineage, SketchCommit
+
+    commits = (SketchCommit("top", 5, (4, 5), "incremental", {"sales": 7, "dim": 2}, {"sales": 5, "dim": 2}, 12),
+               SketchCommit("other", 3, (3,), "recapture", {"sales": 6}, {"sales": 4}, 0))
+    lineage = JobLineage("airflow:d/r", commits, {"sales": "/data/sales", "dim": "s3a://lake/dim/"}, "prod")
+    assert lineage.inputs() == [("s3://lake", "dim", 2), ("file", "/data/sales", 7)]  # the newest version reached
+    assert lineage.outputs() == [("imp://prod", "top", 5), ("imp://prod", "other", 3)]
+    ol = lineage.to_openlineage()
+    assert [(d.namespace, d.name, d.facets["version"].datasetVersion) for d in ol.outputs] == [
+        ("imp://prod", "top", "5"), ("imp://prod", "other", "3")]
+    assert commits[0].asset_extra("airflow:d/r") == {
+        "sketch": "top", "version": 5, "versions": [4, 5], "table_versions": {"sales": 7, "dim": 2},
+        "table_versions_from": {"sales": 5, "dim": 2}, "method": "incremental", "delta_rows": 12,
+        "trigger": "airflow:d/r"}

@@ -29,7 +29,7 @@ JOIN_SQL = ("SELECT o.brand, SUM(o.price * p.numSold) AS rev FROM {a} o JOIN {b}
 def stack(imp: Imp, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
     home = tmp_path_factory.mktemp("airflow-on-commit")
     lineage = home / "openlineage.jsonl"
-    server = start_airflow(imp, home, STACK, wanted=(DAG,), **{
+    server = start_airflow(imp, home, STACK, wanted=(DAG, "imp_register_sketch"), **{
         "IMP_WATCH_INTERVAL": "1",
         "IMP_MAINTENANCE_GROUP_SIZE": "25",
         "IMP_ON_COMMIT_BATCH_SIZE": "1",  # eager: one sketch version per table version
@@ -269,7 +269,7 @@ def test_dropped_and_unregistered_tables_stop_their_watch(imp: Imp, stack: Airfl
         assert time.monotonic() < deadline, tail(stack.home / "triggerer.out")
         time.sleep(0.5)
 
-    imp.catalog.unregister_table("unreg_sales")
+    imp.service.unregister_table("unreg_sales")
     stack.reparse(DAG)
     deadline = time.monotonic() + 120
     while True:
@@ -281,3 +281,25 @@ def test_dropped_and_unregistered_tables_stop_their_watch(imp: Imp, stack: Airfl
         time.sleep(1)
     # the dropped table's watch reports nothing more
     assert trigger_versions(stack, gone) == []
+
+
+def test_registration_emits_lineage_of_the_tables_and_the_new_sketch(imp: Imp, stack: AirflowServer) -> None:
+    from tests.airflow.conftest import TOP_SQL
+
+    imp.table("lin_sales")
+    imp.append("lin_sales", APPLE_ROW)
+    dag = "imp_register_sketch"
+    r = stack.trigger(dag, {"name": "lin_top", "sql": TOP_SQL.format(t="lin_sales"), "on": "lin_sales.price",
+                            "fragments": 2})
+    assert r.status_code == 200, r.text
+    run_id = r.json()["dag_run_id"]
+    assert stack.wait_run(dag, run_id) == "success", stack.task_log(dag, run_id, "capture_sketch")
+    lineage = [json.loads(line) for line in stack.lineage.read_text().splitlines()]  # type: ignore[attr-defined]
+    [done] = [e for e in lineage if e.get("eventType") == "COMPLETE" and e["job"]["name"] ==
+              f"{dag}.capture_sketch" and e["run"]["facets"].get("airflow", {}).get("dagRun", {}).get("run_id",
+                                                                                                    run_id) == run_id]
+    assert [(i["namespace"], i["name"], i["facets"]["version"]["datasetVersion"]) for i in done["inputs"]] == \
+        [("file", str(imp.data / "lin_sales"), "1")]
+    assert [(o["namespace"], o["name"], o["facets"]["version"]["datasetVersion"]) for o in done["outputs"]] == \
+        [("imp://imp", "lin_top", "1")]
+    assert "lin_top" in imp.catalog.get_sketch("lin_top").name

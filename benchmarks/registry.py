@@ -147,6 +147,7 @@ SUITES: tuple[Suite, ...] = (
     ),
     Suite("state_store", "One external operator's store alone", ("state_store",), "5 min", "state"),
     Suite("state_parts", "In-memory state saved and loaded in parts", ("state_parts",), "7 min", "state"),
+    Suite("freshness", "Fresh within a minute of a commit (the real Airflow stack)", ("freshness",), "12 min"),
 )
 
 

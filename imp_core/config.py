@@ -6,6 +6,7 @@ See docs/ARCHITECTURE.md, "Settings and errors".
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -27,6 +28,10 @@ ENV_QUERY_WAIT = "IMP_QUERY_WAIT"
 ENV_STATE_BUDGET = "IMP_STATE_MEMORY_BUDGET"
 ENV_STATE_LOCATION = "IMP_STATE_LOCATION"
 ENV_COST_CHOICE = "IMP_RECAPTURE_BY_COST"
+ENV_ON_COMMIT = "IMP_ON_COMMIT"
+ENV_WATCH_INTERVAL = "IMP_WATCH_INTERVAL"
+ENV_ON_COMMIT_BATCH_SIZE = "IMP_ON_COMMIT_BATCH_SIZE"
+ENV_CATALOG_NAME = "IMP_CATALOG_NAME"
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30,
                "t": 1 << 40, "tb": 1 << 40}
 
@@ -184,6 +189,41 @@ class Settings:
         return settings
 
 
+@dataclass(frozen=True)
+class WatchSettings:
+    """Maintenance on commit under Airflow: the Delta-log watch of the registered tables and the DAG it triggers
+    (docs/AIRFLOW.md, "Maintenance on commit")."""
+
+    # IMP_ON_COMMIT: off leaves the table assets without watchers (nothing polls; the DAG still runs on table
+    # asset events that something else records)
+    enabled: bool = True
+    # IMP_WATCH_INTERVAL: seconds between two reads of a table's Delta log (one stat, or one S3 LIST, per table)
+    poll_seconds: float = 5.0
+    # IMP_ON_COMMIT_BATCH_SIZE: eager maintenance commits one sketch version per batch of this many change rows
+    batch_size: int = 1000
+    # IMP_CATALOG_NAME: the authority of the sketches' asset URIs, imp://<catalog>/<sketch>
+    catalog_name: str = "imp"
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> WatchSettings:
+        env = dict(os.environ if env is None else env)
+        settings = cls(enabled=_switch(env, ENV_ON_COMMIT, True), poll_seconds=_float(env, ENV_WATCH_INTERVAL, 5.0),
+                       batch_size=_int(env, ENV_ON_COMMIT_BATCH_SIZE, 1000),
+                       catalog_name=(env.get(ENV_CATALOG_NAME) or "imp").strip())
+        if not 0.1 <= settings.poll_seconds <= 3600:
+            raise ConfigError(f"{ENV_WATCH_INTERVAL} must be between 0.1 and 3600 seconds, got {settings.poll_seconds}")
+        if settings.batch_size < 1:
+            raise ConfigError(f"{ENV_ON_COMMIT_BATCH_SIZE} must be at least 1 (change rows per committed version), "
+                              f"got {settings.batch_size}")
+        if not _CATALOG_NAME.fullmatch(settings.catalog_name):
+            raise ConfigError(f"{ENV_CATALOG_NAME} must be letters, digits, '.' and '-' (a URI host such as "
+                              f"prod-imp), got {settings.catalog_name!r}")
+        return settings
+
+
+_CATALOG_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,62}[A-Za-z0-9])?")
+
+
 def _int(env: dict[str, str], name: str, default: int) -> int:
     raw = env.get(name)
     if not raw:
@@ -237,4 +277,4 @@ def _catalog_url_file(env: dict[str, str]) -> str | None:
     return read_setting_file(path, ENV_CATALOG_URL_FILE)
 
 
-__all__ = ["Optimizations", "Settings", "redact_url"]
+__all__ = ["Optimizations", "Settings", "WatchSettings", "redact_url"]

@@ -159,7 +159,7 @@ FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
 # (`--no-loadscope-reorder`: xdist would otherwise start the files with the most tests first), so these start first
 # and the short files fill in around them (started last, one of them would end the run alone).
 LONG_FILES = ("tests/sources/test_lakehouse_matrix.py", "tests/test_benchmarks_smoke.py",
-              "tests/airflow/test_cluster.py", "tests/spark/test_state_store.py",
+              "tests/airflow/test_cluster.py", "tests/airflow/test_on_commit.py", "tests/spark/test_state_store.py",
               "tests/maintenance/test_external_placement.py", "tests/airflow/test_dags_e2e.py",
               "tests/maintenance/test_capped_driver.py", "tests/engine/test_properties.py")
 

@@ -17,7 +17,11 @@ Python with ``imp_core``).
 :class:`ImpConnectJobOperator` runs the same job argv as a plain Python process that connects to a running Spark
 Connect server (the provider's ``spark_connect`` connection) instead of starting a JVM; ``IMP_MAINTENANCE_RUNNER``
 chooses between them in the maintenance DAGs (:func:`job_operator`). After a maintenance job, either operator logs
-what each of its sketches did (read back from the catalog's runs) and returns it as the task's XCom.
+what each of its sketches did (read back from the catalog's runs) and returns it as the task's XCom; the sketches it
+committed become the task's outlets (one asset event each, :func:`imp_core.airflow.lineage.announce`) and its
+OpenLineage events' outputs, the tables at their versions the inputs. With OpenLineage configured, spark-submit gets
+the provider's parent-job properties (``spark.openlineage.parent*``), so the Spark-level events of the job link to
+the task (docs/AIRFLOW.md, "Lineage").
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from imp_core.airflow import CATALOG_CONN_ID, JOB_TIMEOUT, SPARK_CONN_ID, SPARK_CONNECT_CONN_ID, tasks
 from imp_core.airflow.hooks import ImpCatalogHook
+from imp_core.airflow.lineage import JobLineage, announce, job_lineage, openlineage_enabled
 from imp_core.config import ENV_CATALOG_URL, ENV_CATALOG_URL_FILE
 from imp_core.errors import ConfigError
 from imp_core.jobs import SUBMIT_PATH
@@ -92,14 +97,33 @@ class ImpSparkSubmitOperator(SparkSubmitOperator):
 
     def execute(self, context: Any) -> Any:
         self.launch_settings()
+        # Spark-level OpenLineage events (the job's listener, when installed) name this task as their parent
+        self._openlineage_inject_parent_job_info = self._openlineage_inject_parent_job_info or openlineage_enabled()
+        if self._openlineage_inject_transport_info:  # it would put the transport's API key into --conf (logged)
+            self.log.warning("not injecting the OpenLineage transport into the job's --conf (it can hold an API key, "
+                             "and spark-submit's command line is logged): configure the Spark listener's transport "
+                             "in spark-defaults.conf")
+            self._openlineage_inject_transport_info = False
         with job_environment(self.imp_catalog_conn_id, self.env_vars) as env:
             self.env_vars = env
             try:
                 super().execute(context)
             except BaseException:
                 tasks.report_job(self.application_args or [], self.imp_catalog_conn_id)
+                self._lineage = job_lineage(self.application_args or [], self.imp_catalog_conn_id)
                 raise
-        return tasks.report_job(self.application_args or [], self.imp_catalog_conn_id)
+        report = tasks.report_job(self.application_args or [], self.imp_catalog_conn_id)
+        self._lineage = job_lineage(self.application_args or [], self.imp_catalog_conn_id)
+        announce(self, context, self._lineage)
+        return report
+
+    _lineage: JobLineage | None = None
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Inputs: the tables at the versions the job's sketches reached; outputs: the sketch versions it made."""
+        return self._lineage.to_openlineage() if self._lineage is not None else None
+
+    get_openlineage_facets_on_failure = get_openlineage_facets_on_complete
 
     def _get_hook(self) -> Any:
         """The provider's hook, refusing cluster deploy mode before anything is submitted.
@@ -159,9 +183,19 @@ class ImpConnectJobOperator(BaseOperator):
                 self.log.info("%s", line)
             code = process.wait()
         report = tasks.report_job(self.application_args, self.imp_catalog_conn_id)
+        self._lineage = job_lineage(self.application_args, self.imp_catalog_conn_id)
         if code != 0:
             raise AirflowException(f"the imp job failed with exit code {code}: {last_error or 'see the log above'}")
+        announce(self, context, self._lineage)
         return report
+
+    _lineage: JobLineage | None = None
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Inputs: the tables at the versions the job's sketches reached; outputs: the sketch versions it made."""
+        return self._lineage.to_openlineage() if self._lineage is not None else None
+
+    get_openlineage_facets_on_failure = get_openlineage_facets_on_complete
 
     def on_kill(self) -> None:
         self.log.info("the task was killed; the job's process ends with it")

@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from imp_core.airflow import CATALOG_CONN_ID
+from imp_core.airflow import CATALOG_CONN_ID, assets
 from imp_core.airflow.hooks import ImpCatalogHook
 from imp_core.errors import CatalogError, ImpError, NotFoundError, UsageError, first_line
 from imp_core.jobs import MaintainGroupJob, MaintainJob, RepartitionJob, airflow_trigger, parse_job, sketches_of
@@ -55,6 +55,30 @@ def stale_group_args(context: Mapping[str, Any], size: int, strategy: str = Stra
     log.info("%d job(s) of at most %d sketches: %s", len(groups), size, "; ".join(", ".join(g) for g in groups))
     trigger = trigger_for(context)
     return [MaintainGroupJob(group, Strategy.parse(strategy), batch_size, trigger).argv() for group in groups]
+
+
+def on_commit_group_args(context: Mapping[str, Any], size: int, batch_size: int,
+                         conn_id: str = CATALOG_CONN_ID) -> list[list[str]]:
+    """One eager ``maintain-group`` job's argv per group of the stale sketches that read a table this run was
+    triggered for (its table assets' events; every watched table when the run was started by hand), grouped as the
+    nightly DAG groups them; no job when none is stale (the events arrived while an earlier run caught up)."""
+    events = context.get("triggering_asset_events") or {}
+    uris = sorted({getattr(asset, "uri", str(asset)) for asset in events})
+    for asset in events:
+        for event in events[asset]:
+            payload = (event.extra or {}).get("payload") or {}
+            log.info("asset %s: %s", getattr(asset, "uri", asset),
+                     f"version {payload.get('version')} (after {payload.get('previous_version')})" if payload
+                     else f"event from {event.source_dag_id or 'outside a DAG'}")
+    with _user_errors():
+        service = ImpCatalogHook(conn_id).get_conn()
+        found = assets.watched(service)
+        tables = found.table_names(uris) if uris else {t for names in found.tables.values() for t in names}
+        groups = service.stale_groups(size, tables) if tables else []
+    log.info("changed tables: %s; stale sketches reading them: %s", ", ".join(sorted(tables)) or "none",
+             "; ".join(", ".join(g) for g in groups) or "none (already maintained)")
+    trigger = trigger_for(context)
+    return [MaintainGroupJob(group, Strategy.EAGER, batch_size, trigger).argv() for group in groups]
 
 
 def relayout(conn_id: str = CATALOG_CONN_ID) -> list[dict[str, Any]]:
@@ -200,7 +224,7 @@ def report_job(application_args: Sequence[str], conn_id: str = CATALOG_CONN_ID) 
     except (ImpError, SystemExit):
         return None
     try:
-        report = ImpCatalogHook(conn_id).get_conn().run_report(job.trigger, list(sketches))
+        report = ImpCatalogHook(conn_id).get_conn(shared=True).run_report(job.trigger, list(sketches))
     except ImpError as e:
         log.warning("cannot read the runs of this job back from the catalog: %s", scrub(first_line(e)))
         return None
@@ -214,5 +238,5 @@ def report_job(application_args: Sequence[str], conn_id: str = CATALOG_CONN_ID) 
     return {"trigger": job.trigger, "sketches": outcome, "runs": runs}
 
 
-__all__ = ["on_demand_args", "report_job", "report_runs", "stale_group_args", "trigger_for", "validate_maintenance",
-           "repartition_args", "validate_registration"]
+__all__ = ["on_commit_group_args", "on_demand_args", "report_job", "report_runs", "stale_group_args", "trigger_for",
+           "validate_maintenance", "repartition_args", "validate_registration"]

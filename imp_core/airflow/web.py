@@ -16,14 +16,17 @@ Who may see what is decided by Airflow's auth manager, like Airflow's own pages:
   their task logs (both can quote tables, paths and values);
 * refreshing needs ``POST`` on the custom view and the right to trigger ``imp_maintain_on_demand``.
 
-GETs only read the catalog: no table observations are written and no Delta log is opened, so staleness shown is
-as of the last observation (by a refresh, a maintenance run or the nightly DAG), with its time on the page. Links
-are relative, so the page works under any ``[api] base_url`` path.
+GETs only read the catalog and Airflow's asset events: no table observations are written and no Delta log is opened.
+Freshness (:mod:`imp_core.airflow.freshness`) is as of the last observation (a refresh, a maintenance run) or the
+commit trigger's last event, whichever is newer: per sketch the table versions behind, how long ago the commits it
+missed were made (users who may read assets), its last maintenance (method, duration) and a plot of its recent
+versions' maintenance time and change rows. Links are relative, so the page works under any ``[api] base_url`` path.
 """
 
 from __future__ import annotations
 
 import html
+from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,11 +34,16 @@ from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.base_auth_manager import ResourceMethod
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 from airflow.api_fastapi.core_api.security import GetUserDep
+from airflow.models.asset import AssetEvent, AssetModel
 from airflow.models.dag import DagModel
+from airflow.utils.session import create_session
 from fastapi import Depends, FastAPI, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse
+from sqlalchemy import select
 
 from imp_core.airflow import CATALOG_CONN_ID
+from imp_core.airflow.assets import TABLE_GROUP
+from imp_core.airflow.freshness import TableCommit, age, annotate, plot_svg
 from imp_core.airflow.hooks import ImpCatalogHook
 from imp_core.errors import first_line
 from imp_core.security.redact import scrub
@@ -83,6 +91,7 @@ def detail_rights(user: Any) -> dict[str, bool]:
         "sql": all(_dag_allowed(user, "GET", d, DagAccessEntity.CODE) for d in MAINTENANCE_DAGS),
         "errors": all(_dag_allowed(user, "GET", d, DagAccessEntity.TASK_LOGS) for d in MAINTENANCE_DAGS),
         "refresh": may_refresh(user),
+        "assets": bool(get_auth_manager().is_authorized_asset(method="GET", user=user)),
     }
 
 
@@ -116,8 +125,13 @@ def catalog_rows(conn_id: str = CATALOG_CONN_ID, rights: dict[str, bool] | None 
     ``rights`` (from :func:`detail_rights`) hides the SQL and run errors of users who may not see them.
     """
     # one catalog connection per api-server process: connecting checks the schema
-    rows = ImpCatalogHook(conn_id).get_conn(shared=True).overview(refresh=False)
-    rights = rights or {"sql": True, "errors": True}
+    service = ImpCatalogHook(conn_id).get_conn(shared=True)
+    rows = service.overview(refresh=False)
+    rights = rights or {"sql": True, "errors": True, "assets": True}
+    ids = {r.name: r.id for r in service.catalog.list_sketches()}
+    recent = service.catalog.recent_versions([ids[r["name"]] for r in rows if r["name"] in ids])
+    history = {name: recent.get(i, []) for name, i in ids.items()}
+    annotate(rows, history, table_commits() if rights.get("assets") else [])
     for row in rows:
         if not rights.get("sql"):
             row["sql"] = None
@@ -128,6 +142,24 @@ def catalog_rows(conn_id: str = CATALOG_CONN_ID, rights: dict[str, bool] | None 
             row["unusable_reason"] = None
             row["unusable_reason_hidden"] = True
     return rows
+
+
+def table_commits(within: float = 7 * 86400, limit: int = 20_000) -> list[TableCommit]:
+    """The table versions the commit trigger reported (its asset events on the table assets, newest ``limit``
+    within ``within`` seconds), read from Airflow's database."""
+    since = datetime.now(timezone.utc) - timedelta(seconds=within)
+    with create_session() as session:
+        found = session.execute(
+            select(AssetEvent.extra).join(AssetModel, AssetModel.id == AssetEvent.asset_id)
+            .where(AssetModel.group == TABLE_GROUP, AssetEvent.timestamp >= since)
+            .order_by(AssetEvent.id.desc()).limit(limit)).scalars().all()
+    out = []
+    for extra in found:
+        payload = (extra or {}).get("payload") if (extra or {}).get("from_trigger") else None
+        if isinstance(payload, dict) and isinstance(payload.get("version"), int):
+            out += [TableCommit(t, payload["version"], float(payload.get("committed_at") or 0.0))
+                    for t in payload.get("tables") or ()]
+    return out
 
 
 def refresh(conn_id: str = CATALOG_CONN_ID) -> dict[str, int | str]:
@@ -185,6 +217,9 @@ code { font-size: .8rem; color: #2d3748; }
 .bar > span { display: block; height: 100%; background: #3182ce; border-radius: .25rem; }
 .sql { max-width: 28rem; white-space: pre-wrap; } .hidden { color: #718096; font-style: italic; }
 form.refresh { display: inline; } form.refresh button { font-size: .8rem; }
+svg.plot rect.rows { fill: #90cdf4; } svg.plot polyline.time { stroke: #c05621; stroke-width: 1.5; }
+svg.plot { background: #f7fafc; border-radius: .25rem; } .behind { font-weight: 600; color: #744210; }
+.legend { font-size: .7rem; color: #4a5568; } .legend .rows { color: #90cdf4; } .legend .time { color: #c05621; }
 """
 
 
@@ -200,6 +235,74 @@ def state_cell(state: list[dict[str, Any]], e: Any) -> str:
     return "<br>".join(lines)
 
 
+def _stale(r: dict[str, Any]) -> bool:
+    return bool(r["stale"] or (r.get("freshness") or {}).get("behind"))
+
+
+def _row_html(r: dict[str, Any], e: Any) -> str:
+    """One sketch's row of the page."""
+    tv, cur = r["table_versions"], r["current_table_versions"]
+    fresh_tables = (r.get("freshness") or {}).get("tables") or {}
+    versions = "<br>".join(f"{e(t)}: {e(str(v))} / {e(str(fresh_tables.get(t, {}).get('current', cur.get(t, '?'))))}"
+                           for t, v in sorted(tv.items()))
+    fresh = _freshness_cell(r, e)
+    run = r["last_run"]
+    status_ = run["status"] or "none"
+    last = (f'<span class="badge {e(status_)}">{e(status_)}</span> #{e(str(run["id"]))}'
+            if run["id"] is not None else '<span class="badge none">none</span>')
+    if run["finished_at"]:
+        last += f'<br><code>{e(str(run["finished_at"])[:19])}</code>'
+    if run["error"]:
+        last += f'<br><span class="err">{e(run["error"])}</span>'
+    elif run.get("error_hidden"):
+        last += '<br><span class="hidden">error hidden (needs access to the task logs)</span>'
+    sql = (f'<code class="sql">{e(r["sql"])}</code>' if r["sql"] is not None
+           else '<span class="hidden">SQL hidden (needs access to the DAG code)</span>')
+    size = "<br>".join(f'{e(p["table"])}.{e(p["column"])}: {p["fragments"]} of {p["fragment_count"]} fragments'
+                       for p in r["partitions"])
+    share = "<br>".join(f'<div class="bar"><span style="width:{p["covered_share"] * 100:.1f}%"></span></div>'
+                        f'{p["covered_share"]:.1%}' for p in r["partitions"])
+    m = r.get("last_maintenance")
+    maintained = '<span class="hidden">not maintained yet</span>'
+    if m:
+        took = "" if m.get("duration_ms") is None else f" in {m['duration_ms'] / 1000:.2f} s"
+        maintained = (f"v{e(str(m['version']))} {e(str(m['method']))}{took}, {m['delta_rows']:,} change rows"
+                      f"<br><code>{e(str(m.get('created_at') or '')[:19])}</code>")
+    applied = r.get("optimizer") or {}
+    optimizer = (f'{applied["applied"]:,} queries<br><code>{e(str(applied.get("last_applied") or "")[:19])}</code>'
+                 if applied.get("applied") is not None
+                 else '<span class="hidden">not reported (needs the Spark extension)</span>')
+    return (f'<tr data-sketch="{e(r["name"])}"><td><strong>{e(r["name"])}</strong><br>{sql}</td>'
+            f'<td>v{e(str(r["latest_version"]))} ({e(str(r["latest_method"]))})<br>'
+            f'<code>{e(str(r["version_created_at"] or "")[:19])}</code></td>'
+            f'<td>{versions}</td><td class="freshness">{fresh}</td><td class="maintenance">{maintained}</td>'
+            f'<td class="history">{plot_svg(r.get("history") or [])}</td><td class="optimizer">{optimizer}</td>'
+            f"<td>{last}</td><td>{size}</td><td>{share}</td><td>{state_cell(r.get('state') or [], e)}</td></tr>")
+
+
+def _freshness_cell(r: dict[str, Any], e: Any) -> str:
+    """The badge, the versions behind and how long ago the missed commits were made."""
+    f = r.get("freshness") or {}
+    if not r.get("usable", True):  # queries run without it until it is recaptured
+        cell = '<span class="badge unusable">unusable</span>'
+        if r.get("unusable_reason"):
+            cell += f'<br><span class="err">{e(r["unusable_reason"])}</span>'
+        elif r.get("unusable_reason_hidden"):
+            cell += '<br><span class="hidden">reason hidden (needs access to the task logs)</span>'
+        return cell
+    if not _stale(r):
+        return '<span class="badge fresh">fresh</span>'
+    behind = f.get("behind")
+    cell = '<span class="badge stale">stale</span>'
+    if behind:
+        cell += f'<br><span class="behind">{behind} version{"s" if behind != 1 else ""} behind</span>'
+    if f.get("last_missed_age") is not None:
+        first = "" if f.get("first_missed_age") == f.get("last_missed_age") else \
+            f" (first {age(f['first_missed_age'])} ago)"
+        cell += f'<br>last missed commit {age(f["last_missed_age"])} ago{first}'
+    return cell
+
+
 def render_page(rows: list[dict[str, Any]], error: str | None = None, user: str = "",
                 can_refresh: bool = False) -> str:
     e = html.escape
@@ -210,44 +313,14 @@ def render_page(rows: list[dict[str, Any]], error: str | None = None, user: str 
         body.append("<p>No sketches yet. Register one with <code>imp sketch create</code> or the "
                     "<code>imp_register_sketch</code> DAG.</p>")
     else:
-        body.append("<table><thead><tr><th>Sketch</th><th>Latest version</th><th>Table versions (sketch / observed)"
-                    "</th><th>Freshness</th><th>Last run</th><th>Sketch size</th><th>Covered share</th>"
-                    "<th>Operator state</th></tr>"
-                    "</thead><tbody>")
+        body.append("<table><thead><tr><th>Sketch</th><th>Latest version</th><th>Table versions (sketch / current)"
+                    "</th><th>Freshness</th><th>Last maintenance</th><th>Recent versions</th><th>Applied by the "
+                    "optimizer</th><th>Last run</th><th>Sketch size</th><th>Covered share</th><th>Operator state</th>"
+                    "</tr></thead><tbody>")
         for r in rows:
-            tv, cur = r["table_versions"], r["current_table_versions"]
-            versions = "<br>".join(f"{e(t)}: {e(str(v))} / {e(str(cur.get(t, '?')))}" for t, v in sorted(tv.items()))
-            fresh = '<span class="badge stale">stale</span>' if r["stale"] else '<span class="badge fresh">fresh</span>'
-            if not r.get("usable", True):  # queries run without it until it is recaptured
-                fresh = '<span class="badge unusable">unusable</span>'
-                if r.get("unusable_reason"):
-                    fresh += f'<br><span class="err">{e(r["unusable_reason"])}</span>'
-                elif r.get("unusable_reason_hidden"):
-                    fresh += '<br><span class="hidden">reason hidden (needs access to the task logs)</span>'
-            run = r["last_run"]
-            status_ = run["status"] or "none"
-            last = (f'<span class="badge {e(status_)}">{e(status_)}</span> #{e(str(run["id"]))}'
-                    if run["id"] is not None else '<span class="badge none">none</span>')
-            if run["finished_at"]:
-                last += f'<br><code>{e(str(run["finished_at"])[:19])}</code>'
-            if run["error"]:
-                last += f'<br><span class="err">{e(run["error"])}</span>'
-            elif run.get("error_hidden"):
-                last += '<br><span class="hidden">error hidden (needs access to the task logs)</span>'
-            sql = (f'<code class="sql">{e(r["sql"])}</code>' if r["sql"] is not None
-                   else '<span class="hidden">SQL hidden (needs access to the DAG code)</span>')
-            size = "<br>".join(f'{e(p["table"])}.{e(p["column"])}: {p["fragments"]} of {p["fragment_count"]} fragments'
-                               for p in r["partitions"])
-            share = "<br>".join(f'<div class="bar"><span style="width:{p["covered_share"] * 100:.1f}%"></span></div>'
-                                f'{p["covered_share"]:.1%}' for p in r["partitions"])
-            body.append(
-                f'<tr data-sketch="{e(r["name"])}"><td><strong>{e(r["name"])}</strong><br>{sql}</td>'
-                f'<td>v{e(str(r["latest_version"]))} ({e(str(r["latest_method"]))})<br>'
-                f'<code>{e(str(r["version_created_at"] or "")[:19])}</code></td>'
-                f"<td>{versions}</td><td>{fresh}</td><td>{last}</td><td>{size}</td><td>{share}</td>"
-                f"<td>{state_cell(r.get('state') or [], e)}</td></tr>")
+            body.append(_row_html(r, e))
         body.append("</tbody></table>")
-    stale = sum(1 for r in rows if r["stale"])
+    stale = sum(1 for r in rows if _stale(r))
     unusable = sum(1 for r in rows if not r.get("usable", True))
     who = f" Signed in as {e(user)}." if user else ""
     refresh = ('<form class="refresh" method="post" action="refresh"><button type="submit">Observe table versions '

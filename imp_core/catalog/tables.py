@@ -74,6 +74,25 @@ class TableStore(CatalogConnection):
                                      f"(--replace) to point it at {path}, or register it under another name")
             return self._table(conn, name)
 
+    def unregister_table(self, name: str) -> None:
+        """Forget table ``name`` (its observations and identity with it); the Delta table itself is not touched.
+
+        Raises:
+            NotFoundError: No table is registered under that name.
+            UsageError: A live sketch reads the table (drop those sketches first).
+        """
+        with self._transaction(f"unregister table {name!r}") as conn:
+            readers = list(conn.execute(sa.text(
+                "SELECT s.name FROM sketch s WHERE s.dropped_at IS NULL AND EXISTS (SELECT 1 FROM sketch_version v "
+                "WHERE v.sketch_id = s.id AND (v.table_versions ->> :n) IS NOT NULL) ORDER BY s.name"),
+                {"n": name}).scalars())
+            if readers:
+                raise UsageError(f"table {name!r} is read by sketch(es) {listed(readers)}; drop them first "
+                                 f"(`imp sketch drop NAME`), then unregister the table")
+            if conn.execute(sa.text("DELETE FROM source_table WHERE name = :n RETURNING name"), {"n": name}).first() \
+                    is None:
+                raise self._table_not_found(name, conn)
+
     def set_table_identity(self, name: str, delta_table_id: str, catalog_name: str | None = None) -> None:
         """Record which Delta table (``metaData.id``) ``name`` means, and the catalog name it was registered by."""
         with self._transaction(f"record the identity of table {name!r}") as conn:

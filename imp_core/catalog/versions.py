@@ -57,6 +57,22 @@ class VersionStore(CatalogConnection):
                                 {"s": sketch_id}).mappings()
             return [version_record(r) for r in rows]
 
+    def recent_versions(self, sketch_ids: Sequence[int], limit: int = 20) -> dict[int, list[dict[str, Any]]]:
+        """The newest ``limit`` versions of each sketch, oldest first, without bits or state (one query): per
+        version its number, method, change rows, duration, creation time and table versions."""
+        if not sketch_ids:
+            return {}
+        with self._transaction("read the recent versions of sketches") as conn:
+            rows = conn.execute(sa.text(
+                "SELECT sketch_id, version, method, delta_rows, duration_ms, created_at, table_versions FROM ("
+                "SELECT *, row_number() OVER (PARTITION BY sketch_id ORDER BY version DESC) AS n FROM sketch_version "
+                "WHERE sketch_id = ANY(:ids)) recent WHERE n <= :lim ORDER BY sketch_id, version"),
+                {"ids": list(sketch_ids), "lim": limit}).mappings()
+            out: dict[int, list[dict[str, Any]]] = {}
+            for r in rows:
+                out.setdefault(r["sketch_id"], []).append({k: r[k] for k in r.keys() if k != "sketch_id"})
+            return out
+
     def version_as_of_table_version(self, sketch_id: int, table: str, table_version: int) -> VersionRecord:
         """The latest sketch version that reflects table ``table`` at Delta version ``table_version`` or earlier.
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from imp_core import inputs
@@ -184,8 +184,10 @@ def maintain_all(parts: Parts, strategy: str = Strategy.EAGER, batch_size: int |
     return [group.results[n] for n in names if n in group.results]
 
 
-def stale_groups(parts: Parts, size: int, table: str | None = None) -> list[tuple[str, ...]]:
-    """The stale, usable sketches (those reading ``table``, when given) cut into groups of at most ``size``."""
+def stale_groups(parts: Parts, size: int, table: str | Collection[str] | None = None) -> list[tuple[str, ...]]:
+    """The stale, usable sketches (those reading ``table``, or one of several tables, when given) cut into groups of
+    at most ``size``."""
+    wanted = None if table is None else {table} if isinstance(table, str) else set(table)
     catalog = parts.catalog
     read: dict[str, list[str]] = {}
     for name in reports.stale_sketches(catalog):
@@ -193,7 +195,7 @@ def stale_groups(parts: Parts, size: int, table: str | None = None) -> list[tupl
         if not record.usable:
             continue
         tables = list(catalog.latest_version(record.id).table_versions)
-        if table is None or table in tables:
+        if wanted is None or wanted.intersection(tables):
             read[name] = tables
     return plan_groups(read, size)
 

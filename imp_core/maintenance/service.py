@@ -7,7 +7,7 @@ See docs/ARCHITECTURE.md, "Where each part lives".
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from imp_core.catalog import Catalog, SketchRecord, TableRecord, VersionRecord
@@ -86,6 +86,10 @@ class SketchService:
                        table: str | None = None) -> TableRecord:
         """Register a Delta table, its current version observed (:func:`registration.register_table`)."""
         return registration.register_table(self.parts, name, path, replace, table)
+
+    def unregister_table(self, name: str) -> None:
+        """Forget a registered table no live sketch reads (:meth:`Catalog.unregister_table`)."""
+        self.catalog.unregister_table(name)
 
     def analyze(self, sql: str, dialect: str = "spark") -> Query:
         """``sql``'s plan against the registered tables."""
@@ -170,8 +174,9 @@ class SketchService:
         """Maintain ``sketches`` in this process, sharing their tables' change feeds (:func:`groups.maintain_group`)."""
         return groups.maintain_group(self.parts, sketches, strategy, batch_size, trigger, allow_recapture)
 
-    def stale_groups(self, size: int, table: str | None = None) -> list[tuple[str, ...]]:
-        """The stale sketches (of ``table``) in groups of at most ``size`` (:func:`groups.stale_groups`)."""
+    def stale_groups(self, size: int, table: str | Collection[str] | None = None) -> list[tuple[str, ...]]:
+        """The stale sketches (of ``table``, or of several tables) in groups of at most ``size``
+        (:func:`groups.stale_groups`)."""
         return groups.stale_groups(self.parts, size, table)
 
     def is_stale(self, name: str) -> bool:

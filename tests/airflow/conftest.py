@@ -271,11 +271,12 @@ class AirflowServer:
         assert r.status_code == 200, r.text
         return {ti["task_id"]: ti["state"] for ti in r.json()["task_instances"]}
 
-    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1) -> str:
         from urllib.parse import quote
 
         r = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/{task_id}/logs/"
-                            f"{try_number}", params={"full_content": "true"}, headers={"Accept": "application/json"})
+                            f"{try_number}", params={"full_content": "true", "map_index": map_index},
+                     headers={"Accept": "application/json"})
         assert r.status_code == 200, r.text
         lines = []
         for entry in r.json().get("content") or []:  # structured log events; exceptions come as error_detail
@@ -286,6 +287,30 @@ class AirflowServer:
             for error in entry.get("error_detail") or []:
                 lines.append(f"{error.get('exc_type')}: {error.get('exc_value')}")
         return "\n".join(lines)
+
+    def start(self, name: str) -> None:
+        """Start one component (``api-server``, ``scheduler``, ``dag-processor``, ``triggerer``), its output
+        appended to ``<name>.out``."""
+        out = open(self.home / f"{name}.out", "a")  # noqa: SIM115 - closed when the process ends
+        self.procs[name] = subprocess.Popen([str(BIN / "airflow"), name], env=self.env, cwd=self.home, stdout=out,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop_component(self, name: str) -> None:
+        """SIGTERM one component and wait for it (SIGKILL after 30 s)."""
+        proc = self.procs.pop(name)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+    def reparse(self, dag_id: str) -> None:
+        """Ask the DAG processor to parse ``dag_id``'s file now (the catalog's tables and sketches are read then)."""
+        token = self.api("GET", f"/api/v2/dags/{dag_id}/details").json()["file_token"]
+        r = self.api("PUT", f"/api/v2/parseDagFile/{token}")
+        assert r.status_code == 201, r.text
 
     def check_alive(self) -> None:
         for name, proc in self.procs.items():
@@ -306,11 +331,13 @@ class AirflowServer:
                 proc.wait(timeout=10)
 
 
-@pytest.fixture(scope="session")
-def airflow_server(imp: Imp, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
+def start_airflow(imp: Imp, home: Path, components: tuple[str, ...] = ("api-server", "scheduler", "dag-processor"),
+                  wanted: tuple[str, ...] = ("imp_maintain_on_demand", "imp_register_sketch"),
+                  **extra: str) -> AirflowServer:
+    """A migrated Airflow home with ``components`` running on 127.0.0.1, once the DAGs ``wanted`` are parsed (and
+    unpaused). The caller stops it (``AirflowServer.stop``)."""
     import requests
 
-    home = tmp_path_factory.mktemp("airflow-server")
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     password = secrets.token_urlsafe(12)
@@ -327,19 +354,16 @@ def airflow_server(imp: Imp, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": "False",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        **extra,
     })
     migrate = subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, cwd=home, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300, check=False)
     assert migrate.returncode == 0, migrate.stdout[-3000:]
     server = AirflowServer(home, env, base_url, "admin", password)
     try:
-        for name, args in (("api-server", ["api-server"]), ("scheduler", ["scheduler"]),
-                           ("dag-processor", ["dag-processor"])):
-            out = open(home / f"{name}.out", "w")  # noqa: SIM115 - closed when the process ends
-            server.procs[name] = subprocess.Popen([str(BIN / "airflow"), *args], env=env, cwd=home, stdout=out,
-                                                  stderr=subprocess.STDOUT, start_new_session=True)
+        for name in components:
+            server.start(name)
         # The DAG processor parses one file after another: wait for every DAG the tests unpause, not only the first.
-        wanted = ("imp_maintain_on_demand", "imp_register_sketch")
         deadline = time.monotonic() + 180
         while True:
             server.check_alive()
@@ -356,9 +380,49 @@ def airflow_server(imp: Imp, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         for dag_id in wanted:
             r = server.api("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": False})
             assert r.status_code == 200, r.text
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+@pytest.fixture(scope="session")
+def airflow_server(imp: Imp, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
+    server = start_airflow(imp, tmp_path_factory.mktemp("airflow-server"))
+    try:
         yield server
     finally:
         server.stop()
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's headless Chromium, driven by Playwright (one per test module)."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail("chromium is not installed (./dev test installs it with apt-get)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+        yield b
+        b.close()
+
+
+def log_in(page: Any, server: AirflowServer, screenshot: Path | None = None) -> None:
+    """Log in to the Airflow UI through the simple auth manager's form."""
+    page.goto(f"{server.base_url}/")
+    page.wait_for_url("**/auth/login**")
+    page.get_by_label("Username").fill(server.username)
+    page.get_by_label("Password").fill(server.password)
+    if screenshot is not None:
+        page.screenshot(path=str(screenshot))
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(lambda url: "/auth/login" not in url)
 
 
 @pytest.fixture(scope="session")

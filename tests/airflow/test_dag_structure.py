@@ -1,18 +1,44 @@
-"""The DAG folder imports cleanly and each DAG has the tasks, params and schedule other tools rely on (no Spark)."""
+"""The DAG folder imports cleanly and each DAG has the tasks, params and schedule other tools rely on (no Spark).
+
+The on-commit DAG reads the catalog's tables and sketches when it is parsed: the module's catalog (an embedded
+Postgres under a temporary ``IMP_HOME``) has two tables registered, one local and one ``s3://`` under two names."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.airflow.conftest import DAGS, PLUGINS
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.postgres]
 
-DAG_IDS = {"imp_nightly_maintenance", "imp_maintain_on_demand", "imp_register_sketch"}
+DAG_IDS = {"imp_nightly_maintenance", "imp_maintain_on_demand", "imp_register_sketch", "imp_maintain_on_commit"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def catalog(imp_settings: Any) -> Iterator[Any]:
+    """The catalog the DAG files read (``IMP_HOME``), with two tables registered."""
+    from imp_core.catalog import Catalog
+
+    saved = os.environ.get("IMP_HOME")
+    os.environ["IMP_HOME"] = str(imp_settings.home)
+    found = Catalog.connect(imp_settings)
+    for name, path in (("st_local", "/data/st local"), ("st_s3", "s3a://lake/st/"), ("st_s3_alias", "s3://lake/st")):
+        found.register_table(name, path)
+    try:
+        yield found
+    finally:
+        found.close()
+        if saved is None:
+            os.environ.pop("IMP_HOME")
+        else:
+            os.environ["IMP_HOME"] = saved
 
 
 def _dagbag(folder: Path = DAGS):  # noqa: ANN202
@@ -22,7 +48,7 @@ def _dagbag(folder: Path = DAGS):  # noqa: ANN202
 
 
 @pytest.fixture(scope="module")
-def dagbag():  # noqa: ANN201
+def dagbag(catalog: Any):  # noqa: ANN001, ANN201
     return _dagbag()
 
 
@@ -111,6 +137,40 @@ def test_maintain_on_demand(dagbag) -> None:  # noqa: ANN001
     assert _schema(dag, "batch_size")["type"] == "integer" and _schema(dag, "batch_size")["minimum"] == 1
     for name in dag.params:
         assert dag.params.get_param(name).description, f"param {name} has no description"
+
+
+def test_maintain_on_commit(dagbag, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    from airflow.sdk import AssetAny
+
+    from imp_core.airflow.operators import ImpSparkSubmitOperator
+    from imp_core.airflow.triggers import DeltaCommitTrigger
+
+    dag = dagbag.dags["imp_maintain_on_commit"]
+    assert dag.max_active_runs == 1 and dag.catchup is False
+    assert isinstance(dag.timetable.asset_condition, AssetAny)
+    table_assets = {a.uri: a for a in dag.timetable.asset_condition.objects}
+    # one asset per location, named by its URI, with the names registered for it
+    assert set(table_assets) == {"file:///data/st%20local", "s3://lake/st"}
+    s3 = table_assets["s3://lake/st"]
+    assert s3.name == s3.uri and s3.group == "imp-table" and s3.extra == {"tables": ["st_s3", "st_s3_alias"]}
+    [watcher] = s3.watchers
+    assert isinstance(watcher.trigger, DeltaCommitTrigger)
+    assert watcher.trigger.serialize()[1] == {"table_uri": "s3://lake/st", "tables": ["st_s3", "st_s3_alias"],
+                                              "poll_seconds": 5.0}
+    listing, maintain = dag.get_task("list_changed_groups"), dag.get_task("maintain_group")
+    assert listing.retries == 1 and listing.execution_timeout.total_seconds() == 15 * 60
+    assert maintain.upstream_task_ids == {"list_changed_groups"} and maintain.operator_class is ImpSparkSubmitOperator
+    assert maintain.partial_kwargs["retry_delay"].total_seconds() == 30
+
+    monkeypatch.setenv("IMP_ON_COMMIT", "off")  # no watchers: nothing polls
+    monkeypatch.setenv("IMP_WATCH_INTERVAL", "2")
+    dag = _dagbag().dags["imp_maintain_on_commit"]
+    assert all(a.watchers == [] for a in dag.timetable.asset_condition.objects)
+    monkeypatch.setenv("IMP_ON_COMMIT", "on")
+    dag = _dagbag().dags["imp_maintain_on_commit"]
+    assert {a.watchers[0].trigger.poll_seconds for a in dag.timetable.asset_condition.objects} == {2.0}
+    monkeypatch.setenv("IMP_WATCH_INTERVAL", "0")
+    assert "IMP_WATCH_INTERVAL must be between 0.1 and 3600 seconds" in str(_dagbag().import_errors)
 
 
 def test_register_sketch(dagbag) -> None:  # noqa: ANN001

@@ -6,35 +6,16 @@ Screenshots go to ``artifacts/airflow/`` (git-ignored) so a developer can see wh
 
 from __future__ import annotations
 
-import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 import pytest
 
-from tests.airflow.conftest import APPLE_ROW, AirflowServer, Imp
+from tests.airflow.conftest import APPLE_ROW, AirflowServer, Imp, log_in
 
 pytestmark = [pytest.mark.airflow, pytest.mark.browser, pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail("chromium is not installed (./dev test installs it with apt-get)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
-        yield b
-        b.close()
-
 
 def test_catalog_page_and_trigger_form(imp: Imp, airflow_server: AirflowServer, browser: Any,
                                        artifacts: Path) -> None:
@@ -47,14 +28,7 @@ def test_catalog_page_and_trigger_form(imp: Imp, airflow_server: AirflowServer, 
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     page.set_default_timeout(30_000)
     try:
-        # log in through the simple auth manager's form
-        page.goto(f"{base}/")
-        page.wait_for_url("**/auth/login**")
-        page.get_by_label("Username").fill(airflow_server.username)
-        page.get_by_label("Password").fill(airflow_server.password)
-        page.screenshot(path=str(artifacts / "01-login.png"))
-        page.get_by_role("button", name="Sign in").click()
-        page.wait_for_url(lambda url: "/auth/login" not in url)
+        log_in(page, airflow_server, artifacts / "01-login.png")
 
         # the Sketch catalog page, inside the UI (Browse menu entry -> /plugin/sketch-catalog, an iframe)
         page.goto(f"{base}/plugin/sketch-catalog")

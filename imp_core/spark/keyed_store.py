@@ -107,7 +107,7 @@ class DeltaStore:
         if not keys.width or not set(keys.columns) <= set(types):
             raise StateError(f"operator {self.spec.owner}: a lookup by {keys.columns} names no state keys "
                              f"{self.spec.key_names}")
-        return self._normal(tables.fetch_where(keys.cast({k: types[k] for k in keys.columns})))  # type: ignore[arg-type]
+        return self._normal(tables.fetch_where(keys.cast({k: types[k] for k in keys.columns})))
 
     def scan(self) -> Iterator[dict[str, pl.DataFrame]]:
         tables = self._usable()

@@ -2,12 +2,13 @@
 
 Keys: a :class:`~imp_core.engine.keyed.KeyIndex` from the state keys to a *key slot*, the keys themselves in a
 :class:`~imp_core.engine.slot_columns.SlotColumns` at that slot. A map component is a ``SlotColumns`` at the key slot
-with a presence mask (a map row whose count is 0 is not present); a bag component is the keyed MIN/MAX multiset's
-layout made general: its entries (key slot, identity columns, count) in a ``SlotColumns``, a ``KeyIndex`` on (key
-slot, identity) that nets a row into its entry, and a :class:`~imp_core.engine.keyed.SortedMap` keyed
-``slot << 32 | entry`` whose bucket per key slot holds a key's entries. A batch's fetch is one probe of the key index
-and its rows are gathers; a replace scatters into the entries it finds and appends the others; entries whose count
-falls to 0 stay as tombstones until they outnumber the live ones. So a batch costs its keys' rows, not the state.
+with a presence mask (a map row whose count is 0 is not present). A bag component is the keyed MIN/MAX multiset's
+layout made general: its entries (key slot, identity columns, count) in a ``SlotColumns``, and a
+:class:`~imp_core.engine.keyed.SortedMap` keyed ``slot << 32 | entry`` whose bucket per key slot holds every entry of
+that key. A batch's fetch is one probe of the key index and its rows are gathers; a replace nets the new rows, matches
+them with the batch keys' entries by one join (a key's entries are all in its bucket, so no index of entries is
+needed), sets the matched counts, appends the rest, and sets the unmatched old entries to 0: tombstones, rebuilt away
+once they outnumber the live ones. So a batch costs its keys' rows, not the state.
 
 A version lives only in this process: :meth:`MemoryStore.checkpoint` hands the committed rows over (what the catalog
 saves with the sketch version) and :meth:`MemoryStore.open` starts from such rows again. :meth:`MemoryStore.abort`
@@ -31,7 +32,7 @@ from imp_core.engine.keyed_state.contract import (
     Kind,
     StateSpec,
     StoreTraits,
-    checked_rows,
+    conform,
 )
 from imp_core.engine.keyed_state.versions import MemoryVersion, StateVersion
 from imp_core.engine.slot_columns import SlotColumns
@@ -76,6 +77,16 @@ class _Map:
         held = slots[self.live(slots)]
         return held, self.columns.rows(held)
 
+    def prepare(self, owner: str, slots: np.ndarray, rows: pl.DataFrame) -> pl.DataFrame:
+        """``rows`` (at key ``slots``) as :meth:`write` takes them.
+
+        Raises:
+            StateError: Two rows of one key.
+        """
+        if np.unique(slots).size != slots.size:
+            raise StateError(f"operator {owner}: state component {self.component.name} got two rows of one key")
+        return rows
+
     def write(self, cleared: np.ndarray, slots: np.ndarray, rows: pl.DataFrame) -> None:
         """Drop the rows of key slots ``cleared``, then write ``rows`` at ``slots`` (distinct)."""
         self.present[cleared] = False
@@ -90,7 +101,7 @@ class _Map:
 
 
 class _Bag:
-    """A bag component: entries (key slot, identity, count), netted through an index on (key slot, identity)."""
+    """A bag component: entries (key slot, identity, count), found per key slot through ``by_key``."""
 
     def __init__(self, component: Component) -> None:
         assert component.count is not None
@@ -101,9 +112,9 @@ class _Bag:
 
     def _clear(self) -> None:
         types = self.component.schema
-        schema = {KEY_SLOT: pl.Int64, **{c: types[c] for c in self.identity}, self.count: pl.Int64}
+        schema: dict[str, pl.DataType] = {KEY_SLOT: pl.Int64(), **{c: types[c] for c in self.identity},
+                                          self.count: pl.Int64()}
         self.entries = SlotColumns(schema, frozenset({self.count}))
-        self.index = KeyIndex([KEY_SLOT, *self.identity])
         self.by_key = SortedMap(shift=32)
         self.zeros = 0  # entries whose count is 0
 
@@ -133,42 +144,51 @@ class _Bag:
         rows = self.entries.rows(pos)
         return rows.get_column(KEY_SLOT).to_numpy(), rows.drop(KEY_SLOT)
 
-    def write(self, cleared: np.ndarray, slots: np.ndarray, rows: pl.DataFrame) -> None:
-        """Drop the rows of key slots ``cleared``, then add ``rows`` (identity and count columns) at their key
-        ``slots``, netted: rows equal in key and identity are one entry with the sum of their counts."""
-        counts = self._counts()
-        old = self.positions(cleared)
-        if old.size:
-            self.zeros += int((counts[old] != 0).sum())
-            counts[old] = 0
+    def prepare(self, owner: str, slots: np.ndarray, rows: pl.DataFrame) -> pl.DataFrame:
+        """``rows`` (identity and count columns, at key ``slots``) netted as :meth:`write` takes them: rows equal in
+        key and identity are one entry with the sum of their counts; those that sum to 0 are gone.
+
+        Raises:
+            StateError: An unsigned bag would hold a negative count.
+        """
         if not slots.size:
-            return
+            return pl.DataFrame(schema=self.entries.schema)
         rows = pl.DataFrame([pl.Series(KEY_SLOT, slots, dtype=pl.Int64), *[rows.get_column(c) for c in self.identity],
                              rows.get_column(self.count).cast(pl.Int64)])
         netted = rows.group_by([KEY_SLOT, *self.identity]).agg(pl.col(self.count).sum())
         netted = netted.filter(pl.col(self.count) != 0)
-        if not netted.height:
-            self._maybe_rebuild()
-            return
-        probe = netted.select(KEY_SLOT, *self.identity)
-        values = netted.get_column(self.count).to_numpy()
+        if not self.component.signed and netted.height and int(netted.get_column(self.count).min()) < 0:  # type: ignore[arg-type]
+            raise StateError(f"state component {self.component.name} of operator {owner}: a count became negative — "
+                             f"the change feed deleted rows the state never saw; recapture the sketch")
+        return netted
+
+    def write(self, cleared: np.ndarray, slots: np.ndarray, netted: pl.DataFrame) -> None:
+        """Make the entries ``netted`` (from :meth:`prepare`, ``slots`` not read again) the rows of the key slots
+        ``cleared``: their other entries fall to 0. Every entry of a key slot is in its bucket of ``by_key``, so a new
+        row is matched with the key slots' entries by one join, never probed in the index; only rows no entry has
+        are appended (and indexed)."""
         counts = self._counts()
-        pos, hashes, taken = self.index.probe(probe, self.entries)
-        found = pos >= 0
-        if found.any():
-            at = pos[found]
-            self.zeros -= int((counts[at] == 0).sum())
-            counts[at] = values[found]
-        fresh = ~found
-        if fresh.any():
-            if self.entries.size + int(fresh.sum()) >= 1 << 32:
+        old = self.positions(cleared)
+        before = counts[old].copy() if old.size else _EMPTY
+        if old.size:
+            counts[old] = 0
+        fresh = netted
+        if netted.height and old.size:
+            held = self.entries.gather(old, [KEY_SLOT, *self.identity]).with_columns(pl.Series(ROW, old))
+            matched = netted.join(held, on=[KEY_SLOT, *self.identity], how="left", nulls_equal=True)
+            entry = matched.get_column(ROW)
+            hit = entry.is_not_null().to_numpy()
+            counts[entry.to_numpy()[hit].astype(np.int64)] = matched.get_column(self.count).to_numpy()[hit]
+            fresh = matched.filter(pl.Series(~hit)).drop(ROW)
+        if old.size:
+            after = counts[old]
+            self.zeros += int(((before != 0) & (after == 0)).sum()) - int(((before == 0) & (after != 0)).sum())
+        if fresh.height:
+            if self.entries.size + fresh.height >= 1 << 32:
                 raise StateError(f"state component {self.component.name}: more than 2^32 entries in memory; place "
                                  f"the state in Delta tables (IMP_STATE_MEMORY_BUDGET)")
-            added = netted.filter(pl.Series(fresh))
-            at = self.entries.append(added)
-            self.index.insert(added.select(KEY_SLOT, *self.identity), at, self.entries,
-                              None if hashes is None else hashes[fresh], taken[fresh])
-            self.by_key.put(_entry_keys(added.get_column(KEY_SLOT).to_numpy(), at), at)
+            at = self.entries.append(fresh)
+            self.by_key.put(_entry_keys(fresh.get_column(KEY_SLOT).to_numpy(), at), at)
         self._maybe_rebuild()
 
     def _maybe_rebuild(self) -> None:
@@ -180,7 +200,6 @@ class _Bag:
         self._clear()
         if rows.height:
             at = self.entries.append(rows)
-            self.index.build(self.entries.keys([KEY_SLOT, *self.identity]), self.entries)
             self.by_key = SortedMap.build(_entry_keys(rows.get_column(KEY_SLOT).to_numpy(), at), at, 32)
 
     def size(self) -> int:
@@ -281,7 +300,7 @@ class MemoryStore:
             slots = np.unique(slots[slots >= 0])
         else:
             types = self.spec.key_types
-            wanted = keys.cast({k: types[k] for k in keys.columns}).unique()  # type: ignore[arg-type]
+            wanted = keys.cast({k: types[k] for k in keys.columns}).unique()
             stored = self._keys.keys(list(keys.columns)).with_row_index(ROW)
             slots = stored.join(wanted, on=list(keys.columns), how="semi", nulls_equal=True).get_column(
                 ROW).to_numpy().astype(np.int64)
@@ -305,34 +324,43 @@ class MemoryStore:
         assert self._open is not None and self._open[0] == self._ticket
         _, wanted, slots = self._open
         self._open = None
-        frames = checked_rows(self.spec, rows, wanted)
-        located = {name: self._positions(wanted, frame) for name, frame in frames.items()}
+        frames = self._conformed(rows)
+        located = {name: self._positions(name, wanted, frame) for name, frame in frames.items()}
+        # every check before any write, so that a refused replace changes nothing; a new key gets a slot of its own
+        # (placeholder slots past the end) only once they all passed
         needed = np.zeros(wanted.height, dtype=bool)
         for at in located.values():
             needed[at] = True
         fresh = needed & (slots < 0)
+        planned = slots.copy()
+        planned[fresh] = self._keys.size + np.arange(int(fresh.sum()), dtype=np.int64)
+        prepared = {name: self._parts[name].prepare(self.spec.owner, planned[located[name]], frame)
+                    for name, frame in frames.items()}
         if fresh.any():
-            slots = slots.copy()
-            slots[fresh] = self._add_keys(wanted.filter(pl.Series(fresh)))
-        cleared = slots[slots >= 0]
-        for name, frame in frames.items():
-            self._parts[name].write(cleared, slots[located[name]], frame)
+            self._add_keys(wanted.filter(pl.Series(fresh)))
+        cleared = planned[planned >= 0]
+        for name, ready in prepared.items():
+            self._parts[name].write(cleared, planned[located[name]], ready)
         self._dirty = True
 
     def load(self, frames: Mapping[str, pl.DataFrame]) -> None:
         self._usable()
-        conformed = checked_rows(self.spec, frames)
-        self._empty()
+        conformed = self._conformed(frames)
         names = self.spec.key_names
         keys = pl.concat([f.select(names) for f in conformed.values()]).unique(maintain_order=True)
+        # the slot of a key is its row in ``keys``; every check passes before the state is emptied
+        at = {name: self._positions(name, keys, frame) for name, frame in conformed.items()}
+        prepared = {name: self._parts[name].prepare(self.spec.owner, at[name], frame) for name, frame in
+                    conformed.items()}
+        self._empty()
         if keys.height:
             self._keys.append(keys)
             self._index.build(keys, self._keys)
-        for name, frame in conformed.items():
+        for name, ready in prepared.items():
             part = self._parts[name]
             if isinstance(part, _Map):
                 part.cover(self._keys.size)
-            part.write(_EMPTY, self._slots(frame.select(names)) if frame.height else _EMPTY, frame)
+            part.write(_EMPTY, at[name], ready)
         self._dirty = True
 
     # -- inside --------------------------------------------------------------------------------------------------
@@ -363,13 +391,26 @@ class MemoryStore:
                 part.cover(self._keys.size)
         return slots
 
-    def _positions(self, wanted: pl.DataFrame, frame: pl.DataFrame) -> np.ndarray:
-        """The position in ``wanted`` (a batch's keys, each row's key among them) of each row's key."""
+    def _conformed(self, frames: Mapping[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+        unknown = sorted(set(frames) - {c.name for c in self.spec.components})
+        if unknown:
+            raise StateError(f"operator {self.spec.owner}: its state has no component {', '.join(unknown)}")
+        return {c.name: conform(self.spec, c.name, frames.get(c.name)) for c in self.spec.components}
+
+    def _positions(self, name: str, wanted: pl.DataFrame, frame: pl.DataFrame) -> np.ndarray:
+        """The position in ``wanted`` (distinct keys) of each row's key.
+
+        Raises:
+            StateError: A row's key is not one of them (a replace of keys its batch did not fetch).
+        """
         if not frame.height:
             return _EMPTY
         names = self.spec.key_names
         at = frame.select(names).join(wanted.with_row_index(ROW), on=names, how="left", nulls_equal=True,
                                       maintain_order="left").get_column(ROW)
+        if at.null_count():
+            raise StateError(f"operator {self.spec.owner}: a replace gives state component {name} rows of keys its "
+                             f"batch did not fetch; this is a bug in imp")
         return at.to_numpy().astype(np.int64)
 
     def _rows_at(self, name: str, slots: np.ndarray) -> pl.DataFrame:

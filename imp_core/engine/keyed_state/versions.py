@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from imp_core.errors import StateError
 
 DELTA_FORMAT = 2  # the Delta store's reference format (``spark/state_store.py``: ``FORMAT``)
+SAVED_KEY = "external"  # the key of an operator's saved metadata that holds a Delta store's reference
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,10 @@ class StateVersion:
 
     def to_json(self) -> dict[str, Any]:
         raise NotImplementedError
+
+    def saved_meta(self) -> dict[str, Any]:
+        """What an operator's saved metadata carries of this version (none: the saved frames are the state)."""
+        return {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +69,10 @@ class DeltaVersion(StateVersion):
                 "buckets": self.buckets, "rows": dict(self.rows), "log": self.log, "pins": list(self.pins),
                 "span": list(self.span) if self.span else None}
 
+    def saved_meta(self) -> dict[str, Any]:
+        """The reference under the saved metadata's key ``external``, where the sealed state has always kept it."""
+        return {SAVED_KEY: self.to_json()}
+
     @classmethod
     def from_json(cls, reference: Mapping[str, Any]) -> DeltaVersion:
         """The version a saved reference names.
@@ -88,6 +97,18 @@ class DeltaVersion(StateVersion):
                              f"sketch") from e
 
 
+def version_from_meta(meta: Mapping[str, Any], rows: Mapping[str, int]) -> StateVersion:
+    """The version an operator's saved metadata names (``saved_meta``): a Delta store's reference, else a memory
+    state whose frames hold ``rows`` per component.
+
+    Raises:
+        StateError: The reference is not one this imp reads.
+    """
+    if SAVED_KEY in meta:
+        return DeltaVersion.from_json(meta[SAVED_KEY])
+    return MemoryVersion(rows=tuple((str(k), int(v)) for k, v in rows.items()))
+
+
 def version_from_json(saved: Mapping[str, Any]) -> StateVersion:
     """The version a store's ``to_json`` wrote.
 
@@ -106,4 +127,5 @@ def version_from_json(saved: Mapping[str, Any]) -> StateVersion:
                      f"sketch")
 
 
-__all__ = ["DELTA_FORMAT", "DeltaVersion", "MemoryVersion", "StateVersion", "version_from_json"]
+__all__ = ["DELTA_FORMAT", "SAVED_KEY", "DeltaVersion", "MemoryVersion", "StateVersion", "version_from_json",
+           "version_from_meta"]

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from imp_core.engine.keyed_state.contract import Component, Kind, StateSpec, normal_form
-from imp_core.engine.keyed_state.versions import DeltaVersion, MemoryVersion, version_from_json
+from imp_core.engine.keyed_state.versions import DeltaVersion, MemoryVersion, version_from_json, version_from_meta
 from imp_core.errors import StateError
 
 # a reference as the Delta store writes it into the sealed state (spark/state_store.py: DeltaGroupStore.reference)
@@ -24,6 +24,14 @@ def test_a_delta_reference_reads_as_a_version_and_writes_back_the_same() -> None
     assert version_from_json(REFERENCE) == version
     unwritten = {**REFERENCE, "version": None, "span": None, "pins": []}
     assert DeltaVersion.from_json(unwritten).to_json() == unwritten
+
+
+def test_a_version_is_saved_where_the_operators_metadata_has_always_kept_it() -> None:
+    delta = DeltaVersion.from_json(REFERENCE)
+    meta = {"keys": ["k"], "layout": 2, **delta.saved_meta()}
+    assert meta["external"] == REFERENCE and version_from_meta(meta, {}) == delta
+    memory = MemoryVersion(rows=(("groups", 3), ("fcounts", 5)))
+    assert memory.saved_meta() == {} and version_from_meta({"keys": ["k"]}, {"groups": 3, "fcounts": 5}) == memory
 
 
 def test_a_memory_version_reads_back_equal() -> None:

@@ -73,7 +73,8 @@ def sketch_asset(sketch: str, catalog: str | None = None) -> Asset:
 
 def table_asset(uri: str, tables: list[str], watchers: list[AssetWatcher] | None = None) -> Asset:
     """The asset of the registered tables at ``uri`` (several names may be registered for one location)."""
-    return Asset(name=uri, uri=uri, group=TABLE_GROUP, extra={"tables": sorted(tables)}, watchers=watchers or [])
+    extra: dict[str, Any] = {"tables": sorted(tables)}
+    return Asset(name=uri, uri=uri, group=TABLE_GROUP, extra=extra, watchers=watchers or [])
 
 
 def sketch_of_uri(uri: str) -> tuple[str, str] | None:

@@ -32,7 +32,7 @@ try:  # the OpenLineage provider is optional: its listener is what calls the lin
     from airflow.providers.openlineage.extractors.base import OperatorLineage
     from openlineage.client.generated.dataset_version_dataset import DatasetVersionDatasetFacet
 except ImportError:
-    OperatorLineage = None
+    OperatorLineage = None  # type: ignore[misc,assignment]
 
 from imp_core.airflow.assets import SCHEME, catalog_name, sketch_asset, sketch_of_uri, table_uri
 from imp_core.airflow.hooks import ImpCatalogHook

@@ -359,9 +359,15 @@ def sketch_publish(args: argparse.Namespace, service: SketchService) -> int:
         raise UsageError("name a sketch or give --all")
     done = service.publish(args.name)
     rows = [{"sketch": p.sketch, "version": p.version, "file": p.file, "usable": p.usable} for p in done]
-    return emit(args, rows, lambda: [print(f"published {r['sketch']} v{r['version']} to {r['file']}"
-                                           + ("" if r["usable"] else " (unusable: queries run without it)"))
-                                     for r in rows] or print("every sketch is published"))
+
+    def show() -> None:
+        for r in rows:
+            print(f"published {r['sketch']} v{r['version']} to {r['file']}"
+                  + ("" if r["usable"] else " (unusable: queries run without it)"))
+        if not rows:
+            print("every sketch is published")
+
+    return emit(args, rows, show)
 
 
 @with_service

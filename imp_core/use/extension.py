@@ -53,7 +53,7 @@ def explain(parts: Parts, sql: str, dialect: str = "spark") -> Explanation:
         raise UsageError("the query reads no registered table; register one with `imp table register NAME PATH`")
     spark = parts.spark
     register_views(spark, parts.sources(names))
-    out = json.loads(signature.api(spark).explain(spark._jsparkSession, signature.spark_text(sql, dialect)))  # type: ignore[attr-defined]
+    out = json.loads(signature.api(spark).explain(spark._jsparkSession, signature.spark_text(sql, dialect)))
     return Explanation(out["sketches"], out["locations"])
 
 

@@ -6,8 +6,9 @@ versions (``Catalog.recent_versions``), and the commits the Delta commit trigger
 assets: version and commit time). A table's current version is the newest of its catalog observation and the
 trigger's last event, so the page is as current as the watch without a GET opening any Delta log.
 
-The optimizer counts come from the Spark session extension that applies published sketch versions; until it
-reports them, :data:`NOT_REPORTED` stands in and the page says so.
+The optimizer's figures (``applied``, ``last_applied``, ``version``) are what the Spark session extension's drivers
+reported (:mod:`imp_core.airflow.applications`); for a sketch no driver reported, :data:`NOT_REPORTED` stands in and
+the page says so.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class TableCommit:
 
 
 NOT_REPORTED: dict[str, Any] = {"applied": None, "last_applied": None}
-"""How often and when last the optimizer applied a sketch, before the Spark extension reports it."""
+"""How often and when last the optimizer applied a sketch that no driver of the Spark extension reported."""
 
 
 def annotate(rows: list[dict[str, Any]], history: Mapping[str, Sequence[Mapping[str, Any]]],

@@ -20,7 +20,9 @@ GETs only read the catalog and Airflow's asset events: no table observations are
 Freshness (:mod:`imp_core.airflow.freshness`) is as of the last observation (a refresh, a maintenance run) or the
 commit trigger's last event, whichever is newer: per sketch the table versions behind, how long ago the commits it
 missed were made (users who may read assets), its last maintenance (method, duration) and a plot of its recent
-versions' maintenance time and change rows. Links are relative, so the page works under any ``[api] base_url`` path.
+versions' maintenance time and change rows, and how often the optimizer applied it (the Spark extension's
+per-driver counts, :mod:`imp_core.airflow.applications`). Links are relative, so the page works under any
+``[api] base_url`` path.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy import select
 
 from imp_core.airflow import CATALOG_CONN_ID
+from imp_core.airflow.applications import applications
 from imp_core.airflow.assets import TABLE_GROUP
 from imp_core.airflow.freshness import TableCommit, age, annotate, plot_svg
 from imp_core.airflow.hooks import ImpCatalogHook
@@ -131,7 +134,9 @@ def catalog_rows(conn_id: str = CATALOG_CONN_ID, rights: dict[str, bool] | None 
     ids = {r.name: r.id for r in service.catalog.list_sketches()}
     recent = service.catalog.recent_versions([ids[r["name"]] for r in rows if r["name"] in ids])
     history = {name: recent.get(i, []) for name, i in ids.items()}
-    annotate(rows, history, table_commits() if rights.get("assets") else [])
+    paths = {t.name: t.path for t in service.catalog.list_tables()}
+    applied = applications({r["name"]: list(r.get("table_versions") or ()) for r in rows}, paths)
+    annotate(rows, history, table_commits() if rights.get("assets") else [], optimizer=applied)
     for row in rows:
         if not rights.get("sql"):
             row["sql"] = None
@@ -269,8 +274,9 @@ def _row_html(r: dict[str, Any], e: Any) -> str:
         maintained = (f"v{e(str(m['version']))} {e(str(m['method']))}{took}, {m['delta_rows']:,} change rows"
                       f"<br><code>{e(str(m.get('created_at') or '')[:19])}</code>")
     applied = r.get("optimizer") or {}
-    optimizer = (f'{applied["applied"]:,} queries<br><code>{e(str(applied.get("last_applied") or "")[:19])}</code>'
-                 if applied.get("applied") is not None
+    optimizer = (f'{applied["applied"]:,} quer{"y" if applied["applied"] == 1 else "ies"} (v'
+                 f'{e(str(applied.get("version")))} last)<br><code>{e(str(applied.get("last_applied") or "")[:19])}'
+                 f'</code>' if applied.get("applied") is not None
                  else '<span class="hidden">not reported (needs the Spark extension)</span>')
     return (f'<tr data-sketch="{e(r["name"])}"><td><strong>{e(r["name"])}</strong><br>{sql}</td>'
             f'<td>v{e(str(r["latest_version"]))} ({e(str(r["latest_method"]))})<br>'

@@ -239,10 +239,16 @@ def test_the_page_shows_freshness_in_a_browser(imp: Imp, stack: AirflowServer, b
             row.scroll_into_view_if_needed()
             page.screenshot(path=str(artifacts / "10-freshness-stale.png"))
         wait_covered(stack, imp, "pg_top", {"pg_sales": 4})
+        # a driver of the Spark extension reports applying the sketch: the page reads its file (default location)
+        apps = imp.data / "_imp_sketches" / "_applications"
+        apps.mkdir(parents=True, exist_ok=True)
+        (apps / "drv-1.json").write_text(json.dumps({"driver": "drv-1", "sketches": {"pg_top": {
+            "count": 3, "last_ms": int(time.time() * 1000), "version": 4}}}))
         page.reload()
         row = page.frame_locator("iframe").locator('tr[data-sketch="pg_top"]')
         expect(row.locator("td.freshness")).to_contain_text("fresh")
         expect(row.locator("td.maintenance")).to_contain_text("v5 incremental")
+        expect(row.locator("td.optimizer")).to_contain_text("3 queries (v4 last)")
         assert row.locator("td.history svg rect").count() == 5
         assert row.locator("td.history svg polyline").count() == 1
         box = row.locator("td.history svg").bounding_box()

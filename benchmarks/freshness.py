@@ -246,8 +246,7 @@ def freshness(service: SketchService, quick: bool, work: Path) -> Experiment:
                      f"{len(commits)} commits; the triggerer used {cpu:.1f} CPU s in {window:.0f} s "
                      f"({100 * cpu / window:.1f}% of one core); a run took {took:.0f} s (median), {job:.0f} s of it in "
                      f"the Spark job; every sketch equal to a recapture at the end: "
-                     f"{'yes' if all(exact) else 'no'}. Measured on the shared 2-core machine: re-run alone for "
-                     f"figures to quote.")
+                     f"{'yes' if all(exact) else 'no'}.")
     return exp
 
 

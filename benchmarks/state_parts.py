@@ -2,7 +2,7 @@
 
 ``python -m benchmarks --only state_parts``: Q_groups' keyed aggregation (``benchmarks.group_state``) captured over
 ``2 x groups`` rows, then its state saved and loaded, each run in a fresh process per way: as one self-contained
-blob (``state_to_bytes``, what every version stored before format 3), and as the catalog now stores it, frames of at
+blob (``state_to_bytes``), and as the catalog stores it, frames of at
 least ``PART_FROM`` written to a sink part by part (here files in a temporary folder, standing in for the catalog's
 ``state_chunk`` rows) and read back one at a time. Reported: seconds, and the process's peak RSS above its RSS before
 the step (sampled every 2 ms), for the save and for the load.

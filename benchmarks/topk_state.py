@@ -1,7 +1,7 @@
 """Top-k state, old vs indexed, side by side: time per 1,000-row batch by input state size (issue 19).
 
-``python -m benchmarks.topk_state [--sizes 10000 1000000] [--batches 30]`` prints the figures (it writes no files:
-the before/after table of docs/BENCHMARKS.md comes with the issue's full benchmark re-run). The operator is the
+``python -m benchmarks.topk_state [--sizes 10000 1000000] [--batches 30]`` prints the figures (it writes no files;
+``engine_v2`` records the engines side by side in docs/bench). The operator is the
 nightly benchmark's top-10 sketch, ``SELECT a, b FROM t ORDER BY b DESC LIMIT 10`` (fragments on ``a``), driven
 directly: a capture of ``n`` rows, then batches updating 500 random rows (500 deletions + 500 insertions). The
 ``top-heavy`` workload also deletes the 10 best rows in every batch (every batch changes the answer; the indexed

@@ -34,20 +34,10 @@ from imp_core.plan.sql import inequality
 from imp_core.plan.sql.from_clause import FromClause
 from imp_core.plan.sql.outer_joins import outer_join
 from imp_core.plan.sql.scope import Cte, Item, Scope
+from imp_core.plan.sql.specs import AntiSpec
 
 # aggregates (and wrappers) whose value over no rows is not NULL: a missing correlated group would differ
 _NOT_NULL_WHEN_EMPTY = (exp.Count, exp.Coalesce, exp.Case, exp.If, exp.Nvl2)
-
-
-@dataclass
-class AntiSpec:
-    """A NOT EXISTS / NOT IN conjunct: the subquery's rows (``item``) and the outer expressions its keys compare to."""
-
-    item: Item
-    outer: list[exp.Expression]  # compared with item's columns in order
-    null_aware: bool
-    node: exp.Expression
-    neq: exp.Expression | None = None  # ``inner <> neq`` also correlates: item is a summary (inequality.py)
 
 
 @dataclass
@@ -520,4 +510,4 @@ def _one_row_plan(plan: Plan) -> bool:
     return isinstance(plan, Aggregate) and not plan.keys
 
 
-__all__ = ["AntiSpec", "Subqueries", "lift_scalars"]
+__all__ = ["Subqueries", "lift_scalars"]

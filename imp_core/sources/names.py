@@ -55,7 +55,7 @@ def resolve(spark: SparkSession, name: str) -> tuple[str, str]:
         rows = spark.sql(f"DESCRIBE DETAIL {quoted(name)}").collect()
     except UsageError:
         raise
-    except Exception as e:  # noqa: BLE001 - AnalysisException and friends
+    except Exception as e:  # AnalysisException and friends
         raise SourceError(f"table {name} cannot be resolved in the Spark catalog ({redact(first_line(e))}); check the "
                           f"name and that the session's metastore is the one that defines it") from e
     detail = rows[0].asDict() if rows else {}

@@ -255,7 +255,7 @@ def _from_spark(source: Table, after: int, upto: int, wanted: list[str]) -> pa.T
             f"this source was opened without one; open it with DeltaSource(..., spark=get_spark)")
     try:
         return spark_cdf.read_change_feed(source.spark_supplier(), source.path, after, upto, wanted)
-    except Exception as e:  # noqa: BLE001 - Spark's AnalysisException etc.
+    except Exception as e:  # Spark's AnalysisException etc.
         if isinstance(e, ImpError):
             raise
         raise ChangeFeedUnavailableError(
@@ -294,7 +294,7 @@ def _from_delta_rs(source: Table, after: int, upto: int, wanted: list[str], pred
         reader = source.latest.load_cdf(starting_version=after + 1, ending_version=upto,
                                         columns=quoted + ["_change_type", "_commit_version"], predicate=predicate)
         return pa.RecordBatchReader.from_stream(reader).read_all()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise ChangeFeedUnavailableError(
             f"table {source.name}: the change feed for versions {after + 1}..{upto} cannot be read (vacuumed or "
             f"expired?): {storage.redact(first_line(e))}") from e

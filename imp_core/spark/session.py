@@ -148,7 +148,7 @@ def _connect(url: str) -> SparkSession:
         connector.require_loaded(spark.conf.get)
     except ConfigError:
         raise
-    except Exception as e:  # noqa: BLE001 - gRPC and Spark Connect raise many kinds
+    except Exception as e:  # gRPC and Spark Connect raise many kinds
         text = str(e)
         hint = ("the server refused the token (IMP_SPARK_CONNECT_TOKEN of the server, token= of the URL)"
                 if "UNAUTHENTICATED" in text or "authentication token" in text else

@@ -298,7 +298,7 @@ class Subqueries(FromClause):
                      allow_neq: bool = False) -> Decorrelated:
         """Split the subquery's WHERE into equalities inner = outer and conditions on its own FROM items (and, with
         ``allow_neq``, one inequality inner <> outer)."""
-        inner = self._inner_scope(sub, ctes)
+        inner = self.inner_scope(sub, ctes)
         where = sub.args.get("where")
         d = Decorrelated([], [])
         for c in _conjuncts(where.this) if where is not None else []:
@@ -318,7 +318,7 @@ class Subqueries(FromClause):
             d.neq = neq
         return d
 
-    def _inner_scope(self, sub: exp.Select, ctes: Mapping[str, Cte]) -> Scope:
+    def inner_scope(self, sub: exp.Select, ctes: Mapping[str, Cte]) -> Scope:
         bare = sub.copy()
         bare.set("where", None)
         scope, _, _ = self._from(bare, ctes)
@@ -417,7 +417,7 @@ def _correlated(tr: Subqueries, body: exp.Expression, ctes: Mapping[str, Cte]) -
         body = body.this
     if not isinstance(body, exp.Select) or body.args.get("where") is None:
         return False
-    inner = tr._inner_scope(body, ctes)
+    inner = tr.inner_scope(body, ctes)
     return any(_side(col, inner, Scope(())) == "outer" for col in _own_columns(body.args["where"].this, body))
 
 

@@ -2,7 +2,7 @@
 any query of a session that loads it (docs/DEPLOYMENT.md, "Queries from any client").
 
 It is compiled against the very jars that run it: pyspark ships Spark's jars and the Scala compiler of its Scala
-version (2.13.18 for pyspark 4.2.0), and Delta's connector is fetched by :mod:`imp_core.spark.jars`. So the build
+version (2.13.18 for pyspark 4.2.0), and Delta's connector is fetched by :mod:`imp_core.spark.connector`. So the build
 needs neither Maven's Spark tree (~450 MB) nor a Scala installation, and cannot drift from the Spark it runs in.
 The jar is named after the digest of its sources and of the jars it was compiled against, beside the connector jars
 (``<jars>/imp-extension/``): a checkout whose sources changed builds its own jar, and an unchanged one reuses it.

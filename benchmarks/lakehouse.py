@@ -125,7 +125,7 @@ def cdf_readers(spark: SparkSession, path: Path, n: int) -> dict[str, Callable[[
     schema = source.schema(1)
 
     def rs() -> None:
-        assert reader._from_delta_rs(source, 0, 1, cols, None).num_rows == n
+        assert reader._from_delta_rs(source, 0, 1, cols, None).num_rows == n  # noqa: SLF001 - timing delta-rs' reader alone
 
     def sp() -> None:
         assert read_change_feed(spark, str(path), 0, 1, cols).num_rows == n

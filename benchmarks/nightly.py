@@ -37,11 +37,12 @@ from benchmarks.harness import Experiment, scaled
 from benchmarks.maintenance import spark_session
 from benchmarks.strategies import _clone_at_start, _drop_sketch, _job_error, service_for
 from imp_core.catalog.embedded import embedded_url, stop_embedded
+from imp_core.cli import connect_server
 from imp_core.jobs import SUBMIT_PATH, MaintainGroupJob, MaintainJob
 from imp_core.maintenance.groups import plan_groups
 from imp_core.maintenance.service import SketchService
 from imp_core.maintenance.strategy import Strategy
-from imp_core.spark import connect_server, connector
+from imp_core.spark import connector
 from imp_core.spark.session import driver_memory
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -105,11 +105,11 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A running Spark Connect server on 127.0.0.1 (``imp_core.spark.connect_server``) that admits clients with its
+    """A running Spark Connect server on 127.0.0.1 (``imp_core.cli.connect_server``) that admits clients with its
     token; its ``sc://localhost:PORT/;token=...`` URL."""
     import secrets
 
-    from imp_core.spark import connect_server
+    from imp_core.cli import connect_server
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

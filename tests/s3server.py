@@ -37,7 +37,7 @@ class S3Server:
         assert binary.exists() or shutil.which("moto_server"), "moto_server is missing: run ./dev test"
         log = self.folder / "moto.log"
         self._proc = subprocess.Popen([str(binary if binary.exists() else "moto_server"), "-H", "127.0.0.1", "-p",
-                                       str(port)], stdout=open(log, "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
+                                       str(port)], stdout=open(log, "w"), stderr=subprocess.STDOUT,
                                       start_new_session=True)
         self.endpoint = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60

@@ -47,7 +47,7 @@ def imp(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def imp_here(env: dict[str, str], spark, monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001, ARG001
+def imp_here(env: dict[str, str], spark, monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
              capsys: pytest.CaptureFixture[str]) -> Imp:
     """`imp ARGS` through the CLI's entry point in this process (the session's Spark), with ``env``'s settings."""
     from imp_core.cli.main import main

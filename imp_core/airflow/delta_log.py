@@ -130,7 +130,7 @@ class DeltaLog:
             args.update({"ContinuationToken": token} if token else {"StartAfter": start} if start else {})
             try:
                 page = client.list_objects_v2(**args)
-            except Exception as e:  # noqa: BLE001 - botocore's errors: one message naming the table
+            except Exception as e:  # botocore's errors: one message naming the table
                 if type(e).__name__ == "NoSuchBucket":
                     return None
                 raise OSError(str(e)) from e

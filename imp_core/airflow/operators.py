@@ -132,7 +132,7 @@ class ImpSparkSubmitOperator(SparkSubmitOperator):
         worker. (Executors need neither Python nor imp: they run only JVM code.)
         """
         hook = super()._get_hook()
-        if "cluster" in (self._deploy_mode, hook._connection.get("deploy_mode")):
+        if "cluster" in (self._deploy_mode, hook._connection.get("deploy_mode")):  # noqa: SLF001 - the provider's resolved connection
             raise AirflowFailException(CLUSTER_MODE_REFUSED)
         return hook
 

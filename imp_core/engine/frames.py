@@ -34,7 +34,7 @@ def frame(columns: list[pl.Series]) -> pl.DataFrame:
     otherwise): ~3 us where ``pl.DataFrame`` takes ~20 us."""
     if PyDataFrame is None or not columns:
         return pl.DataFrame(columns)
-    return pl.DataFrame._from_pydf(PyDataFrame([c._s for c in columns]))
+    return pl.DataFrame._from_pydf(PyDataFrame([c._s for c in columns]))  # noqa: SLF001 - polars' own constructor
 
 
 _frame = frame  # for the helpers whose argument is named ``frame``
@@ -50,7 +50,7 @@ def series(name: str, values: np.ndarray, dtype: pl.DataType | None = None) -> p
             not values.flags.c_contiguous or not values.flags.aligned or dtype is not None and dtype != plain:
         return pl.Series(name, values, dtype=dtype)
     make = numpy_type_to_constructor(values, values.dtype.type)
-    return pl.Series._from_pyseries(make(name, values, plain not in (pl.Float32, pl.Float64)))
+    return pl.Series._from_pyseries(make(name, values, plain not in (pl.Float32, pl.Float64)))  # noqa: SLF001 - polars' own constructor
 
 
 def with_series(frame: pl.DataFrame, *series: pl.Series) -> pl.DataFrame:

@@ -21,7 +21,7 @@ from imp_core import inputs
 from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.support import require_engine_support
 from imp_core.errors import UnsafeSketchError, UsageError
-from imp_core.maintenance.parts import Parts
+from imp_core.maintenance.context import ServiceContext
 from imp_core.maintenance.registration import ParsedSql, analyze
 from imp_core.maintenance.statistics import equi_depth, sign_oracle, violated_assumption
 from imp_core.plan import safety
@@ -67,7 +67,7 @@ class ColumnAdvice:
         return out
 
 
-def advise(parts: Parts, sql: str, table: str | None = None, fragments: int = 100, dialect: str = "spark",
+def advise(parts: ServiceContext, sql: str, table: str | None = None, fragments: int = 100, dialect: str = "spark",
            max_columns: int = 10) -> list[ColumnAdvice]:
     """Every partitionable column of the query's tables (or of ``table``), safe ones first, best first.
 
@@ -117,7 +117,7 @@ AUTO_CANDIDATES = 3
 """Safe columns ``auto`` estimates (each a capture) before choosing."""
 
 
-def safe_candidates(parts: Parts, sql: str, dialect: str = "spark") -> list[str]:
+def safe_candidates(parts: ServiceContext, sql: str, dialect: str = "spark") -> list[str]:
     """``TABLE.COLUMN`` of every column a sketch of ``sql`` is safe on, by the safety check alone (no Spark): what
     ``auto`` will choose among.
 
@@ -138,7 +138,7 @@ def safe_candidates(parts: Parts, sql: str, dialect: str = "spark") -> list[str]
     return safe
 
 
-def first_choice(parts: Parts, sql: str, fragments: int = 100, dialect: str = "spark") -> str:
+def first_choice(parts: ServiceContext, sql: str, fragments: int = 100, dialect: str = "spark") -> str:
     """``TABLE.COLUMN`` advice ranks first for ``sql`` (estimating at most :data:`AUTO_CANDIDATES` safe columns).
 
     Raises:
@@ -173,8 +173,9 @@ def _rank(a: ColumnAdvice) -> tuple[int, float, float, str, str]:
             a.file_share if a.file_share is not None else 1.0, a.table, a.column)
 
 
-def _estimate(parts: Parts, plan: Any, sources: dict[str, Any], versions: dict[str, int], schemas: dict[str, Any],
-              table: str, column: str, report: safety.SafetyReport, fragments: int) -> ColumnAdvice:
+def _estimate(parts: ServiceContext, plan: Any, sources: dict[str, Any], versions: dict[str, int],
+              schemas: dict[str, Any], table: str, column: str, report: safety.SafetyReport,
+              fragments: int) -> ColumnAdvice:
     """The query's sketch captured over equi-depth fragments of ``table.column`` (nothing committed)."""
     dtype = schemas[table].field(column).type
     kind = kind_of_type(dtype)

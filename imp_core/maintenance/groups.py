@@ -29,10 +29,10 @@ from imp_core.errors import (
     first_line,
 )
 from imp_core.maintenance import maintain, reports
+from imp_core.maintenance.context import ServiceContext
 from imp_core.maintenance.feeds import ChangeFeeds
 from imp_core.maintenance.loading import load_sketch
 from imp_core.maintenance.maintain import MaintenanceResult
-from imp_core.maintenance.parts import Parts
 from imp_core.maintenance.strategy import Strategy
 from imp_core.spark.failures import as_known_error
 
@@ -112,7 +112,7 @@ class GroupResult:
                                 f"(the others were maintained; see `imp runs`): {listed}")
 
 
-def maintain_group(parts: Parts, sketches: Sequence[str], strategy: str | None = None,
+def maintain_group(parts: ServiceContext, sketches: Sequence[str], strategy: str | None = None,
                    batch_size: int | None = None, trigger: str = "cli",
                    allow_recapture: bool = True) -> GroupResult:
     """Maintain ``sketches`` one after the other in this process, sharing what they read.
@@ -164,7 +164,7 @@ def maintain_group(parts: Parts, sketches: Sequence[str], strategy: str | None =
     return out
 
 
-def maintain_all(parts: Parts, strategy: str = Strategy.EAGER, batch_size: int | None = None,
+def maintain_all(parts: ServiceContext, strategy: str = Strategy.EAGER, batch_size: int | None = None,
                  trigger: str = "cli") -> list[MaintenanceResult]:
     """Maintain every live, usable, stale sketch as one group; one found unusable on the way is marked and skipped.
 
@@ -184,7 +184,7 @@ def maintain_all(parts: Parts, strategy: str = Strategy.EAGER, batch_size: int |
     return [group.results[n] for n in names if n in group.results]
 
 
-def stale_groups(parts: Parts, size: int, table: str | Collection[str] | None = None) -> list[tuple[str, ...]]:
+def stale_groups(parts: ServiceContext, size: int, table: str | Collection[str] | None = None) -> list[tuple[str, ...]]:
     """The stale, usable sketches (those reading ``table``, or one of several tables, when given) cut into groups of
     at most ``size``."""
     wanted = None if table is None else {table} if isinstance(table, str) else set(table)
@@ -200,7 +200,7 @@ def stale_groups(parts: Parts, size: int, table: str | Collection[str] | None = 
     return plan_groups(read, size)
 
 
-def _plan_reads(parts: Parts, feeds: ChangeFeeds, name: str) -> None:
+def _plan_reads(parts: ServiceContext, feeds: ChangeFeeds, name: str) -> None:
     """Tell ``feeds`` which ranges and columns sketch ``name`` will read (nothing when it cannot be loaded: its
     maintenance then fails on its own)."""
     try:

@@ -14,8 +14,8 @@ import polars as pl
 
 from imp_core.catalog import Catalog, SketchRecord, VersionRecord, unusable_message
 from imp_core.errors import SketchUnusableError
+from imp_core.maintenance.context import ServiceContext
 from imp_core.maintenance.loading import LoadedSketch
-from imp_core.maintenance.parts import Parts
 from imp_core.maintenance.statistics import broken_by_changes, sign_oracle, violated_assumption
 from imp_core.plan.safety import SafetyReport, check
 from imp_core.sources.delta import DeltaSource
@@ -71,7 +71,7 @@ def check_identity(catalog: Catalog, record: SketchRecord, sources: Mapping[str,
         invalidate(catalog, record, problem)
 
 
-def check_usable(parts: Parts, name: str) -> tuple[SketchRecord, VersionRecord]:
+def check_usable(parts: ServiceContext, name: str) -> tuple[SketchRecord, VersionRecord]:
     """The sketch and its latest version, if it may be applied: not marked unusable, and every table it reflects
     the same table at the same or a later version (otherwise it is marked now).
 
@@ -106,7 +106,7 @@ def check_changes(catalog: Catalog, loaded: LoadedSketch, table: str, changes: p
         invalidate(catalog, loaded.record, broken)
 
 
-def recheck_safety(parts: Parts, loaded: LoadedSketch, target: Mapping[str, int]) -> SafetyReport:
+def recheck_safety(parts: ServiceContext, loaded: LoadedSketch, target: Mapping[str, int]) -> SafetyReport:
     """The safety verdict at ``target``: the check against the statistics there, then its sign assumptions against
     the data there (a recapture must not commit a sketch that is no longer safe)."""
     targets = {p.table: p.column for p in loaded.partitions.partitions}

@@ -37,8 +37,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from imp_core.errors import ImpError, UsageError, first_line
+from imp_core.maintenance.context import ServiceContext
 from imp_core.maintenance.loading import version_partitions
-from imp_core.maintenance.parts import Parts
 from imp_core.sketch.partition import Partition
 from imp_core.sources.delta import FileStats
 from imp_core.use.rewrite import prune_files
@@ -114,7 +114,7 @@ class TableLayout:
                               "excess_share": round(s.excess_share, 4)} for s in self.sketches]}
 
 
-def measure(parts: Parts, table: str | None = None) -> list[TableLayout]:
+def measure(parts: ServiceContext, table: str | None = None) -> list[TableLayout]:
     """The layout of ``table`` (every table some usable sketch partitions, by default) at its current version."""
     catalog = parts.catalog
     registered = {t.name for t in catalog.list_tables()}
@@ -176,7 +176,7 @@ class Relayout:
                 "outcome": self.outcome, "error": self.error}
 
 
-def apply(parts: Parts, table: str | None = None, threshold: float | None = None,
+def apply(parts: ServiceContext, table: str | None = None, threshold: float | None = None,
           skip: frozenset[str] = frozenset()) -> list[Relayout]:
     """Re-cluster every measured table whose excess share exceeds ``threshold``, but those switched off in the
     catalog (``imp table layout TABLE --off``) or listed in ``skip``. A table whose rewrite fails is reported with

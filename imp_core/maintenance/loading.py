@@ -17,8 +17,8 @@ from imp_core.engine.pipeline import Pipeline, plan_fingerprint
 from imp_core.errors import ImpError, PlanError, StateError, first_line
 from imp_core.maintenance import placement
 from imp_core.maintenance.changes import used_columns
+from imp_core.maintenance.context import ServiceContext
 from imp_core.maintenance.options import with_state_options
-from imp_core.maintenance.parts import Parts
 from imp_core.plan.nodes import Plan
 from imp_core.plan.safety import SignAssumption
 from imp_core.plan.serialize import plan_from_json
@@ -62,7 +62,7 @@ def version_partitions(record: SketchRecord, version: VersionRecord) -> Partitio
     return PartitionSet.from_json(version.partitions if version.partitions is not None else record.partitions)
 
 
-def load_sketch(parts: Parts, name: str) -> LoadedSketch:
+def load_sketch(parts: ServiceContext, name: str) -> LoadedSketch:
     """The live sketch ``name``, its plan read from the catalog (no SQL parsing for sketches with a stored plan).
 
     Raises:
@@ -103,7 +103,7 @@ def stored_query(record: SketchRecord, schemas: Mapping[str, pa.Schema]) -> Quer
                         f"({first_line(e)}); create it again (`imp sketch create {record.name} --replace ...`)") from e
 
 
-def pipeline(parts: Parts, loaded: LoadedSketch, options: Mapping[str, Any],
+def pipeline(parts: ServiceContext, loaded: LoadedSketch, options: Mapping[str, Any],
              external: frozenset[str] = frozenset()) -> Pipeline:
     """The sketch's operators, configured with the state-shaping ``options`` recorded with its state.
 
@@ -123,7 +123,7 @@ def pipeline(parts: Parts, loaded: LoadedSketch, options: Mapping[str, Any],
     return built
 
 
-def load_state(parts: Parts, loaded: LoadedSketch, latest: VersionRecord) -> Pipeline:
+def load_state(parts: ServiceContext, loaded: LoadedSketch, latest: VersionRecord) -> Pipeline:
     """The sketch's operators with the state saved with version ``latest``.
 
     Raises:

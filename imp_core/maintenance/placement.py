@@ -24,7 +24,7 @@ from imp_core.engine.external import ExternalOperator
 from imp_core.engine.operators.registry import can_be_external
 from imp_core.engine.pipeline import Pipeline
 from imp_core.errors import StateError
-from imp_core.maintenance.parts import Parts
+from imp_core.maintenance.context import ServiceContext
 from imp_core.plan.nodes import Aggregate, AntiJoin, GroupTopK, Plan
 from imp_core.sources import storage
 from imp_core.sources.delta import DeltaSource
@@ -55,7 +55,7 @@ def stored_bytes(node: Plan, rows: int) -> int:
     return rows * group_bytes(node) // (1 if isinstance(node, (GroupTopK, AntiJoin)) else STORED_PER_GROUP)
 
 
-def decide(parts: Parts, pipeline: Pipeline, sources: Mapping[str, DeltaSource],
+def decide(parts: ServiceContext, pipeline: Pipeline, sources: Mapping[str, DeltaSource],
            versions: Mapping[str, int]) -> dict[str, int]:
     """The estimated bytes of every operator that can keep its state externally, by node path, given the tables at
     ``versions``. Row counts come from the Delta log; Spark counts groups only where those bounds exceed the
@@ -92,7 +92,7 @@ def external_paths(estimates: Mapping[str, int], budget: int) -> frozenset[str]:
     return frozenset(out)
 
 
-def state_root(parts: Parts, sources: Mapping[str, DeltaSource]) -> str:
+def state_root(parts: ServiceContext, sources: Mapping[str, DeltaSource]) -> str:
     """Where external state lives: ``IMP_STATE_LOCATION``, else ``_imp_state`` beside the sketch's first table."""
     if parts.settings.state_location:
         return parts.settings.state_location.rstrip("/")
@@ -100,7 +100,7 @@ def state_root(parts: Parts, sources: Mapping[str, DeltaSource]) -> str:
     return posixpath.join(posixpath.dirname(first), STATE_DIR)
 
 
-def bind_new(parts: Parts, pipeline: Pipeline, sources: Mapping[str, DeltaSource], sketch: str, run_id: int,
+def bind_new(parts: ServiceContext, pipeline: Pipeline, sources: Mapping[str, DeltaSource], sketch: str, run_id: int,
              estimates: Mapping[str, int]) -> None:
     """Give a capture's external operators new stores at ``<root>/<sketch>-r<run_id>/<operator>``."""
     if not pipeline.external:
@@ -118,7 +118,7 @@ def bind_new(parts: Parts, pipeline: Pipeline, sources: Mapping[str, DeltaSource
     pipeline.bind_stores(store_of)
 
 
-def for_capture(parts: Parts, build: Callable[[frozenset[str]], Pipeline], sources: Mapping[str, DeltaSource],
+def for_capture(parts: ServiceContext, build: Callable[[frozenset[str]], Pipeline], sources: Mapping[str, DeltaSource],
                 versions: Mapping[str, int], sketch: str, run_id: int) -> Pipeline:
     """The pipeline a capture at ``versions`` runs: ``build(external paths)`` with the operators placed by
     :func:`decide`, the external ones bound to new stores."""
@@ -135,7 +135,7 @@ def for_capture(parts: Parts, build: Callable[[frozenset[str]], Pipeline], sourc
     return pipeline
 
 
-def rebalance(parts: Parts, pipeline: Pipeline, sources: Mapping[str, DeltaSource], sketch: str,
+def rebalance(parts: ServiceContext, pipeline: Pipeline, sources: Mapping[str, DeltaSource], sketch: str,
               run_id: int) -> Pipeline:
     """A loaded pipeline placed for its state's measured sizes: in-memory operators by their bytes, external ones by
     their tables' rows (Delta logs); the largest external until the rest fits the budget. An operator that moves is
@@ -166,7 +166,7 @@ def rebalance(parts: Parts, pipeline: Pipeline, sources: Mapping[str, DeltaSourc
         buckets=bucket_count(sizes[op.op_id.split("@", 1)[1]] // max(1, GROUP_BYTES))))
 
 
-def bind_saved(parts: Parts, pipeline: Pipeline) -> None:
+def bind_saved(parts: ServiceContext, pipeline: Pipeline) -> None:
     """Give a loaded pipeline's external operators the stores their saved state names.
 
     Raises:
@@ -208,7 +208,7 @@ def external_of(placement: Mapping[str, Mapping[str, Any]] | None) -> frozenset[
     return frozenset(op.split("@", 1)[1] for op, p in (placement or {}).items() if p.get("where") == "external")
 
 
-def clean_up(parts: Parts, sketch: str, sources: Mapping[str, DeltaSource]) -> list[str]:
+def clean_up(parts: ServiceContext, sketch: str, sources: Mapping[str, DeltaSource]) -> list[str]:
     """Remove the run folders ``<sketch>-r<run>`` under the state root that no version whose state the catalog keeps
     names (of this sketch, or of a live sketch whose folders are named alike) and no running run may be writing: the
     state of earlier captures once retention dropped their versions, of a dropped sketch of the same name, and of a

@@ -21,8 +21,8 @@ from imp_core.engine.pipeline import Pipeline
 from imp_core.engine.support import require_engine_support
 from imp_core.errors import PlanError, UnsafeSketchError, UsageError, first_line
 from imp_core.maintenance import placement
+from imp_core.maintenance.context import ServiceContext
 from imp_core.maintenance.options import state_options
-from imp_core.maintenance.parts import Parts
 from imp_core.maintenance.repartition import tracked_rows
 from imp_core.maintenance.runs import maintenance_run, new_version, table_identities
 from imp_core.maintenance.statistics import equi_depth, sign_oracle, violated_assumption
@@ -85,7 +85,7 @@ class Registration:
     report: SafetyReport
 
 
-def register_table(parts: Parts, name: str, path: str | None = None, replace: bool = False,
+def register_table(parts: ServiceContext, name: str, path: str | None = None, replace: bool = False,
                    table: str | None = None) -> TableRecord:
     """Register a Delta table (Change Data Feed on) under a name usable in SQL, its current version observed.
 
@@ -115,7 +115,7 @@ def register_table(parts: Parts, name: str, path: str | None = None, replace: bo
     return catalog.get_table(name)
 
 
-def analyze(parts: Parts, parsed: ParsedSql) -> Query:
+def analyze(parts: ServiceContext, parsed: ParsedSql) -> Query:
     """The query's plan against the registered tables (those it reads at their current schemas)."""
     registered = {t.name: t for t in parts.catalog.list_tables()}
     if not registered:
@@ -129,7 +129,7 @@ def analyze(parts: Parts, parsed: ParsedSql) -> Query:
     return parse_query(parsed.sql, schemas, parsed.dialect, statement=parsed.statement)
 
 
-def check(parts: Parts, name: str, sql: str | ParsedSql, on: list[str], fragments: int | None,
+def check(parts: ServiceContext, name: str, sql: str | ParsedSql, on: list[str], fragments: int | None,
           bounds: list[str] | None, dialect: str, replace: bool = False) -> Registration:
     """Everything a registration checks before Spark starts: arguments, SQL, tables, columns, safety. The plan it
     returns reads only the columns the query uses and the partition columns (``plan/columns.py``).
@@ -154,7 +154,7 @@ def check(parts: Parts, name: str, sql: str | ParsedSql, on: list[str], fragment
     return Registration(name, parsed, query, sources, versions, schemas, targets, report)
 
 
-def _check_arguments(parts: Parts, name: str, on: list[str], fragments: int | None,
+def _check_arguments(parts: ServiceContext, name: str, on: list[str], fragments: int | None,
                      bounds: list[str] | None, replace: bool) -> None:
     if (fragments is None) == (bounds is None):
         raise UsageError("give exactly one of --fragments N or --bounds b0,b1,...,bn")
@@ -195,7 +195,7 @@ def _targets(on: list[str], schemas: dict[str, pa.Schema], bounds: list[str] | N
     return targets
 
 
-def create_sketch(parts: Parts, name: str, sql: str | ParsedSql, on: list[str], fragments: int | None = None,
+def create_sketch(parts: ServiceContext, name: str, sql: str | ParsedSql, on: list[str], fragments: int | None = None,
                   bounds: list[str] | None = None, dialect: str = "spark", strategy: str = Strategy.LAZY,
                   trigger: str = "cli", replace: bool = False) -> tuple[SketchRecord, VersionRecord]:
     """Parse (unless ``sql`` is parsed already), check safety, pick bounds, capture at pinned versions and commit
@@ -236,7 +236,7 @@ def create_sketch(parts: Parts, name: str, sql: str | ParsedSql, on: list[str], 
     return record, run.reached
 
 
-def signature_of(parts: Parts, reg: Registration) -> dict[str, Any]:
+def signature_of(parts: ServiceContext, reg: Registration) -> dict[str, Any]:
     """The sketch query's Spark plan signature (:mod:`imp_core.publish.signature`); a failure is recorded in it
     (the sketch is then published unusable for the Spark extension, and imp's own use is unaffected)."""
     from imp_core.spark.session import is_remote  # lazy start of Spark
@@ -252,7 +252,8 @@ def signature_of(parts: Parts, reg: Registration) -> dict[str, Any]:
         return {"hash": None, "unmatchable": f"the plan signature could not be computed: {first_line(e)}"}
 
 
-def _partitions(parts: Parts, reg: Registration, fragments: int | None, bounds: list[str] | None) -> PartitionSet:
+def _partitions(parts: ServiceContext, reg: Registration, fragments: int | None,
+                bounds: list[str] | None) -> PartitionSet:
     """The sketch's partitions: explicit bounds, or equi-depth bounds computed on Spark at the pinned versions."""
     out = []
     for i, (table, column) in enumerate(reg.targets.items()):

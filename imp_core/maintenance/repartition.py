@@ -29,8 +29,8 @@ from imp_core.engine.schema import MULT, REFRAG
 from imp_core.errors import ImpError, StateError, UnsupportedError, UsageError, first_line
 from imp_core.maintenance import guards
 from imp_core.maintenance.changes import used_columns
+from imp_core.maintenance.context import ServiceContext
 from imp_core.maintenance.loading import LoadedSketch, load_sketch, load_state
-from imp_core.maintenance.parts import Parts
 from imp_core.maintenance.runs import Run, commit, maintenance_run, new_version
 from imp_core.plan.nodes import Plan
 from imp_core.plan.pushdown import change_filter
@@ -82,7 +82,7 @@ class RepartitionResult:
                 "tables": [t.to_json() for t in self.tables]}
 
 
-def repartition(parts: Parts, name: str, factor: float = rp.DEFAULT_FACTOR, apply: bool = False,
+def repartition(parts: ServiceContext, name: str, factor: float = rp.DEFAULT_FACTOR, apply: bool = False,
                 trigger: str = "cli", wait: float | None = None) -> RepartitionResult:
     """Split over- and merge underflowing fragments of sketch ``name``'s partitions (``apply``), or say what would
     be done. Works at the latest version's table versions; maintain first to repartition the current data.
@@ -140,7 +140,7 @@ def factor_setting() -> float:
     return factor
 
 
-def skewed(parts: Parts, factor: float) -> list[str]:
+def skewed(parts: ServiceContext, factor: float) -> list[str]:
     """The usable sketches whose ranges over- or underflow by their latest version's rows per range, and those whose
     rows are not tracked (a repartition counts them): no Spark, only the catalog."""
     catalog = parts.catalog
@@ -155,7 +155,8 @@ def skewed(parts: Parts, factor: float) -> list[str]:
     return out
 
 
-def repartition_all(parts: Parts, factor: float = rp.DEFAULT_FACTOR, trigger: str = "cli") -> list[dict[str, Any]]:
+def repartition_all(parts: ServiceContext, factor: float = rp.DEFAULT_FACTOR,
+                    trigger: str = "cli") -> list[dict[str, Any]]:
     """:func:`repartition` with ``apply`` of every usable sketch (what the nightly DAG runs); one sketch's failure is
     reported in its entry (``error``) and does not stop the others."""
     out: list[dict[str, Any]] = []
@@ -169,8 +170,8 @@ def repartition_all(parts: Parts, factor: float = rp.DEFAULT_FACTOR, trigger: st
     return out
 
 
-def count_rows(parts: Parts, plan: Plan, partitions: PartitionSet, sources: Mapping[str, DeltaSource], table: str,
-               version: int) -> list[int]:
+def count_rows(parts: ServiceContext, plan: Plan, partitions: PartitionSet, sources: Mapping[str, DeltaSource],
+               table: str, version: int) -> list[int]:
     """Rows of ``table`` at ``version`` in each fragment of its partition, counting the rows the sketch's pipeline
     sees (those passing the query's selections right above the table's scans): the partition column (and the
     selections' columns) read batch by batch in this process when the table's reader allows it (the driver holds one
@@ -194,7 +195,7 @@ def count_rows(parts: Parts, plan: Plan, partitions: PartitionSet, sources: Mapp
     return [int(n) for n in counts]
 
 
-def tracked_rows(parts: Parts, plan: Plan, partitions: PartitionSet, sources: Mapping[str, DeltaSource],
+def tracked_rows(parts: ServiceContext, plan: Plan, partitions: PartitionSet, sources: Mapping[str, DeltaSource],
                  versions: Mapping[str, int]) -> dict[str, list[int]]:
     """``count_rows`` of every partitioned table (what a capture records with its version)."""
     return {t: count_rows(parts, plan, partitions, sources, t, versions[t]) for t in partitions.tables}
@@ -231,7 +232,7 @@ def _values(plan: Plan, part: Partition, rows: pl.DataFrame) -> pl.Series:
     return rows.get_column(part.column).cast(polars_type(dtype), strict=False)
 
 
-def _read(parts: Parts, source: DeltaSource, part: Partition, version: int, columns: list[str],
+def _read(parts: ServiceContext, source: DeltaSource, part: Partition, version: int, columns: list[str],
           fragments: list[int] | None) -> pl.DataFrame:
     """``columns`` of the table at ``version`` through Spark (only the rows of ``fragments`` of ``part`` when
     given: files are skipped by their statistics)."""
@@ -243,7 +244,7 @@ def _read(parts: Parts, source: DeltaSource, part: Partition, version: int, colu
     return out
 
 
-def _plans(parts: Parts, loaded: LoadedSketch, latest: VersionRecord, rows: Mapping[str, list[int]],
+def _plans(parts: ServiceContext, loaded: LoadedSketch, latest: VersionRecord, rows: Mapping[str, list[int]],
            factor: float) -> tuple[dict[str, rp.Repartition], dict[str, pl.DataFrame]]:
     """Per table the split-and-merge, and the rows read of its overflowing fragments (used again to move them)."""
     plans, reads = {}, {}
@@ -300,7 +301,7 @@ def _skew(rows: list[int]) -> float:
     return round(max(rows) / mean, 3) if mean else 0.0
 
 
-def _apply(parts: Parts, loaded: LoadedSketch, latest: VersionRecord, plans: Mapping[str, rp.Repartition],
+def _apply(parts: ServiceContext, loaded: LoadedSketch, latest: VersionRecord, plans: Mapping[str, rp.Repartition],
            reads: Mapping[str, pl.DataFrame], rows: dict[str, list[int]], run: Run,
            result: RepartitionResult) -> VersionRecord:
     t0 = time.perf_counter()
@@ -335,7 +336,7 @@ def _apply(parts: Parts, loaded: LoadedSketch, latest: VersionRecord, plans: Map
     return commit(parts.catalog, loaded.record.id, latest, version, run, parts.settings.state_retention)
 
 
-def _table(parts: Parts, loaded: LoadedSketch, operators: Pipeline, partitions: PartitionSet,
+def _table(parts: ServiceContext, loaded: LoadedSketch, operators: Pipeline, partitions: PartitionSet,
            plan: rp.Repartition, overflow: pl.DataFrame | None, backend: Any,
            versions: dict[str, int]) -> tuple[Pipeline, PartitionSet, int]:
     """One table's merges, then its splits: the operators and partitions after, and the rows moved."""

@@ -12,8 +12,8 @@ from typing import Any
 
 from imp_core.catalog import Catalog, SketchRecord, VersionRecord
 from imp_core.errors import ImpError, first_line
+from imp_core.maintenance.context import ServiceContext
 from imp_core.maintenance.guards import mark_changed_identities
-from imp_core.maintenance.parts import Parts
 from imp_core.sketch.partition import PartitionSet
 from imp_core.sketch.sketch import Sketch
 from imp_core.sources.delta import DeltaSource
@@ -145,7 +145,7 @@ def stale_sketches(catalog: Catalog) -> list[str]:
     return catalog.stale_sketches()
 
 
-def overview(parts: Parts, refresh: bool = True) -> list[dict[str, Any]]:
+def overview(parts: ServiceContext, refresh: bool = True) -> list[dict[str, Any]]:
     """One row per live sketch for the catalog page: ``sketch_catalog`` plus sketch size and covered share.
 
     Args:

@@ -45,7 +45,7 @@ def spark_text(sql: str, dialect: str) -> str:
 
 def api(spark: SparkSession) -> Any:
     """The extension's API object (``imp.spark.ImpSketches``) through the JVM gateway."""
-    jvm = spark._jvm
+    jvm = spark._jvm  # noqa: SLF001 - PySpark's Py4J gateway
     for part in API_CLASS.split("."):
         jvm = getattr(jvm, part)
     return jvm
@@ -54,7 +54,7 @@ def api(spark: SparkSession) -> Any:
 def raw_signature(spark: SparkSession, sql: str, tables: Mapping[str, str]) -> dict[str, Any]:
     """The extension's signature of ``sql`` (Spark SQL) with each table name read as the Delta table at its path."""
     uris = {name: storage.spark_uri(path) for name, path in tables.items()}
-    return json.loads(api(spark).signature(spark._jsparkSession, sql, uris, dict(RESULT_SEMANTICS)))
+    return json.loads(api(spark).signature(spark._jsparkSession, sql, uris, dict(RESULT_SEMANTICS)))  # noqa: SLF001 - Py4J
 
 
 def plan_signature(spark: SparkSession, sql: str, dialect: str, tables: Mapping[str, str],

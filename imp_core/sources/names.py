@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import unquote, urlsplit
 
 from imp_core.errors import SourceError, UsageError, first_line
@@ -17,8 +17,15 @@ from imp_core.sources.storage import normalize, redact
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from imp_core.catalog.store import Catalog
     from imp_core.sources.delta import DeltaSource
+
+
+class TableIdentities(Protocol):
+    """What :func:`check_identity` asks of the sketch catalog (``catalog.store.Catalog``; sources/ and catalog/ do not
+    import each other)."""
+
+    def table_identity(self, name: str) -> tuple[str | None, str] | None: ...
+
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,2}$")
 
@@ -48,7 +55,7 @@ def resolve(spark: SparkSession, name: str) -> tuple[str, str]:
         rows = spark.sql(f"DESCRIBE DETAIL {quoted(name)}").collect()
     except UsageError:
         raise
-    except Exception as e:  # noqa: BLE001 - AnalysisException and friends
+    except Exception as e:  # AnalysisException and friends
         raise SourceError(f"table {name} cannot be resolved in the Spark catalog ({redact(first_line(e))}); check the "
                           f"name and that the session's metastore is the one that defines it") from e
     detail = rows[0].asDict() if rows else {}
@@ -58,7 +65,7 @@ def resolve(spark: SparkSession, name: str) -> tuple[str, str]:
     return location_uri(str(detail["location"])), str(detail["id"])
 
 
-def check_identity(catalog: Catalog, sources: Mapping[str, DeltaSource],
+def check_identity(catalog: TableIdentities, sources: Mapping[str, DeltaSource],
                    spark: Callable[[], SparkSession]) -> None:
     """Fail unless every table registered by a catalog name still resolves to the location it was registered at.
 
@@ -79,4 +86,4 @@ def check_identity(catalog: Catalog, sources: Mapping[str, DeltaSource],
                               f"{catalog_name} --replace) and register its sketches again")
 
 
-__all__ = ["check_identity", "location_uri", "quoted", "resolve"]
+__all__ = ["TableIdentities", "check_identity", "location_uri", "quoted", "resolve"]

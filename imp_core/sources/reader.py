@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import enum
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
@@ -37,8 +37,6 @@ from imp_core.sources import changelog, spark_cdf, storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-    from imp_core.sources.delta import DeltaSource, FileStats
 
 VERSION = changelog.VERSION
 ENV_SCAN = "IMP_SPARK_SCAN"
@@ -72,7 +70,56 @@ class Choice:
     why: str
 
 
-def require_readable(source: DeltaSource, version: int | None = None) -> None:
+class DataFile(Protocol):
+    """A data file of a pinned version, as the reader reads it (``delta.FileStats``)."""
+
+    @property
+    def uri(self) -> str: ...
+
+
+class CommitInfo(Protocol):
+    """A commit of a table, as the reader estimates a change range by it (``delta.Commit``)."""
+
+    @property
+    def rows(self) -> int | None: ...
+
+
+class Table(Protocol):
+    """What the reader reads of a registered table: ``delta.DeltaSource``, which builds on this module (so this
+    module names what it needs rather than importing it)."""
+
+    name: str
+    path: str
+    spark_supplier: Callable[[], SparkSession] | None
+    read_choices: dict[tuple[int, str], Choice]
+
+    @property
+    def latest(self) -> Any: ...
+
+    def table_at(self, version: int) -> Any: ...
+
+    def protocol(self, version: int | None = None) -> Any: ...
+
+    def schema(self, version: int | None = None) -> pa.Schema: ...
+
+    def partition_columns(self, version: int | None = None) -> list[str]: ...
+
+    def physical_names(self, version: int | None = None) -> dict[str, str]: ...
+
+    def files(self, version: int) -> Sequence[DataFile]: ...
+
+    def commits(self, after: int, upto: int) -> Sequence[CommitInfo]: ...
+
+    def metadata(self, version: int) -> tuple[pa.Schema, list[str], bool, bool]: ...
+
+    def check_version(self, version: int) -> None: ...
+
+    def check_cdf_range(self, after: int, upto: int) -> None: ...
+
+    def carry_metadata(self, after: int, upto: int) -> None: ...
+
+
+def require_readable(source: Table, version: int | None = None) -> None:
     """Refuse a table that uses a Delta reader feature the platform cannot read correctly (one line naming it)."""
     features = _reader_features(source, version)
     unknown = sorted(features - SUPPORTED_READER_FEATURES)
@@ -82,7 +129,7 @@ def require_readable(source: DeltaSource, version: int | None = None) -> None:
                                f"register a copy written without it")
 
 
-def choice(source: DeltaSource, version: int) -> Choice:
+def choice(source: Table, version: int) -> Choice:
     """The readers of ``version`` (cached per source: a version never changes)."""
     mode = (os.environ.get(ENV_SCAN) or "auto").lower()
     if mode not in ("auto", "connector"):
@@ -110,8 +157,8 @@ def choice(source: DeltaSource, version: int) -> Choice:
     return found
 
 
-def dataframe(spark: SparkSession, source: DeltaSource, version: int,
-              files: list[FileStats] | None = None) -> DataFrame:
+def dataframe(spark: SparkSession, source: Table, version: int,
+              files: Sequence[DataFile] | None = None) -> DataFrame:
     """The table at ``version`` as a Spark DataFrame.
 
     Read from its Parquet files (only ``files``, the caller's pruning by statistics, when given) or through Delta
@@ -137,7 +184,7 @@ def dataframe(spark: SparkSession, source: DeltaSource, version: int,
     return spark.read.format("delta").option("versionAsOf", version).load(storage.spark_uri(source.path))
 
 
-def relation_sql(source: DeltaSource, version: int, predicate: str | None = None, view: str | None = None) -> str:
+def relation_sql(source: Table, version: int, predicate: str | None = None, view: str | None = None) -> str:
     """``SELECT * FROM`` the table at ``version`` as Spark SQL text: temporary view ``view`` (registered from
     :func:`dataframe` for a Parquet read) when given, else Delta's connector; filtered by ``predicate``."""
     uri = storage.spark_uri(source.path).replace("`", "``")
@@ -145,7 +192,7 @@ def relation_sql(source: DeltaSource, version: int, predicate: str | None = None
     return f"{text} WHERE {predicate}" if predicate else text
 
 
-def batches(source: DeltaSource, version: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
+def batches(source: Table, version: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
     """``columns`` of the table at ``version``, batch by batch in this process (the caller holds one batch, not the
     table). Only for versions :func:`choice` lets this process read (``in_process``).
 
@@ -166,7 +213,7 @@ def batches(source: DeltaSource, version: int, columns: list[str]) -> Iterator[p
 # -- change feeds -------------------------------------------------------------------------------------------------
 
 
-def changes(source: DeltaSource, after: int, upto: int, columns: list[str] | None = None,
+def changes(source: Table, after: int, upto: int, columns: list[str] | None = None,
             predicate: str | None = None) -> pa.Table:
     """Change rows of versions ``(after, upto]`` with ``__mult`` (+1/-1) and ``__version`` columns.
 
@@ -191,7 +238,7 @@ def changes(source: DeltaSource, after: int, upto: int, columns: list[str] | Non
     return signed(source.name, _from_delta_rs(source, after, upto, wanted, predicate), wanted, schema)
 
 
-def _needs_spark(source: DeltaSource, after: int, upto: int) -> bool:
+def _needs_spark(source: Table, after: int, upto: int) -> bool:
     """Column mapping or type widening (delta-rs cannot read such feeds), or more change rows than the switch-over
     point."""
     if source.physical_names(upto) or _reader_features(source, upto) - _DELTA_RS_CDF_READER_FEATURES:
@@ -201,14 +248,14 @@ def _needs_spark(source: DeltaSource, after: int, upto: int) -> bool:
     return estimated >= threshold > 0
 
 
-def _from_spark(source: DeltaSource, after: int, upto: int, wanted: list[str]) -> pa.Table:
+def _from_spark(source: Table, after: int, upto: int, wanted: list[str]) -> pa.Table:
     if source.spark_supplier is None:
         raise ChangeFeedUnavailableError(
             f"table {source.name}: the change feed for versions {after + 1}..{upto} must be read with Spark, and "
             f"this source was opened without one; open it with DeltaSource(..., spark=get_spark)")
     try:
         return spark_cdf.read_change_feed(source.spark_supplier(), source.path, after, upto, wanted)
-    except Exception as e:  # noqa: BLE001 - Spark's AnalysisException etc.
+    except Exception as e:  # Spark's AnalysisException etc.
         if isinstance(e, ImpError):
             raise
         raise ChangeFeedUnavailableError(
@@ -216,7 +263,7 @@ def _from_spark(source: DeltaSource, after: int, upto: int, wanted: list[str]) -
             f"(vacuumed or expired?): {storage.redact(first_line(e))}") from e
 
 
-def _from_log(source: DeltaSource, after: int, upto: int, columns: list[str] | None) -> pa.Table | None:
+def _from_log(source: Table, after: int, upto: int, columns: list[str] | None) -> pa.Table | None:
     """The fast path (``changelog.py``), as signed change rows; None when the range needs delta-rs.
 
     The reader gives up on any metaData action inside the range, so when it succeeds the table's schema,
@@ -240,14 +287,14 @@ def _from_log(source: DeltaSource, after: int, upto: int, columns: list[str] | N
     return rows
 
 
-def _from_delta_rs(source: DeltaSource, after: int, upto: int, wanted: list[str], predicate: str | None) -> pa.Table:
+def _from_delta_rs(source: Table, after: int, upto: int, wanted: list[str], predicate: str | None) -> pa.Table:
     try:
         # delta-rs resolves names through DataFusion, which lower-cases unquoted identifiers
         quoted = ['"' + c.replace('"', '""') + '"' for c in wanted]
         reader = source.latest.load_cdf(starting_version=after + 1, ending_version=upto,
                                         columns=quoted + ["_change_type", "_commit_version"], predicate=predicate)
         return pa.RecordBatchReader.from_stream(reader).read_all()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise ChangeFeedUnavailableError(
             f"table {source.name}: the change feed for versions {after + 1}..{upto} cannot be read (vacuumed or "
             f"expired?): {storage.redact(first_line(e))}") from e
@@ -269,11 +316,11 @@ def empty_changes(schema: pa.Schema, columns: list[str]) -> pa.Table:
     return pa.schema(fields + [pa.field(MULT, pa.int64(), False), pa.field(VERSION, pa.int64())]).empty_table()
 
 
-def _reader_features(source: DeltaSource, version: int | None) -> set[str]:
+def _reader_features(source: Table, version: int | None) -> set[str]:
     return set(source.protocol(version).reader_features or [])
 
 
-def _has_deletion_vectors(source: DeltaSource, version: int) -> bool:
+def _has_deletion_vectors(source: Table, version: int) -> bool:
     return pa.RecordBatchReader.from_stream(source.table_at(version).deletion_vectors()).read_all().num_rows > 0
 
 

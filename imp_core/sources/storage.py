@@ -183,7 +183,7 @@ def configure_spark(spark: SparkSession, config: S3Config | None = None) -> None
     key = (id(spark), tuple(sorted(conf.items())))
     if _applied.get(id(spark)) == key:
         return
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001 - PySpark's Py4J handle
     for name, value in conf.items():
         hadoop.set(name, value)
     # the cached S3A file systems were built with the old values
@@ -226,7 +226,7 @@ def remove_tree(uri: str, spark: SparkSession | None = None) -> None:
 
 def _jvm(spark: SparkSession) -> Any:
     """The Py4J view of the session's JVM (a classic session always has one)."""
-    jvm = spark.sparkContext._jvm
+    jvm = spark.sparkContext._jvm  # noqa: SLF001 - PySpark's Py4J gateway
     if jvm is None:
         raise ConfigError("this Spark session has no JVM gateway (object storage needs a classic session, not "
                           "Spark Connect)")
@@ -240,7 +240,7 @@ def _hadoop(uri: str, spark: SparkSession | None) -> tuple[Any, Any]:
         configure_spark(spark)
     jvm = _jvm(spark)
     path = jvm.org.apache.hadoop.fs.Path(spark_uri(uri))
-    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
+    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path  # noqa: SLF001 - Py4J
 
 
 def redact(text: str) -> str:

@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from imp_core.errors import ConfigError
+from imp_core.spark import jars
 
 EXTENSION_CLASS = "imp.spark.ImpSketchExtension"
 API_CLASS = "imp.spark.ImpSketches"
@@ -47,10 +48,8 @@ def pyspark_jars() -> Path:
 
 def _classpath() -> list[Path]:
     """Spark's jars (pyspark's own) and Delta's connector: everything the sources compile against."""
-    from imp_core.spark import connector
-
     spark_jars = sorted(pyspark_jars().glob("*.jar"))
-    delta = [p for p in connector.jar_paths() if p.name.startswith(("delta-spark", "delta-storage"))]
+    delta = [p for p in jars.jar_paths() if p.name.startswith(("delta-spark", "delta-storage"))]
     return spark_jars + delta
 
 
@@ -67,9 +66,7 @@ def digest() -> str:
 
 def jar_path(directory: Path | None = None) -> Path:
     """Where the jar of the current sources is (or will be built)."""
-    from imp_core.spark import connector
-
-    base = directory or connector.jars_dir()
+    base = directory or jars.jars_dir()
     return base / SUBDIR / f"imp-spark-extension-{digest()}.jar"
 
 

@@ -39,7 +39,7 @@ def scan_metrics(df: DataFrame) -> ScanMetrics:
             "imp query reports the files its scans read from the executed plan, which needs a Spark of "
             "its own: unset IMP_SPARK_REMOTE for imp query (maintenance jobs use Spark Connect)"
         )
-    plan = df._jdf.queryExecution().executedPlan()
+    plan = df._jdf.queryExecution().executedPlan()  # noqa: SLF001 - the DataFrame's Py4J handle
     files = rows = scans = 0
     stack: list[Any] = [plan]
     while stack:  # a reused exchange is a leaf: what it reuses is counted once, where it ran

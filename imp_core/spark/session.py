@@ -121,7 +121,7 @@ def _connect(url: str) -> SparkSession:
     """A session on a running Spark Connect server (``docs/AIRFLOW.md`` "Spark Connect").
 
     The server was started with the connector jars and the object-storage settings (``python -m
-    imp_core.spark.connect_server``); this process only checks that Delta's connector is loaded there and sets the
+    imp_core.cli.connect_server``); this process only checks that Delta's connector is loaded there and sets the
     session's semantics.
     """
     from pyspark.sql import SparkSession
@@ -138,7 +138,7 @@ def _connect(url: str) -> SparkSession:
         socket.create_connection((host or "localhost", int(port or 15002)), timeout=5).close()
     except (OSError, ValueError) as e:
         raise ConfigError(f"no Spark Connect server answers at {shown} ({e}); start it with `python -m "
-                          f"imp_core.spark.connect_server start` or unset {ENV_REMOTE}") from e
+                          f"imp_core.cli.connect_server start` or unset {ENV_REMOTE}") from e
     spark = SparkSession.builder.remote(url).getOrCreate()
     client = spark.client
     patient = client.get_retry_policies()
@@ -148,14 +148,14 @@ def _connect(url: str) -> SparkSession:
         connector.require_loaded(spark.conf.get)
     except ConfigError:
         raise
-    except Exception as e:  # noqa: BLE001 - gRPC and Spark Connect raise many kinds
+    except Exception as e:  # gRPC and Spark Connect raise many kinds
         text = str(e)
         hint = ("the server refused the token (IMP_SPARK_CONNECT_TOKEN of the server, token= of the URL)"
                 if "UNAUTHENTICATED" in text or "authentication token" in text else
                 "with a token, pyspark uses TLS unless the host is localhost" if "SSL" in text else
                 first_line(text))
         raise ConfigError(f"cannot use the Spark Connect server at {shown}: {hint}; start it with `python -m "
-                          f"imp_core.spark.connect_server start` or unset {ENV_REMOTE}") from e
+                          f"imp_core.cli.connect_server start` or unset {ENV_REMOTE}") from e
     finally:
         client.set_retry_policies(patient)
     apply_semantics(spark)

@@ -48,7 +48,7 @@ def _dagbag(folder: Path = DAGS):  # noqa: ANN202
 
 
 @pytest.fixture(scope="module")
-def dagbag(catalog: Any):  # noqa: ANN001, ANN201
+def dagbag(catalog: Any):  # noqa: ANN201
     return _dagbag()
 
 

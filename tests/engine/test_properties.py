@@ -266,7 +266,7 @@ def check_step(case: Case, pipe: Pipeline, store: Store, versions: dict[str, int
                                          f"({report})"
 
 
-def optimized_pipeline(plan: Plan, parts: PartitionSet) -> Pipeline:  # noqa: D103
+def optimized_pipeline(plan: Plan, parts: PartitionSet) -> Pipeline:
     # sides of up to 4 rows are kept whole, larger ones get a partner index (or, past 40 partner rows, a Bloom filter)
     return Pipeline(plan, parts, topk_buffer=3, join_caching=JoinCaching(bloom=True, small_rows=4, partner_rows=40),
                     minmax_buffer=2)

@@ -9,26 +9,26 @@ import pyarrow as pa
 import pytest
 
 from imp_core.errors import ConfigError
-from imp_core.spark import connector, extension
+from imp_core.spark import connector, extension, jars
 
 
 def test_the_pom_pins_delta_for_the_installed_spark_and_hadoop_at_pysparks_version() -> None:
     import pyspark
 
-    pins = connector.pinned()
+    pins = jars.pinned()
     spark_minor = ".".join(pyspark.__version__.split(".")[:2])
     assert f"delta-spark_{spark_minor}_2.13" in pins, "delta-spark must be the build for the installed Spark"
-    jars = Path(pyspark.__file__).parent / "jars"
-    assert (jars / f"hadoop-client-api-{pins['hadoop-aws'].version}.jar").exists(), \
+    spark_jars = Path(pyspark.__file__).parent / "jars"
+    assert (spark_jars / f"hadoop-client-api-{pins['hadoop-aws'].version}.jar").exists(), \
         "hadoop-aws must equal the Hadoop client pyspark ships"
 
 
 def test_fetched_jars_match_the_pom_and_duplicate_nothing_spark_ships() -> None:
     import pyspark
 
-    paths = connector.jar_paths()  # ./dev fetched them; a missing cache is an error, not a skip
+    paths = jars.jar_paths()  # ./dev fetched them; a missing cache is an error, not a skip
     names = {p.name for p in paths}
-    version = connector.delta_version()
+    version = jars.delta_version()
     assert {f"delta-spark_4.2_2.13-{version}.jar", f"delta-storage-{version}.jar", "hadoop-aws-3.5.0.jar"} <= names
     assert not any(n.startswith("bundle-") for n in names), "the 690 MB AWS SDK bundle must not be fetched"
     shipped = {p.name.rsplit("-", 1)[0] for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
@@ -38,10 +38,10 @@ def test_fetched_jars_match_the_pom_and_duplicate_nothing_spark_ships() -> None:
 
 def test_a_stale_or_missing_cache_is_a_one_line_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not installed in .*run ./dev setup"):
-        connector.jar_paths(tmp_path)
-    (tmp_path / connector.MANIFEST).write_text(json.dumps({"pom_sha256": "0" * 64, "jars": []}))
+        jars.jar_paths(tmp_path)
+    (tmp_path / jars.MANIFEST).write_text(json.dumps({"pom_sha256": "0" * 64, "jars": []}))
     with pytest.raises(ConfigError, match="fetched for another connector-pom.xml"):
-        connector.jar_paths(tmp_path)
+        jars.jar_paths(tmp_path)
 
 
 def test_submit_args_carry_jars_delta_settings_and_imps_extension() -> None:

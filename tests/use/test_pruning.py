@@ -38,7 +38,7 @@ def _write(path: Path, files: list[pa.Table], **kw) -> str:  # noqa: ANN003
     return str(path)
 
 
-def _partition(column: str, dtype: pa.DataType, bounds: list) -> Partition:  # noqa: ANN001
+def _partition(column: str, dtype: pa.DataType, bounds: list) -> Partition:
     values, _ = parse_bounds(bounds, dtype, f"t.{column}")
     return Partition("t", column, values, kind_of(dtype), dtype)
 

@@ -6,7 +6,6 @@ A mixin of ``blocks.QueryTranslator``. See docs/ARCHITECTURE.md, "The plan IR".
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from sqlglot import exp
@@ -19,9 +18,7 @@ from imp_core.plan.sql.outer_joins import outer_join
 from imp_core.plan.sql.placement import place
 from imp_core.plan.sql.positions import Locator
 from imp_core.plan.sql.scope import Column, Cte, Item, Scope, unique_names
-
-if TYPE_CHECKING:
-    from imp_core.plan.sql.subqueries import AntiSpec
+from imp_core.plan.sql.specs import AntiSpec
 
 
 class FromClause:

@@ -34,20 +34,10 @@ from imp_core.plan.sql import inequality
 from imp_core.plan.sql.from_clause import FromClause
 from imp_core.plan.sql.outer_joins import outer_join
 from imp_core.plan.sql.scope import Cte, Item, Scope
+from imp_core.plan.sql.specs import AntiSpec
 
 # aggregates (and wrappers) whose value over no rows is not NULL: a missing correlated group would differ
 _NOT_NULL_WHEN_EMPTY = (exp.Count, exp.Coalesce, exp.Case, exp.If, exp.Nvl2)
-
-
-@dataclass
-class AntiSpec:
-    """A NOT EXISTS / NOT IN conjunct: the subquery's rows (``item``) and the outer expressions its keys compare to."""
-
-    item: Item
-    outer: list[exp.Expression]  # compared with item's columns in order
-    null_aware: bool
-    node: exp.Expression
-    neq: exp.Expression | None = None  # ``inner <> neq`` also correlates: item is a summary (inequality.py)
 
 
 @dataclass
@@ -308,7 +298,7 @@ class Subqueries(FromClause):
                      allow_neq: bool = False) -> Decorrelated:
         """Split the subquery's WHERE into equalities inner = outer and conditions on its own FROM items (and, with
         ``allow_neq``, one inequality inner <> outer)."""
-        inner = self._inner_scope(sub, ctes)
+        inner = self.inner_scope(sub, ctes)
         where = sub.args.get("where")
         d = Decorrelated([], [])
         for c in _conjuncts(where.this) if where is not None else []:
@@ -328,7 +318,7 @@ class Subqueries(FromClause):
             d.neq = neq
         return d
 
-    def _inner_scope(self, sub: exp.Select, ctes: Mapping[str, Cte]) -> Scope:
+    def inner_scope(self, sub: exp.Select, ctes: Mapping[str, Cte]) -> Scope:
         bare = sub.copy()
         bare.set("where", None)
         scope, _, _ = self._from(bare, ctes)
@@ -427,7 +417,7 @@ def _correlated(tr: Subqueries, body: exp.Expression, ctes: Mapping[str, Cte]) -
         body = body.this
     if not isinstance(body, exp.Select) or body.args.get("where") is None:
         return False
-    inner = tr._inner_scope(body, ctes)
+    inner = tr.inner_scope(body, ctes)
     return any(_side(col, inner, Scope(())) == "outer" for col in _own_columns(body.args["where"].this, body))
 
 
@@ -520,4 +510,4 @@ def _one_row_plan(plan: Plan) -> bool:
     return isinstance(plan, Aggregate) and not plan.keys
 
 
-__all__ = ["AntiSpec", "Subqueries", "lift_scalars"]
+__all__ = ["Subqueries", "lift_scalars"]

@@ -134,7 +134,7 @@ def test_a_bag_rebuilds_its_entries_once_tombstones_outnumber_them(monkeypatch: 
     store.open()
     many = {k: (None, [(v, 1) for v in ("p", "q", None)]) for k in KEYS}
     store.replace(store.fetch(pl.DataFrame(KEYS, schema=SPEC.key_types, orient="row")), frames(many))
-    bag = store._parts["rows"]  # noqa: SLF001 - the entries are what is tested
+    bag = store._parts["rows"]  # the entries are what is tested
     assert bag.entries.size == 18 and bag.zeros == 0
     kept = {(1, "a"): (None, [("q", 2)])}  # one key keeps one row, the others lose theirs: 17 tombstones, one rebuild
     store.replace(store.fetch(pl.DataFrame(KEYS, schema=SPEC.key_types, orient="row")), frames(kept))

@@ -9,9 +9,9 @@ host, so remote clients reach the server through a TLS proxy). See docs/AIRFLOW.
 
 Command line::
 
-    python -m imp_core.spark.connect_server start [--port 15002]   # start in the background, wait until it listens
-    python -m imp_core.spark.connect_server status                 # the pid and address, exit 1 when not running
-    python -m imp_core.spark.connect_server stop
+    python -m imp_core.cli.connect_server start [--port 15002]   # start in the background, wait until it listens
+    python -m imp_core.cli.connect_server status                 # the pid and address, exit 1 when not running
+    python -m imp_core.cli.connect_server stop
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from imp_core.sources import storage
 from imp_core.spark import connector
 from imp_core.spark.session import _SEMANTICS, LOG4J_CONF, driver_memory
 
-PROG = "python -m imp_core.spark.connect_server"
+PROG = "python -m imp_core.cli.connect_server"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 ENV_TOKEN = "IMP_SPARK_CONNECT_TOKEN"
 _SERVER_TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # the server's own variable: the token stays off its argv
@@ -75,7 +75,7 @@ def start(settings: Settings, port: int = DEFAULT_PORT, host: str = "127.0.0.1",
     files = ServerFiles(settings.home)
     if running_pid(files) is not None:
         raise ConfigError(f"a Spark Connect server is already running for {settings.home} (pid "
-                          f"{running_pid(files)}); stop it first: python -m imp_core.spark.connect_server stop")
+                          f"{running_pid(files)}); stop it first: python -m imp_core.cli.connect_server stop")
     submit = shutil.which("spark-submit") or str(Path(sys.executable).with_name("spark-submit"))
     if not Path(submit).exists():
         raise ConfigError("spark-submit was not found next to this Python or on PATH; install pyspark (./dev setup)")

@@ -25,8 +25,9 @@ OUTCOMES: list[Outcome] = []
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("differential", "the differential test (tests/differential)")
-    group.addoption("--diff-streams", type=int, default=CI_STREAMS,
-                    help=f"random streams to run (default {CI_STREAMS}, the CI run)")
+    group.addoption(
+        "--diff-streams", type=int, default=CI_STREAMS, help=f"random streams to run (default {CI_STREAMS}, the CI run)"
+    )
     group.addoption("--diff-seed", type=int, default=0, help="seed of the first stream (default 0)")
 
 

@@ -52,19 +52,23 @@ from tests.engine.generators import (
 
 BIG_DECIMAL = Decimal("6e37")  # two of them overflow DECIMAL(38, 0)
 TARGET_TABLES: dict[str, tuple[Column, ...]] = {
-    "d": (Column("g", "int", (1, 2, 3), pa.int64(), "int"),
-          Column("v", "float", (1.0, 2.0, 5.0, 10.0, 0.5), pa.float64(), "float", exact=False),
-          Column("m", "dec", (Decimal(1), Decimal(-3), Decimal(7)), pa.decimal128(38, 0), "decimal", scale=0),
-          Column("k", "int", (5, 6, 7, 8), pa.int64(), "int")),
-    "e": (Column("k", "int", (5, 6, 7, 8), pa.int64(), "int"),
-          Column("x", "float", (0.5, 1.0, 2.0), pa.float64(), "float", exact=False)),
+    "d": (
+        Column("g", "int", (1, 2, 3), pa.int64(), "int"),
+        Column("v", "float", (1.0, 2.0, 5.0, 10.0, 0.5), pa.float64(), "float", exact=False),
+        Column("m", "dec", (Decimal(1), Decimal(-3), Decimal(7)), pa.decimal128(38, 0), "decimal", scale=0),
+        Column("k", "int", (5, 6, 7, 8), pa.int64(), "int"),
+    ),
+    "e": (
+        Column("k", "int", (5, 6, 7, 8), pa.int64(), "int"),
+        Column("x", "float", (0.5, 1.0, 2.0), pa.float64(), "float", exact=False),
+    ),
 }
 NEAR_MAX = {  # per (precision, scale): values whose sums of two leave or approach the type's range
     (38, 0): [BIG_DECIMAL, -BIG_DECIMAL, Decimal("99999999999999999999999999999999999999")],
     (10, 2): [Decimal("99999999.99"), Decimal("-99999999.99")],
     (18, 8): [Decimal("9999999999.99999999"), Decimal("-9999999999.99999999")],
 }
-BIG_FLOATS = (1e16, 1e17, 2.0 ** 60)
+BIG_FLOATS = (1e16, 1e17, 2.0**60)
 SMALL_FLOATS = (1.0, 0.5, 3.0)
 
 
@@ -105,8 +109,11 @@ class Stream:
     compared: list[int] | None = None  # output columns a LIMIT without a total order determines (None: all)
 
     def reproduction(self) -> str:
-        lines = [f"seed={self.seed} family={self.family}", f"SQL: {self.sql}",
-                 "on: " + " ".join(f"{o} bounds={b}" for o, b in zip(self.on, self.bounds))]
+        lines = [
+            f"seed={self.seed} family={self.family}",
+            f"SQL: {self.sql}",
+            "on: " + " ".join(f"{o} bounds={b}" for o, b in zip(self.on, self.bounds)),
+        ]
         lines += [f"table {t} {schema(t)}: {rows!r}".replace("\n", ", ") for t, rows in self.initial.items()]
         for i, b in enumerate(self.batches, 1):
             lines.append(f"batch {i} ({', '.join(b.ops)}): deleted={b.deleted!r} inserted={b.inserted!r}")
@@ -134,8 +141,9 @@ def _generated(seed: int, rng: random.Random, n_batches: int) -> Stream:
                 tables = sorted(set(block.tables()))
                 parts = data.draw(partitions_strategy(tables))
                 initial = {t: data.draw(rows_strategy(t, 12)) for t in tables}
-                generator_ops = [[data.draw(op_strategy(tables)) for _ in range(rng.randint(0, 2))]
-                                 for _ in range(n_batches)]
+                generator_ops = [
+                    [data.draw(op_strategy(tables)) for _ in range(rng.randint(0, 2))] for _ in range(n_batches)
+                ]
         except StopTest:
             continue
         sql = block.sql()
@@ -155,8 +163,16 @@ def _generated(seed: int, rng: random.Random, n_batches: int) -> Stream:
             rows = {t: list(store.rows(t)) for t in tables}
             batch = _difference(before, rows, [op[0] for op in ops])
             batches.append(batch)
-        stream = Stream(seed, "generated", sql, initial, [f"{p.table}.{p.column}" for p in parts.partitions],
-                        bounds, batches, compared)
+        stream = Stream(
+            seed,
+            "generated",
+            sql,
+            initial,
+            [f"{p.table}.{p.column}" for p in parts.partitions],
+            bounds,
+            batches,
+            compared,
+        )
         _add_awkward(stream, rng)
         return stream
     raise AssertionError(f"seed {seed}: no safe generated plan in 200 draws")
@@ -190,13 +206,17 @@ def targeted_sql(shape: str, rng: random.Random) -> tuple[str, list[str], list[s
     """The SQL of a targeted shape with random constants, the partition and its bounds."""
     if shape == "rank":
         k, desc = rng.choice([1, 1, 2]), rng.choice(["DESC", "ASC"])
-        sql = (f"SELECT x.g, x.v FROM (SELECT d.g, d.v, ROW_NUMBER() OVER (PARTITION BY d.g ORDER BY d.v {desc}) AS rn "
-               f"FROM d AS d) AS x WHERE x.rn <= {k}")
+        sql = (
+            f"SELECT x.g, x.v FROM (SELECT d.g, d.v, ROW_NUMBER() OVER (PARTITION BY d.g ORDER BY d.v {desc}) AS rn "
+            f"FROM d AS d) AS x WHERE x.rn <= {k}"
+        )
         return sql, ["d.v"], ["0,2,6,11"]
     if shape == "anti":
         n = rng.choice([1, 1, 2])
-        sql = (f"SELECT d.g, COUNT(*) AS n FROM d AS d WHERE NOT EXISTS (SELECT 1 FROM e AS e WHERE e.k = d.k) GROUP BY d.g "
-               f"HAVING COUNT(*) <= {n}")
+        sql = (
+            f"SELECT d.g, COUNT(*) AS n FROM d AS d WHERE NOT EXISTS (SELECT 1 FROM e AS e WHERE e.k = d.k) "
+            f"GROUP BY d.g HAVING COUNT(*) <= {n}"
+        )
         return sql, ["d.g"], ["1,2,3,4"]
     if shape == "fsum":
         threshold = rng.choice(["0.5", "0.75", "2.5"])
@@ -205,8 +225,10 @@ def targeted_sql(shape: str, rng: random.Random) -> tuple[str, list[str], list[s
         cmp = rng.choice(["SUM(d.m) > 0", "SUM(d.m) >= 1", "SUM(d.m) < 0"])
         return f"SELECT d.g, SUM(d.m) AS s FROM d AS d GROUP BY d.g HAVING {cmp}", ["d.g"], ["1,2,3,4"]
     threshold = rng.choice(["1.5", "0.5"])
-    sql = (f"SELECT d.g, COUNT(*) AS n FROM d AS d WHERE d.k NOT IN (SELECT e.k FROM e AS e GROUP BY e.k HAVING SUM(e.x) > "
-           f"{threshold}) GROUP BY d.g")
+    sql = (
+        f"SELECT d.g, COUNT(*) AS n FROM d AS d WHERE d.k NOT IN (SELECT e.k FROM e AS e GROUP BY e.k "
+        f"HAVING SUM(e.x) > {threshold}) GROUP BY d.g"
+    )
     return sql, ["d.g"], ["1,2,3,4"]
 
 
@@ -230,8 +252,10 @@ def _targeted(seed: int, rng: random.Random, n_batches: int) -> Stream:
 
 def _key(row: Row) -> tuple[Any, ...]:
     """A row as a hashable value under which every NaN is one value (``nan != nan``, and hashes by identity)."""
-    return tuple("NaN" if isinstance(v, float) and math.isnan(v) else (v, math.copysign(1, v)) if isinstance(v, float)
-                 else v for v in row)
+    return tuple(
+        "NaN" if isinstance(v, float) and math.isnan(v) else (v, math.copysign(1, v)) if isinstance(v, float) else v
+        for v in row
+    )
 
 
 def _difference(before: dict[str, list[Row]], after: dict[str, list[Row]], ops: list[str]) -> Batch:
@@ -259,7 +283,7 @@ def _difference(before: dict[str, list[Row]], after: dict[str, list[Row]], ops: 
 AWKWARD = ("dup", "delete_copy", "reinsert", "cancel", "uncancel", "near_max", "odd")
 
 
-def _add_awkward(stream: Stream, rng: random.Random, weight: int = 2) -> None:
+def _add_awkward(stream: Stream, rng: random.Random, weight: int = 2) -> None:  # noqa: C901
     """Add the awkward changes to every batch of ``stream`` (replaying the batches over the initial rows)."""
     rows = {t: list(r) for t, r in stream.initial.items()}
     deleted: dict[str, list[Row]] = {}
@@ -291,10 +315,17 @@ def _add_awkward(stream: Stream, rng: random.Random, weight: int = 2) -> None:
             batch.inserted.setdefault(t, []).extend(new)
             batch.ops.append(f"{kind}({t})")
         _net(batch)
+        if not batch.tables():  # every batch changes something: one more copy of a row
+            t = rng.choice(sorted(t for t in rows if rows[t]) or sorted(rows))
+            row = rng.choice(rows[t]) if rows[t] else tuple(rng.choice(c.domain) for c in columns(t))
+            rows[t].append(row)
+            batch.inserted[t] = [row]
+            batch.ops.append(f"dup({t})")
 
 
-def _awkward(kind: str, t: str, rows: list[Row], gone_before: list[Row], rng: random.Random,
-             cancels: list[tuple[str, list[Row]]]) -> tuple[list[Row], list[Row]]:
+def _awkward(
+    kind: str, t: str, rows: list[Row], gone_before: list[Row], rng: random.Random, cancels: list[tuple[str, list[Row]]]
+) -> tuple[list[Row], list[Row]]:
     """Rows inserted and deleted by one awkward change of table ``t`` (whose rows are ``rows``)."""
     cols = columns(t)
     if kind == "dup" and rows:
@@ -313,7 +344,7 @@ def _awkward(kind: str, t: str, rows: list[Row], gone_before: list[Row], rng: ra
         i = rng.choice(floats)
         base = rng.choice(rows) if rows else tuple(rng.choice(c.domain) for c in cols)
         big, small = rng.choice(BIG_FLOATS), rng.choice(SMALL_FLOATS)  # the pair drawn once: big and -big
-        triple = [base[:i] + (v,) + base[i + 1:] for v in (big, small, -big)]
+        triple = [base[:i] + (v,) + base[i + 1 :] for v in (big, small, -big)]
         cancels.append((t, [triple[0], triple[2]]))
         return triple, []
     decimals = [i for i, c in enumerate(cols) if c.kind == "dec"]
@@ -323,7 +354,7 @@ def _awkward(kind: str, t: str, rows: list[Row], gone_before: list[Row], rng: ra
         values = NEAR_MAX[(arrow.precision, arrow.scale)]
         base = rng.choice(rows) if rows else tuple(rng.choice(c.domain) for c in cols)
         value = values[0] if rng.random() < 0.6 else rng.choice(values)
-        return [base[:i] + (value,) + base[i + 1:] for _ in range(2)], []
+        return [base[:i] + (value,) + base[i + 1 :] for _ in range(2)], []
     if kind == "odd":
         base = list(rng.choice(rows) if rows else tuple(rng.choice(c.domain) for c in cols))
         i = rng.randrange(len(cols))

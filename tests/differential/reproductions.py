@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from tests.differential.generate import BIG_DECIMAL, Batch, Stream, targeted_sql
 
@@ -12,7 +13,7 @@ ONE = Decimal(1)
 class _Fixed:
     """A stand-in for ``random.Random`` that picks the first choice: the targeted SQL with its first constants."""
 
-    def choice(self, options):  # noqa: ANN001, ANN201
+    def choice(self, options: list[Any]) -> Any:
         return options[0]
 
 
@@ -26,9 +27,18 @@ def ranking_duplicates() -> Stream:
     sql, on, bounds = _sql("rank")
     sql = sql.replace(" ASC)", " DESC)")
     top = (1, 10.0, ONE, 5)
-    return Stream(-1, "repro:1", sql, {"d": [top, top, (2, 1.0, ONE, 6)]}, on, bounds,
-                  [Batch({"d": [top]}, {}, ["delete one copy"]),
-                   Batch({"d": [top]}, {"d": [(1, 5.0, ONE, 5)]}, ["delete the other, insert (1, 5.0)"])])
+    return Stream(
+        -1,
+        "repro:1",
+        sql,
+        {"d": [top, top, (2, 1.0, ONE, 6)]},
+        on,
+        bounds,
+        [
+            Batch({"d": [top]}, {}, ["delete one copy"]),
+            Batch({"d": [top]}, {"d": [(1, 5.0, ONE, 5)]}, ["delete the other, insert (1, 5.0)"]),
+        ],
+    )
 
 
 def anti_join_duplicates() -> Stream:
@@ -36,9 +46,15 @@ def anti_join_duplicates() -> Stream:
     Spark returns group 1 (one row)."""
     sql, on, bounds = _sql("anti")
     left = (1, 1.0, ONE, 7)
-    return Stream(-2, "repro:2", sql, {"d": [left, left, (2, 1.0, ONE, 5)], "e": [(7, 1.0)]}, on, bounds,
-                  [Batch({"d": [left]}, {}, ["delete one copy"]),
-                   Batch({"e": [(7, 1.0)]}, {}, ["delete the blocking row"])])
+    return Stream(
+        -2,
+        "repro:2",
+        sql,
+        {"d": [left, left, (2, 1.0, ONE, 5)], "e": [(7, 1.0)]},
+        on,
+        bounds,
+        [Batch({"d": [left]}, {}, ["delete one copy"]), Batch({"e": [(7, 1.0)]}, {}, ["delete the blocking row"])],
+    )
 
 
 def float_sum_rounded_at_capture() -> Stream:
@@ -46,8 +62,15 @@ def float_sum_rounded_at_capture() -> Stream:
     deletes the two large rows, and the true sum 1.0 passes the HAVING."""
     sql = "SELECT d.g, SUM(d.v) AS s FROM d AS d GROUP BY d.g HAVING SUM(d.v) > 0.5"
     rows = [(1, 1e16, ONE, 5), (1, 1.0, ONE, 5), (1, -1e16, ONE, 5), (2, 2.0, ONE, 6)]
-    return Stream(-3, "repro:3", sql, {"d": rows}, ["d.g"], ["1,2,3,4"],
-                  [Batch({"d": [rows[0], rows[2]]}, {}, ["delete the large terms"])])
+    return Stream(
+        -3,
+        "repro:3",
+        sql,
+        {"d": rows},
+        ["d.g"],
+        ["1,2,3,4"],
+        [Batch({"d": [rows[0], rows[2]]}, {}, ["delete the large terms"])],
+    )
 
 
 def decimal_overflow() -> Stream:
@@ -55,16 +78,29 @@ def decimal_overflow() -> Stream:
     (Spark: 6e37)."""
     sql = "SELECT d.g, SUM(d.m) AS s FROM d AS d GROUP BY d.g HAVING SUM(d.m) > 0"
     big = (1, 1.0, BIG_DECIMAL, 5)
-    return Stream(-4, "repro:4", sql, {"d": [big, big, (2, 1.0, ONE, 6)]}, ["d.g"], ["1,2,3,4"],
-                  [Batch({"d": [big]}, {}, ["delete one 6e37"])])
+    return Stream(
+        -4,
+        "repro:4",
+        sql,
+        {"d": [big, big, (2, 1.0, ONE, 6)]},
+        ["d.g"],
+        ["1,2,3,4"],
+        [Batch({"d": [big]}, {}, ["delete one 6e37"])],
+    )
 
 
 def not_in_over_float_having() -> Stream:
     """Item 5: a NOT IN over a float HAVING aggregation registers with every operator outside, and is maintained."""
     sql, on, bounds = _sql("notin")
-    return Stream(-5, "repro:5", sql, {"d": [(1, 1.0, ONE, 5), (1, 1.0, ONE, 6), (2, 1.0, ONE, 7)],
-                                       "e": [(5, 1.0), (5, 1.0), (6, 0.5)]}, on, bounds,
-                  [Batch({}, {"e": [(6, 1.5)]}, ["block k = 6"]), Batch({"e": [(5, 1.0)]}, {}, ["unblock k = 5"])])
+    return Stream(
+        -5,
+        "repro:5",
+        sql,
+        {"d": [(1, 1.0, ONE, 5), (1, 1.0, ONE, 6), (2, 1.0, ONE, 7)], "e": [(5, 1.0), (5, 1.0), (6, 0.5)]},
+        on,
+        bounds,
+        [Batch({}, {"e": [(6, 1.5)]}, ["block k = 6"]), Batch({"e": [(5, 1.0)]}, {}, ["unblock k = 5"])],
+    )
 
 
 REPRODUCTIONS = {

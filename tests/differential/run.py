@@ -20,11 +20,11 @@ counted as a difference.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
-from contextlib import contextmanager
 import math
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,8 +65,10 @@ class Outcome:
     timings: Counter[str] = field(default_factory=Counter)  # seconds per phase (create, maintain, ...) and mode
 
     def report(self) -> str:
-        lines = [f"stream seed={self.stream.seed}: {len(self.differences)} difference(s), {self.steps} checks, "
-                 f"{self.seconds:.1f} s (" + ", ".join(f"{k} {v:.1f}" for k, v in self.timings.most_common()) + ")"]
+        lines = [
+            f"stream seed={self.stream.seed}: {len(self.differences)} difference(s), {self.steps} checks, "
+            f"{self.seconds:.1f} s (" + ", ".join(f"{k} {v:.1f}" for k, v in self.timings.most_common()) + ")"
+        ]
         lines += [f"  step {d.step} {d.mode} {d.check}: {d.detail}" for d in self.differences]
         return "\n".join(lines + ["reproduction:", self.stream.reproduction()])
 
@@ -88,8 +90,12 @@ class DeltaTables:
         self.next_rid = 0
         self.live: dict[str, list[tuple[int, Row]]] = {t: [] for t in initial}
         for table, rows in initial.items():
-            write_deltalake(str(self.path(table)), self._with_ids(table, rows), mode="overwrite",
-                            configuration={"delta.enableChangeDataFeed": "true"})
+            write_deltalake(
+                str(self.path(table)),
+                self._with_ids(table, rows),
+                mode="overwrite",
+                configuration={"delta.enableChangeDataFeed": "true"},
+            )
 
     def name(self, table: str) -> str:
         return f"{table}_{self.suffix}"
@@ -168,21 +174,19 @@ class Harness:
             out.seconds = time.perf_counter() - t0
         return out
 
-    def _run(self, stream: Stream, out: Outcome, tables: DeltaTables, sql: str, on: list[str],
-             names: dict[str, str], twin: str) -> None:
-        live = set()
-        for mode in MODES:
-            try:
-                with timed(out, f"create {mode}"):
-                    self.service(mode, 0).create_sketch(names[mode], sql, on, bounds=stream.bounds)
-                live.add(mode)
-            except (PlanError, UsageError) as e:
-                if mode == "memory" and stream.family == "generated":
-                    out.skipped = f"{type(e).__name__}: {str(e).splitlines()[0]}"
-                    return
-                out.differences.append(Difference(0, mode, "error", f"create: {type(e).__name__}: {e}"))
-            except Exception as e:  # noqa: BLE001 - every failure of imp is a finding, with its reproduction
-                out.differences.append(Difference(0, mode, "error", f"create: {type(e).__name__}: {e}"))
+    def _run(
+        self,
+        stream: Stream,
+        out: Outcome,
+        tables: DeltaTables,
+        sql: str,
+        on: list[str],
+        names: dict[str, str],
+        twin: str,
+    ) -> None:
+        live = self._create(stream, out, sql, on, names)
+        if out.skipped is not None:
+            return
         self._check(out, 0, sql, names, live, recaptured=None)
         for step, batch in enumerate(stream.batches, 1):
             with timed(out, "commit"):
@@ -192,7 +196,7 @@ class Harness:
                 try:
                     with timed(out, f"maintain {mode}"):
                         self.service(mode, step).maintain(names[mode], strategy="lazy")
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:  # noqa: BLE001 - every failure of imp is a finding, with its reproduction
                     out.differences.append(Difference(step, mode, "error", f"maintain: {type(e).__name__}: {e}"))
                     live.discard(mode)
             recaptured = None
@@ -207,11 +211,36 @@ class Harness:
                 out.differences.append(Difference(step, "recapture", "error", f"{type(e).__name__}: {e}"))
             self._check(out, step, sql, names, live, recaptured)
 
+    def _create(self, stream: Stream, out: Outcome, sql: str, on: list[str], names: dict[str, str]) -> set[str]:
+        """Register the three sketches; the modes whose sketch exists. A generated plan the engine refuses (an
+        unsafe or unsupported plan) marks the stream skipped; any other failure is a difference."""
+        live = set()
+        for mode in MODES:
+            try:
+                with timed(out, f"create {mode}"):
+                    self.service(mode, 0).create_sketch(names[mode], sql, on, bounds=stream.bounds)
+                live.add(mode)
+            except (PlanError, UsageError) as e:
+                if mode == "memory" and stream.family == "generated":
+                    out.skipped = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+                    return live
+                out.differences.append(Difference(0, mode, "error", f"create: {type(e).__name__}: {e}"))
+            except Exception as e:  # noqa: BLE001
+                out.differences.append(Difference(0, mode, "error", f"create: {type(e).__name__}: {e}"))
+        return live
+
     def _fragments(self, name: str) -> list[list[int]]:
         return [p["fragments"] for p in self.memory.describe(name)["partitions"]]
 
-    def _check(self, out: Outcome, step: int, sql: str, names: dict[str, str], live: set[str],
-               recaptured: list[list[int]] | None) -> None:
+    def _check(
+        self,
+        out: Outcome,
+        step: int,
+        sql: str,
+        names: dict[str, str],
+        live: set[str],
+        recaptured: list[list[int]] | None,
+    ) -> None:
         if not live:
             return
         with timed(out, "truth"):
@@ -220,8 +249,9 @@ class Harness:
         for mode in sorted(live):
             out.steps += 1
             if recaptured is not None and (got := self._fragments(names[mode])) != recaptured:
-                out.differences.append(Difference(step, mode, "recapture",
-                                                  f"maintained {got} != recaptured {recaptured}"))
+                out.differences.append(
+                    Difference(step, mode, "recapture", f"maintained {got} != recaptured {recaptured}")
+                )
             try:
                 with timed(out, "sketched query"):
                     rows = self.sketched_rows(sql, names[mode])
@@ -233,9 +263,14 @@ class Harness:
             if bag(rows, cols, floats=False) == bag(truth, cols, floats=False):
                 out.float_order += 1
                 continue
-            out.differences.append(Difference(step, mode, "answer",
-                                              f"with the sketch {sorted(map(repr, rows))} != Spark "
-                                              f"{sorted(map(repr, truth))}"))
+            out.differences.append(
+                Difference(
+                    step,
+                    mode,
+                    "answer",
+                    f"with the sketch {sorted(map(repr, rows))} != Spark {sorted(map(repr, truth))}",
+                )
+            )
 
     def sketched_rows(self, sql: str, name: str) -> list[list[Any]]:
         """``imp query``'s answer with sketch ``name`` (its latest version, not maintained first): the SQL text the
@@ -243,12 +278,14 @@ class Harness:
         parts = self.memory.parts
         prepared = prepare(parts, sql, use_sketch=False)
         record = parts.catalog.get_sketch(name)
-        applied = sketch_for_use(parts, name, parts.catalog.latest_version(record.id).table_versions,
-                                 maintain_first=False)
+        applied = sketch_for_use(
+            parts, name, parts.catalog.latest_version(record.id).table_versions, maintain_first=False
+        )
         assert applied is not None
         versions = {t: applied.version.table_versions[t] for t in prepared.sources}
-        df, scanned = sketched_dataframe(parts.spark, sql, "spark", prepared.sources, versions, applied.partitions,
-                                         applied.sketch)
+        df, scanned = sketched_dataframe(
+            parts.spark, sql, "spark", prepared.sources, versions, applied.partitions, applied.sketch
+        )
         return collect(df, list(prepared.query.output_names), scanned)
 
 
@@ -257,10 +294,12 @@ def summary(outcomes: list[Outcome]) -> str:
     ran = [o for o in outcomes if o.skipped is None]
     failed = [o for o in ran if o.differences]
     seconds = sum(o.seconds for o in outcomes)
-    lines = [f"{len(outcomes)} streams ({len(outcomes) - len(ran)} not sketchable), {sum(o.steps for o in ran)} "
-             f"checks, {sum(len(o.differences) for o in ran)} differences in {len(failed)} streams, "
-             f"{sum(o.float_order for o in ran)} float-order notes, {seconds:.0f} s "
-             f"({seconds / max(1, len(outcomes)):.1f} s per stream)"]
+    lines = [
+        f"{len(outcomes)} streams ({len(outcomes) - len(ran)} not sketchable), {sum(o.steps for o in ran)} "
+        f"checks, {sum(len(o.differences) for o in ran)} differences in {len(failed)} streams, "
+        f"{sum(o.float_order for o in ran)} float-order notes, {seconds:.0f} s "
+        f"({seconds / max(1, len(outcomes)):.1f} s per stream)"
+    ]
     families: Counter[str] = Counter(o.stream.family for o in ran)
     lines.append("families: " + ", ".join(f"{f} {n}" for f, n in sorted(families.items())))
     lines += [o.report() for o in failed]

@@ -21,9 +21,18 @@ def test_stream(harness: Harness, stream_seed: int) -> None:
     assert not outcome.differences, outcome.report()
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=[pytest.mark.xfail(strict=True, reason=REPRODUCTIONS_ON_MAIN[n])]
-                 if n in REPRODUCTIONS_ON_MAIN else []) for n in REPRODUCTIONS])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            n,
+            marks=[pytest.mark.xfail(strict=True, reason=REPRODUCTIONS_ON_MAIN[n])]
+            if n in REPRODUCTIONS_ON_MAIN
+            else [],
+        )
+        for n in REPRODUCTIONS
+    ],
+)
 def test_issue_53_reproduction(harness: Harness, name: str) -> None:
     """Each reproduction of issue 53 is a stream the harness judges: no difference, and it registers (exit 0)."""
     outcome = harness.run(REPRODUCTIONS[name]())

@@ -1,0 +1,60 @@
+"""The harness catches the defects issue 53 fixed: each mutant puts one back, and the harness must report a
+difference on the stream that triggers it.
+
+* ``set comparison``: a Delta-kept store decides what changed by comparing sets of rows (an anti join), so deleting
+  one of two identical rows looks like no change (item 1);
+* ``shrinking error bound``: a float sum's interval is computed as if the stored value were exact, so deleting the
+  large terms of a cancelled sum shrinks the bound below the rounding that reached it (item 3).
+
+On main the defects are still there, so these pass with or without the mutant; once the fixes are merged they pass
+only because the mutant breaks them again. A mutant whose target has moved fails here (``monkeypatch`` raises), so
+that it is updated rather than silently testing nothing.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from tests.differential.reproductions import float_sum_rounded_at_capture, ranking_duplicates
+from tests.differential.run import Harness
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow, pytest.mark.differential]
+
+
+def _set_changed_groups(old: pl.DataFrame, new: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """The keys of groups whose rows differ as *sets* (the mutant: multiplicities ignored)."""
+    from imp_core.spark.state_store import MARKER, PART
+
+    old, new = old.filter(pl.col(PART) != MARKER), new.filter(pl.col(PART) != MARKER)
+    columns = [c for c in new.columns if c in old.columns]
+    only_new = new.join(old, on=columns, how="anti", nulls_equal=True)
+    only_old = old.join(new, on=columns, how="anti", nulls_equal=True)
+    return pl.concat([only_new.select(keys), only_old.select(keys)]).unique()
+
+
+def test_a_set_comparison_in_the_delta_store_is_caught(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    from imp_core.spark import state_store
+
+    monkeypatch.setattr(state_store, "_changed_groups", _set_changed_groups)
+    outcome = harness.run(ranking_duplicates())
+    print(outcome.report())
+    assert {d.mode for d in outcome.differences} & {"outside", "moved"}, outcome.report()
+
+
+def _exact_interval(
+    value: pl.Expr, n: pl.Expr, abs_sum: pl.Expr, exact: pl.Expr, divide: bool, exact_below: float | None = None
+) -> tuple[pl.Expr, pl.Expr]:
+    """A float sum's interval of width zero (the mutant: no rounding error assumed anywhere)."""
+    none = n <= 0
+    v = pl.when(none).then(None).otherwise(value).cast(pl.Float64)
+    return v, v
+
+
+def test_a_shrinking_float_error_bound_is_caught(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    from imp_core.engine.operators import aggregation
+
+    monkeypatch.setattr(aggregation, "sum_interval", _exact_interval)
+    outcome = harness.run(float_sum_rounded_at_capture())
+    print(outcome.report())
+    assert any(d.check in ("answer", "recapture") for d in outcome.differences), outcome.report()

@@ -163,6 +163,28 @@ def _no_stale_sketch_left(request: pytest.FixtureRequest) -> Iterator[None]:
 # -------------------------------------------------------------------------------------------------- Airflow homes
 
 
+def airflow_database(imp: Imp, home: Path) -> str:
+    """A fresh metadata database for the Airflow home ``home`` in the embedded Postgres (as in production: several
+    components write at once, which SQLite answers with "database is locked" errors under load)."""
+    import psycopg2
+    from sqlalchemy.engine import make_url
+
+    from imp_core.catalog.embedded import embedded_url
+
+    url = make_url(embedded_url(imp.service.settings))
+    name = f"airflow_{abs(hash(str(home))):x}"
+    conn = psycopg2.connect(dbname=url.database, user=url.username, host=url.query["host"],
+                            passfile=url.query["passfile"])
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            cur.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        conn.close()
+    return url.set(database=name).render_as_string(hide_password=False)
+
+
 def airflow_env(home: Path, imp: Imp, **extra: str) -> dict[str, str]:
     env = dict(imp.env)
     env.update({
@@ -170,7 +192,7 @@ def airflow_env(home: Path, imp: Imp, **extra: str) -> dict[str, str]:
         "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": airflow_database(imp, home),
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
@@ -183,7 +205,7 @@ def airflow_env(home: Path, imp: Imp, **extra: str) -> dict[str, str]:
 
 @dataclass
 class AirflowCli:
-    """An Airflow home with a migrated SQLite metadata DB, for ``airflow dags test``."""
+    """An Airflow home with a migrated metadata DB (in the embedded Postgres), for ``airflow dags test``."""
 
     home: Path
     env: dict[str, str]
@@ -219,7 +241,7 @@ def airflow_cli(imp: Imp, tmp_path_factory: pytest.TempPathFactory) -> AirflowCl
 
 @dataclass
 class AirflowServer:
-    """A running api-server + scheduler + dag-processor on 127.0.0.1 (LocalExecutor, SQLite, simple auth)."""
+    """A running api-server + scheduler + dag-processor on 127.0.0.1 (LocalExecutor, Postgres, simple auth)."""
 
     home: Path
     env: dict[str, str]
@@ -405,8 +427,10 @@ def browser() -> Iterator[Any]:
     """Debian's headless Chromium, driven by Playwright (one per test module)."""
     if not Path(CHROMIUM).exists():
         pytest.fail("chromium is not installed (./dev test installs it with apt-get)")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    # as patient as the pages' own 30 s default: a loaded CI machine renders the plugin's iframe in seconds, not ms
+    expect.set_options(timeout=30_000)
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
         yield b

@@ -148,9 +148,13 @@ def test_maintain_on_commit(dagbag, monkeypatch: pytest.MonkeyPatch) -> None:  #
     dag = dagbag.dags["imp_maintain_on_commit"]
     assert dag.max_active_runs == 1 and dag.catchup is False
     assert isinstance(dag.timetable.asset_condition, AssetAny)
-    table_assets = {a.uri: a for a in dag.timetable.asset_condition.objects}
-    # one asset per location, named by its URI, with the names registered for it
+    assets = dag.timetable.asset_condition.objects
+    # one asset per location (the session's catalog also holds other tests' tables), named by its URI, with the
+    # names registered for it
+    assert len({a.uri for a in assets}) == len(assets)
+    table_assets = {a.uri: a for a in assets if set(a.extra["tables"]) & {"st_local", "st_s3", "st_s3_alias"}}
     assert set(table_assets) == {"file:///data/st%20local", "s3://lake/st"}
+    assert table_assets["file:///data/st%20local"].extra == {"tables": ["st_local"]}
     s3 = table_assets["s3://lake/st"]
     assert s3.name == s3.uri and s3.group == "imp-table" and s3.extra == {"tables": ["st_s3", "st_s3_alias"]}
     [watcher] = s3.watchers

@@ -67,7 +67,7 @@ def asset(stack: AirflowServer, uri: str) -> dict[str, Any]:
 
 def events(stack: AirflowServer, uri: str) -> list[dict[str, Any]]:
     r = stack.api("GET", "/api/v2/assets/events", params={"asset_id": asset(stack, uri)["id"], "limit": 1000})
-    assert r.status_code == 200, r.text
+    assert r.status_code == 200, f"{r.text}\n{tail(stack.home / 'api-server.out')}"
     return sorted(r.json()["asset_events"], key=lambda e: e["id"])
 
 

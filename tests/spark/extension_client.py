@@ -2,8 +2,9 @@
 imp_core.spark.connector session-conf``). It runs the queries of a spec file through ``spark.sql`` and prints, per
 query, its rows, the files its scans read and the sketch versions applied, as one JSON line.
 
-Usage: python tests/spark/extension_client.py SPEC.json (``{"conf": {...}, "queries": [{"sql", "conf", "forget",
-"off"}]}``). This file imports pyspark only: it is a user's session, not imp's.
+Usage: python tests/spark/extension_client.py SPEC.json (``{"conf": {...}, "master": "local[2]", "queries": [{"sql",
+"conf", "forget", "off"}], "probe_python": false}``; with ``probe_python`` a last entry says whether the executors
+can run Python). This file imports pyspark only: it is a user's session, not imp's.
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ def files_read(df: Any) -> int:
     return files
 
 
+def python_on_executors(spark: SparkSession) -> bool:
+    """Whether the executors can run Python (a Python function over one row succeeds)."""
+    try:
+        return spark.sparkContext.parallelize([1], 1).map(lambda x: x + 1).collect() == [2]
+    except Exception:  # noqa: BLE001 - any failure of the Python worker means: no Python there
+        return False
+
+
 def main(spec_path: str) -> None:
     with open(spec_path) as f:
         spec = json.load(f)
@@ -59,6 +68,8 @@ def main(spec_path: str) -> None:
                 spark.conf.unset(k)
             else:
                 spark.conf.set(k, v)
+    if spec.get("probe_python"):
+        out.append({"python_on_executors": python_on_executors(spark)})
     print(json.dumps(out))
     spark.stop()
 

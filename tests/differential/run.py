@@ -135,7 +135,7 @@ def _norm(v: Any) -> Any:
 
 def bag(rows: list[list[Any]], cols: list[int] | None = None, floats: bool = True) -> Counter:
     """Rows as a multiset (floats to 12 significant digits; without ``floats``, float values blanked)."""
-    keep = lambda v: _norm(v) if floats or not isinstance(v, float) else "float"  # noqa: E731
+    keep = lambda v: _norm(v) if floats or not isinstance(v, float) else "float"
     return Counter(tuple(keep(r[i]) for i in (cols if cols is not None else range(len(r)))) for r in rows)
 
 

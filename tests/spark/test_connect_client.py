@@ -1,4 +1,4 @@
-"""imp's Spark extension in a Spark Connect server (``imp_core.spark.connect_server``, started with the printed
+"""imp's Spark extension in a Spark Connect server (``imp_core.cli.connect_server``, started with the printed
 settings) queried by a ``pyspark.sql.connect`` client that has no JVM and no imp: the sketched query and a BI
 tool's wrapping of it read fewer files than with the rule off and return Spark's rows; a looser constant is left
 unchanged."""

@@ -23,9 +23,9 @@ import polars as pl
 from imp_core.plan.expr import sum_leaves_38_digits as is_wide
 
 BASE_DIGITS = 20
-BASE = 10 ** BASE_DIGITS  # units of the scale per unit of ``high``
-LIMIT = 10 ** 38  # a DECIMAL(38, s)'s unscaled values stay below this in magnitude
-_HIGH_CAP = 10 ** 18 + 1  # |high| beyond 10^18 puts the sum out of range whatever ``low`` holds
+BASE = 10**BASE_DIGITS  # units of the scale per unit of ``high``
+LIMIT = 10**38  # a DECIMAL(38, s)'s unscaled values stay below this in magnitude
+_HIGH_CAP = 10**18 + 1  # |high| beyond 10^18 puts the sum out of range whatever ``low`` holds
 
 
 def _unit(scale: int) -> pl.Expr:
@@ -50,8 +50,10 @@ def normalized(low: pl.Expr, high: pl.Expr, scale: int) -> tuple[pl.Expr, pl.Exp
     10^38)."""
     u = low.to_physical()
     carry = u // BASE
-    return (_from_unscaled(u - carry * BASE, scale),
-            (high.cast(pl.Decimal(38, 0)).to_physical() + carry).cast(pl.Decimal(38, 0)))
+    return (
+        _from_unscaled(u - carry * BASE, scale),
+        (high.cast(pl.Decimal(38, 0)).to_physical() + carry).cast(pl.Decimal(38, 0)),
+    )
 
 
 def value(low: pl.Expr, high: pl.Expr, scale: int) -> pl.Expr:

@@ -60,9 +60,17 @@ def test_a_float_sum_rounded_at_capture_keeps_its_group_when_its_large_terms_go(
     """Spark's capture sums 1e16 + 1.0 - 1e16 to 0.0; once both large terms are deleted the sum is 1.0, and the
     group (kept at capture, its interval covering 0.5) must stay in the sketch."""
     uri = str(tmp_path / "fsum")
-    write_deltalake(uri, pa.table({"id": pa.array([1, 2, 3, 4, 5], pa.int64()),
-                                   "g": pa.array([1, 1, 1, 2, 3], pa.int64()),
-                                   "x": pa.array([1e16, 1.0, -1e16, 2.0, 0.25], pa.float64())}), configuration=CDF)
+    write_deltalake(
+        uri,
+        pa.table(
+            {
+                "id": pa.array([1, 2, 3, 4, 5], pa.int64()),
+                "g": pa.array([1, 1, 1, 2, 3], pa.int64()),
+                "x": pa.array([1e16, 1.0, -1e16, 2.0, 0.25], pa.float64()),
+            }
+        ),
+        configuration=CDF,
+    )
     svc.register_table("fsum", uri, replace=True)
     sql = FLOAT_SQL.format(t="fsum")
     svc.create_sketch("fsum_s", sql, ["fsum.g"], bounds=["1,2,3,4"], replace=True)
@@ -81,12 +89,20 @@ def test_a_float_sum_rounded_at_capture_keeps_its_group_when_its_large_terms_go(
 def test_a_decimal_sum_beyond_38_digits_is_null_and_comes_back_on_a_delete(svc: Any, tmp_path: Path) -> None:
     """Two values of 6e37 overflow DECIMAL(38, 0): Spark's sum is NULL (the HAVING drops the group); deleting one
     brings it back to 6e37. Create and every maintenance run succeed."""
-    big = Decimal(6 * 10 ** 37)
+    big = Decimal(6 * 10**37)
     uri = str(tmp_path / "dsum")
     dec = pa.decimal128(38, 0)
-    write_deltalake(uri, pa.table({"id": pa.array([1, 2, 3, 4, 5], pa.int64()),
-                                   "g": pa.array([1, 1, 2, 3, 3], pa.int64()),
-                                   "m": pa.array([big, big, Decimal(5), -big, -big], dec)}), configuration=CDF)
+    write_deltalake(
+        uri,
+        pa.table(
+            {
+                "id": pa.array([1, 2, 3, 4, 5], pa.int64()),
+                "g": pa.array([1, 1, 2, 3, 3], pa.int64()),
+                "m": pa.array([big, big, Decimal(5), -big, -big], dec),
+            }
+        ),
+        configuration=CDF,
+    )
     svc.register_table("dsum", uri, replace=True)
     sql = DECIMAL_SQL.format(t="dsum")
     svc.create_sketch("dsum_s", sql, ["dsum.g"], bounds=["1,2,3,4"], replace=True)
@@ -97,8 +113,11 @@ def test_a_decimal_sum_beyond_38_digits_is_null_and_comes_back_on_a_delete(svc: 
     assert svc.maintain("dsum_s").recaptured is None
     assert check(svc, "dsum_s", sql) == [(1, big), (2, Decimal(5))]
     # back beyond 38 digits, and a negative group back into range
-    write_deltalake(uri, pa.table({"id": pa.array([6], pa.int64()), "g": pa.array([1], pa.int64()),
-                                   "m": pa.array([big], dec)}), mode="append")
+    write_deltalake(
+        uri,
+        pa.table({"id": pa.array([6], pa.int64()), "g": pa.array([1], pa.int64()), "m": pa.array([big], dec)}),
+        mode="append",
+    )
     assert svc.maintain("dsum_s").recaptured is None
     assert check(svc, "dsum_s", sql) == [(2, Decimal(5))]
     DeltaTable(uri).update(updates={"m": "7"}, predicate="id = 4")

@@ -32,9 +32,11 @@ def check_layout(op_id: str, layout: PartialLayout, saved: Any) -> None:
     """
     if saved == LAYOUT or (saved == 2 and not layout.roundings and not layout.wide):
         return
-    raise StateError(f"operator {op_id}: saved state was written by an older engine (layout {saved or 1}, now "
-                     f"{LAYOUT}: float sums keep an error bound, decimal sums beyond 38 digits an exact carry); "
-                     f"recapture the sketch")
+    raise StateError(
+        f"operator {op_id}: saved state was written by an older engine (layout {saved or 1}, now "
+        f"{LAYOUT}: float sums keep an error bound, decimal sums beyond 38 digits an exact carry); "
+        f"recapture the sketch"
+    )
 
 
 def wide_normalized(layout: PartialLayout) -> list[pl.Expr]:

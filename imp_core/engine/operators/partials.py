@@ -338,6 +338,7 @@ class PartialLayout:
                     Term.NEG_INF: pl.when(x == float("-inf")).then(m).otherwise(0),
                     Term.ROUNDING: pl.lit(0.0)}.get(c.term)  # the engine's own sums are exact
             if c.term in (Term.WIDE_LOW, Term.WIDE_HIGH):
+                assert c.agg is not None
                 low, high = split_decimal(arg, self.scale_of(c.agg))
                 term = (low if c.term is Term.WIDE_LOW else high) * m.cast(c.dtype)
             if term is None:  # WRAPPED, EXACT, EXACT_ABS: in the accumulator's own type

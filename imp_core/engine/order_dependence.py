@@ -70,13 +70,34 @@ def gamma(n: pl.Expr) -> pl.Expr:
     return m / (1.0 - m)
 
 
+def rounding_bound(n: pl.Expr, magnitude: pl.Expr) -> pl.Expr:
+    """What a plain floating-point summation of ``n`` terms whose absolute values add up to ``magnitude`` (itself
+    summed plainly) may have rounded away, in any order: ``γ_(2n+8) · magnitude`` (it covers Higham's
+    ``γ_(n−1) · Σ|x|``, the rounding of ``magnitude`` and of this product). A backend that adds a float SUM's terms
+    plainly (Spark's capture) reports it next to the sum and Σ|x| it computed: both are off by at most this."""
+    return (gamma(n) * magnitude.cast(pl.Float64).abs()).fill_null(0.0)
+
+
+def grown_bound(old: pl.Expr, batch: pl.Expr) -> pl.Expr:
+    """A state's error bound after a batch: the old bound plus the rounding of the batch's additions. It never
+    shrinks, whatever the batch deletes: a rounding that reached the stored sum stays in it (only a recapture,
+    which computes the sum afresh, resets it)."""
+    return old.fill_null(0.0) + batch.fill_null(0.0).clip(lower_bound=0.0)
+
+
 def sum_interval(value: pl.Expr, n: pl.Expr, abs_sum: pl.Expr, exact: pl.Expr, divide: bool,
-                 exact_below: float | None = None) -> tuple[pl.Expr, pl.Expr]:
+                 exact_below: float | None = None, bound: pl.Expr | None = None) -> tuple[pl.Expr, pl.Expr]:
     """``[lo, hi]`` around an engine SUM (``divide``: AVG) ``value`` of ``n`` values whose absolute values add up to
     ``abs_sum``; ``exact`` marks rows whose value is exact in any order (NaN or ±inf counted). With
-    ``exact_below``, sums whose ``abs_sum`` stays within it are exact too (integers up to 2^53 add exactly)."""
+    ``exact_below``, sums whose ``abs_sum`` stays within it are exact too (integers up to 2^53 add exactly).
+    ``bound`` is the state's error bound (``grown_bound``): the stored sum and Σ|x| are each within it of the exact
+    ones, so the interval is ``value ± (bound + γ_(2n+8) · (abs_sum + bound))``."""
     a = abs_sum.cast(pl.Float64)
+    if bound is not None:
+        a = a + bound
     err = gamma(n) * a
+    if bound is not None:
+        err = err + bound
     if divide:
         err = err / n.cast(pl.Float64)
     if exact_below is not None:
@@ -542,4 +563,5 @@ _RULES: dict[type[Plan], Callable[..., Facts]] = {
 }
 
 
-__all__ = ["IntervalCompiler", "Iv", "Maybe", "NodeRole", "OrderDependence", "is_order_dependent", "sum_interval"]
+__all__ = ["IntervalCompiler", "Iv", "Maybe", "NodeRole", "OrderDependence", "grown_bound", "is_order_dependent",
+           "rounding_bound", "sum_interval"]

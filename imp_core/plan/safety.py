@@ -22,6 +22,7 @@ from imp_core.plan.expr import (
     Unary,
     conjuncts,
     is_numeric,
+    sum_leaves_38_digits,
 )
 from imp_core.plan.needed import aggregated_ties, fully_needed_topks, null_rejecting, result_dependent, scalar_aggregate
 from imp_core.plan.nodes import (
@@ -387,6 +388,10 @@ class _Analysis:
         if a.func == "min":
             return ">=" if d in ("=", ">=") else "?"
         if a.func == "sum":
+            if sum_leaves_38_digits(a.arg.dtype) and not a.distinct:
+                # beyond 38 digits Spark's sum is NULL: rows of values >= 0 can take it out of range (and deletes
+                # bring it back), so a partial group's sum is off in no direction
+                return "=" if self.sign(a.arg, child) == "0" and d == "=" else "?"
             return self._sum_direction(a.arg, d, child)
         return "?"  # avg
 

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from imp_core.config import Optimizations
 from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE, after_join
 from imp_core.engine.backend import Relation, Versions
+from imp_core.engine.decimal_sums import split as split_decimal
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.external import ExternalOperator
 from imp_core.engine.operators.aggregation_external import ExternalAggregation, ExternalDistinct
@@ -42,7 +43,7 @@ from imp_core.sources.delta import DeltaSource
 from imp_core.spark.compile import PlanCompiler, col, compile_expr
 from imp_core.spark.external_capture import capture_anti_join, capture_rows, capture_state, output_frame
 from imp_core.spark.frames import to_polars, to_spark
-from imp_core.spark.terms import EXACT, TERMS, exact_term, exact_value
+from imp_core.spark.terms import EXACT, exact_value, partial_sums
 
 OTHER_MULT = "__mult_o"  # the multiplicity of the input a shipped delta is joined with
 PUSHDOWN_KEYS = 2000  # up to this many distinct delta keys become an IN filter; beyond, a key range
@@ -155,11 +156,7 @@ class SparkBackend:
         keys = [compile_expr(e).alias(n) for n, e in layout.keys] if layout.keys else [F.lit(0).alias(NO_GROUP)]
         m = col(MULT)
         args = {j: compile_expr(a.arg) for j, (_, a) in enumerate(layout.aggs) if a.arg is not None}
-        sums = []
-        for c in layout.accumulators:
-            x = args[c.agg] if c.agg is not None else m
-            term = exact_term(c, x, m) if c.term in EXACT else TERMS[c.term](x, x.cast("double"), m)
-            sums.append(F.sum(term).alias(c.name))
+        sums = partial_sums(layout, args, m)  # with the rounding columns ``PartialLayout.from_grouped`` reads
         exact = [c for c in layout.accumulators if c.term in EXACT]
         if exact:
             sums.append(F.max(F.abs(m)).alias("__mmax"))
@@ -222,6 +219,7 @@ class SparkBackend:
         for j in sorted({c.agg for c in exact if c.agg is not None}):
             columns = [c for c in exact if c.agg == j]
             v = exact_value(Accumulator(VALUE, Term.EXACT, j, columns[0].dtype), args[j])
+            scale = layout.arg_scale(columns[0])
             vdf = (df.filter(F.abs(m) > 1).select(*keys, *[col(c) for c in frag_names], v.alias(VALUE), m)
                    .groupBy(*[col(k) for k in [*layout.plain_keys, *frag_names]], col(VALUE))
                    .agg(F.sum(m).alias(COUNT)))
@@ -229,7 +227,7 @@ class SparkBackend:
             self.spark_jobs += 1
             dec = part.schema[VALUE]
             n = pl.col(COUNT).cast(pl.Decimal(38, 0))
-            sums = [((pl.col(VALUE).abs() if c.term is Term.EXACT_ABS else pl.col(VALUE)) * n).cast(dec).alias(c.name)
+            sums = [(_exact_part(c, pl.col(VALUE), scale) * n).cast(c.dtype if scale is not None else dec).alias(c.name)
                     for c in columns]
             part = part.select([*group, *sums]).group_by(group).agg(pl.all().sum())
             part = part.cast({c: out.schema[c] for c in group})
@@ -328,6 +326,14 @@ class SparkBackend:
         df = self._compile(side, versions, fragments_in_spark=False)
         out = self._collect(_key_counts(df, keys).limit(max_keys + 1), side)
         return None if out.height > max_keys else out
+
+
+def _exact_part(c: Accumulator, value: pl.Expr, scale: int | None) -> pl.Expr:
+    """What one copy of a decimal ``value`` adds to accumulator ``c`` (a wide sum's part: ``decimal_sums.split``)."""
+    if scale is not None:
+        low, high = split_decimal(value, scale)
+        return low if c.term is Term.WIDE_LOW else high
+    return value.abs() if c.term is Term.EXACT_ABS else value
 
 
 def _key_counts(df: DataFrame, keys: list[str]) -> DataFrame:

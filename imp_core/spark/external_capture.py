@@ -35,12 +35,12 @@ from imp_core.engine.operators.anti_join import NULL_KEY
 from imp_core.engine.operators.anti_join_external import CLOSED, LEFT, OPEN, RIGHT, ExternalAntiJoin
 from imp_core.engine.operators.group_topk import SKEY, N
 from imp_core.engine.operators.group_topk_external import ROWS, ExternalGroupTopK
-from imp_core.engine.operators.partials import agg_columns
+from imp_core.engine.operators.partials import Term, agg_columns
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, SET, VALUE, is_frag_col
 from imp_core.spark.compile import as_set, col, compile_expr
 from imp_core.spark.frames import spark_schema, to_spark
 from imp_core.spark.state_store import PART
-from imp_core.spark.terms import row_term
+from imp_core.spark.terms import partial_sums, rounding_bound
 
 
 def capture_state(spark: SparkSession, df: DataFrame, op: ExternalAggregation | ExternalDistinct) -> bool:
@@ -59,16 +59,16 @@ def capture_state(spark: SparkSession, df: DataFrame, op: ExternalAggregation | 
     names = layout.key_names
     keys = [compile_expr(e).alias(n) for n, e in layout.keys]
     args = {j: compile_expr(a.arg) for j, (_, a) in enumerate(layout.aggs) if a.arg is not None}
-    sums = []
-    for c in layout.accumulators:
-        x = args[c.agg] if c.agg is not None else m
-        sums.append(F.sum(row_term(c, x, m)).alias(c.name))
+    sums = partial_sums(layout, args, m)
     per_fragment = df.groupBy(*keys, *[col(f) for f in frag_names], *([col(SET)] if with_sets else [])).agg(*sums)
     stored = {name: {k: t for k, t in schema.items() if k != SET} for name, schema in op.component_schemas().items()}
     # a group whose terms are all NULL (its values all NULL, NaN or infinite) holds 0, as the in-memory fold does:
-    # a NULL accumulator would absorb every later batch's terms
+    # a NULL accumulator would absorb every later batch's terms (no sum overflows: a wide decimal's parts stay far
+    # below 38 digits); an order-dependent float sum's error bound covers Spark's plain additions
     groups = per_fragment.groupBy(*[col(k) for k in names]).agg(
-        *[F.coalesce(F.sum(col(c.name)), F.lit(0)).alias(c.name) for c in layout.accumulators])
+        *[F.coalesce(F.sum(col(c.name)), F.lit(0)).alias(c.name) for c in layout.accumulators
+          if c.term is not Term.ROUNDING],
+        *[rounding_bound(F.sum(col(r.terms)), F.sum(col(r.magnitude))).alias(r.bound) for r in layout.roundings])
     components: dict[str, DataFrame] = {}
     for c in layout.compensated:
         if c.compensation is not None:
@@ -260,6 +260,8 @@ def _output_values(op: ExternalAggregation | ExternalDistinct) -> list[Column] |
             value = col(cols.extreme)
         elif a.func == "count":
             value = n
+        elif j in layout.wide:  # its value from two parts: left to the in-process path
+            return None
         elif a.func == "sum" and not layout.float_values(j):
             value = F.when(n > 0, col(cols.sum))
         elif a.func == "avg" and pa.types.is_integer(a.arg.dtype):

@@ -1,5 +1,4 @@
-"""Aggregation (paper 5.2.5 and 5.2.6): SUM, COUNT, COUNT(*), AVG, MIN, MAX, COUNT/SUM(DISTINCT), with or without
-GROUP BY.
+"""Aggregation (paper 5.2.5-6): SUM, COUNT, COUNT(*), AVG, MIN, MAX, COUNT/SUM(DISTINCT), with or without GROUP BY.
 
 Values follow Spark (docs/SEMANTICS.md, "Aggregates, grouping and ordering"); see docs/ARCHITECTURE.md, "Operators"
 and "Cost of a batch".
@@ -14,7 +13,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from imp_core.engine import frames, kernels
+from imp_core.engine import decimal_sums, frames, kernels
 from imp_core.engine.annotation import FRAG_DTYPE, SET_DTYPE
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.exact_sum import neumaier
@@ -26,8 +25,9 @@ from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.distinct_values import state_names, stored, value_multisets
 from imp_core.engine.operators.minmax import ValueMultiset
 from imp_core.engine.operators.minmax_keyed import SLOT, KeyedValueMultiset
-from imp_core.engine.operators.partials import PartialLayout, Partials, Term, agg_columns
-from imp_core.engine.order_dependence import is_order_dependent, sum_interval
+from imp_core.engine.operators.partials import DECIMAL_TERMS, PartialLayout, Partials, Term, agg_columns
+from imp_core.engine.operators.sum_state import LAYOUT, canonical_groups, check_layout, wide_normalized
+from imp_core.engine.order_dependence import grown_bound, is_order_dependent, sum_interval
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, NO_GROUP, ROW, SET, hi_name, lo_name
 from imp_core.engine.slot_columns import SlotColumns, nullable_index
 from imp_core.engine.state import Parts, Rows
@@ -38,8 +38,6 @@ from imp_core.plan.nodes import Aggregate, Plan
 OLD = "__old"  # suffix of a group's state before the batch, next to its new state
 NAN = float("nan")
 INT53 = float(2 ** 53)  # integers up to this add up exactly in double, in any order
-# version of the state's frames: 2 = NaN/±inf counts, NaN-free float keys, MIN/MAX doubles as order keys
-LAYOUT = 2
 
 
 def _untouched(height: int, rows: pl.Series) -> pl.Series:
@@ -204,9 +202,7 @@ class Aggregation(OutputStateOperator):
     def set_state_frames(self, meta: dict[str, Any], frames: dict[str, Any]) -> None:
         if meta.get("keys") != self.key_names or meta.get("aggs") != state_names(self.aggs):
             raise StateError(f"operator {self.op_id}: saved state is for a different aggregation; recapture")
-        if meta.get("layout") != LAYOUT:
-            raise StateError(f"operator {self.op_id}: saved state was written by an older engine (layout "
-                             f"{meta.get('layout', 1)}, now {LAYOUT}); recapture the sketch")
+        check_layout(self.op_id, self.layout, meta.get("layout"))
         try:
             self._load(frames["groups"], frames["fcounts"], {j: frames[f"mm{j}"] for j in stored(self.multisets)})
             for j, multiset in self.multisets.items():
@@ -217,14 +213,11 @@ class Aggregation(OutputStateOperator):
                              f"recapture the sketch") from e
 
     def canonical(self) -> dict[str, pl.DataFrame]:
-        """State sorted into a canonical order; a float sum is compared as ``fl(s + c)`` (two routes reach the same
-        exact sum as different (sum, compensation) pairs)."""
+        """State sorted into a canonical order, sums compared by value (``sum_state.canonical_groups``)."""
         _, frames = self.state_frames()
-        pairs = [(c.name, c.compensation) for c in self.layout.compensated if c.compensation is not None]
         out = {}
         for name, df in frames.items():
-            if name == "groups" and pairs:
-                df = df.with_columns([(pl.col(s) + pl.col(c)).alias(s) for s, c in pairs]).drop([c for _, c in pairs])
+            df = canonical_groups(self.layout, df) if name == "groups" else df
             cols = [c for c in df.columns if not isinstance(df.schema[c], pl.List)]
             out[name] = df.sort(cols, nulls_last=True) if df.height else df
         return out
@@ -254,7 +247,7 @@ class Aggregation(OutputStateOperator):
                 value = pl.when(n > 0).then(value).otherwise(None).cast(polars_type(a.dtype))
                 out.append(value.alias(name))
                 if j in self.bounded and intervals:
-                    lo, hi = self._interval(j, value, n, self._abs_sum(j, c), exact)
+                    lo, hi = self._interval(j, value, n, self._abs_sum(j, c), exact, self._bound(j, c))
                     bounds += [lo.alias(lo_name(name)), hi.alias(hi_name(name))]
             else:
                 out.append(c(agg_columns(j).extreme).alias(name))
@@ -264,10 +257,13 @@ class Aggregation(OutputStateOperator):
         cols = agg_columns(j)
         return c(cols.abs_sum) + c(cols.abs_compensation) if j in self.floats else c(cols.abs_sum)
 
-    def _interval(self, j: int, value: pl.Expr, n: pl.Expr, abs_sum: pl.Expr,
-                  exact: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    def _interval(self, j: int, value: pl.Expr, n: pl.Expr, abs_sum: pl.Expr, exact: pl.Expr,
+                  bound: pl.Expr | None) -> tuple[pl.Expr, pl.Expr]:
         return sum_interval(value, n, abs_sum, exact, self.aggs[j][1].func == "avg",
-                            None if j in self.floats else INT53)
+                            None if j in self.floats else INT53, bound)
+
+    def _bound(self, j: int, c: Any) -> pl.Expr | None:  # a float sum's error bound, where its interval is read
+        return c(agg_columns(j).bound) if j in self.floats and j in self.bounded else None
 
     def _sum_value(self, j: int, a: AggCall, c: Any) -> tuple[pl.Expr, pl.Expr]:
         """A SUM/AVG's value (n > 0) and whether it is exact whatever the order of additions."""
@@ -283,6 +279,7 @@ class Aggregation(OutputStateOperator):
             value = (pl.when((nan > 0) | ((pinf > 0) & (ninf > 0))).then(NAN)
                      .when(pinf > 0).then(float("inf")).when(ninf > 0).then(float("-inf")).otherwise(finite))
             return value, (nan > 0) | (pinf > 0) | (ninf > 0)
+        total = decimal_sums.value(total, c(cols.carry), self.layout.scale_of(j)) if j in self.layout.wide else total
         if a.func == "sum":
             return total, pl.lit(True)
         if pa.types.is_integer(a.arg.dtype):
@@ -479,6 +476,7 @@ class Aggregation(OutputStateOperator):
         """The touched groups' new accumulators and MIN/MAX extremes, next to the old state (``X__old``)."""
         carried = tuple(c.compensation in partial.columns for c in self.layout.compensated)
         new = joined.with_columns(self._update_exprs(carried, sets_change))
+        new = new.with_columns(wide_normalized(self.layout)) if self.layout.wide else new
         lowest = new.get_column(GROUP_ROWS).min()
         if lowest is not None and lowest < 0:  # type: ignore[operator]
             raise StateError(f"operator {self.op_id}: a group's row count became negative — the change feed deleted "
@@ -529,9 +527,10 @@ class Aggregation(OutputStateOperator):
             for c in self.layout.of_agg(j) if j is not None else self.layout.accumulators[:1]:
                 if c.compensation is not None:
                     upd += neumaier(c.name, c.compensation, OLD, errors[c.name])
+                elif c.term is Term.ROUNDING:
+                    upd.append(grown_bound(pl.col(f"{c.name}{OLD}"), pl.col(c.name)).alias(c.name))
                 else:
-                    upd.append(add(c.name, pl.lit(0).cast(c.dtype) if c.term in (Term.EXACT, Term.EXACT_ABS,
-                                                                                  Term.WRAPPED) else 0))
+                    upd.append(add(c.name, pl.lit(0).cast(c.dtype) if c.term in (*DECIMAL_TERMS, Term.WRAPPED) else 0))
             if j in self.multisets:
                 extreme = agg_columns(j).extreme
                 upd.append(pl.col(extreme + OLD).alias(extreme))
@@ -560,10 +559,11 @@ class Aggregation(OutputStateOperator):
                         return pl.col(f"{col}{suffix}")
                     _, exact = self._sum_value(j, a, c)
                     first += [c(agg_columns(j).non_null).alias(f"__in{tag}{j}"),
-                              self._abs_sum(j, c).alias(f"__ia{tag}{j}"), exact.alias(f"__ie{tag}{j}")]
+                              self._abs_sum(j, c).alias(f"__ia{tag}{j}"), exact.alias(f"__ie{tag}{j}"),
+                              *([] if (bound := self._bound(j, c)) is None else [bound.alias(f"__ib{tag}{j}")])]
                     value = pl.col(name if not tag else f"__o{j}")
-                    lo, hi = self._interval(j, value, pl.col(f"__in{tag}{j}"), pl.col(f"__ia{tag}{j}"),
-                                            pl.col(f"__ie{tag}{j}"))
+                    lo, hi = self._interval(j, value, pl.col(f"__in{tag}{j}"), pl.col(f"__ia{tag}{j}"), pl.col(
+                        f"__ie{tag}{j}"), bound if bound is None else pl.col(f"__ib{tag}{j}"))
                     second += [lo.alias(f"__o{k}" if tag else lo_name(name)),
                                hi.alias(f"__o{k + 1}" if tag else hi_name(name))]
                 k += 2
@@ -597,4 +597,4 @@ class Aggregation(OutputStateOperator):
         return self._expr_cache[("schema",)]
 
 
-__all__ = ["Aggregation", "LAYOUT"]
+__all__ = ["LAYOUT", "Aggregation"]

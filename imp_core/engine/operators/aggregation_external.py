@@ -22,6 +22,7 @@ from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.distinct import DistinctOp
 from imp_core.engine.operators.distinct_values import state_names, stored
 from imp_core.engine.operators.partials import Partials
+from imp_core.engine.operators.sum_state import check_layout
 from imp_core.engine.schema import GROUP_ROWS, MULT, SET
 from imp_core.errors import StateError
 from imp_core.plan.nodes import Distinct, Plan
@@ -95,6 +96,7 @@ class _External(ExternalOperator):
     def set_state_frames(self: Any, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
         if meta.get("keys") != self.key_names or meta.get("aggs") != state_names(self.aggs):
             raise StateError(f"operator {self.op_id}: saved state is for a different aggregation; recapture")
+        check_layout(self.op_id, self.layout, meta.get("layout"))
         self.take_state(meta, frames or None)
 
     def relabeled_state(self: Any, mapping: Any, total: int) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:

@@ -21,10 +21,13 @@ import pyarrow as pa
 
 from imp_core.engine import frames
 from imp_core.engine.annotation import FRAG_DTYPE, SMALL_BATCH, pairs_lazy
+from imp_core.engine.decimal_sums import is_wide
+from imp_core.engine.decimal_sums import split as split_decimal
 from imp_core.engine.dense_keys import compact, key_values
 from imp_core.engine.evaluate import compile_expr, polars_type
 from imp_core.engine.exact_sum import fold_levels, split_contributions
 from imp_core.engine.float_keys import float_order_key, nan_free, normalize_float
+from imp_core.engine.order_dependence import rounding_bound
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, NO_GROUP, SET, VALUE, is_annotation, nan_flag
 from imp_core.engine.slot_columns import numpy_layout, take
 from imp_core.plan.expr import AggCall, Expr
@@ -45,9 +48,13 @@ class Term(enum.Enum):
     WRAPPED = "wrapped"  # the integer argument as BIGINT: the sum wraps around like Spark's (non-ANSI) bigint SUM
     EXACT = "exact"  # the argument as DECIMAL(38, s): an exact sum
     EXACT_ABS = "exact_abs"  # its absolute value as DECIMAL(38, s)
+    WIDE_LOW = "wide_low"  # a wide decimal's digits below 10^20 units (``decimal_sums.split``), DECIMAL(38, s)
+    WIDE_HIGH = "wide_high"  # its count of 10^20 units, DECIMAL(38, 0): the sum may leave 38 digits and come back
+    ROUNDING = "rounding"  # not a row's term: what a plain summation rounded away (``order_dependence.grown_bound``)
 
 
 COUNTS = (Term.ROWS, Term.NON_NULL, Term.NAN, Term.POS_INF, Term.NEG_INF)
+DECIMAL_TERMS = (Term.EXACT, Term.EXACT_ABS, Term.WIDE_LOW, Term.WIDE_HIGH)
 
 
 @dataclass(frozen=True)
@@ -66,8 +73,9 @@ class Accumulator:
 
 class AggColumns(NamedTuple):
     """The state columns of aggregate j: its non-NULL count, its sum with the sum's compensation term, Σ|x| with
-    its compensation (for the interval of an order-dependent sum), the current MIN/MAX, and the float argument's
-    NaN, +inf and -inf counts."""
+    its compensation (for the interval of an order-dependent sum), the current MIN/MAX, the float argument's
+    NaN, +inf and -inf counts, the error bound of an order-dependent sum (what plain summations rounded away),
+    and a wide decimal sum's high part (``decimal_sums``)."""
 
     non_null: str
     sum: str
@@ -78,10 +86,24 @@ class AggColumns(NamedTuple):
     nan: str
     pos_inf: str
     neg_inf: str
+    bound: str
+    carry: str
+
+
+class Rounding(NamedTuple):
+    """What a backend that sums an order-dependent float aggregate plainly reports besides its accumulators, per
+    group: ``terms`` the number of finite terms it added (Σ|m|), ``magnitude`` their Σ|x·m|; ``bound`` is the
+    state's error-bound column they give (``order_dependence.rounding_bound``)."""
+
+    agg: int
+    bound: str
+    terms: str
+    magnitude: str
 
 
 def agg_columns(j: int) -> AggColumns:
-    return AggColumns(*(f"__{prefix}{j}" for prefix in ("n", "s", "c", "a", "ac", "m", "nan", "inf", "ninf")))
+    return AggColumns(*(f"__{prefix}{j}" for prefix in ("n", "s", "c", "a", "ac", "m", "nan", "inf", "ninf", "e",
+                                                         "ov")))
 
 def accumulator_type(a: AggCall) -> pl.DataType:
     """The accumulator of a SUM/AVG: Int64 (wrapping like Spark's bigint SUM), DECIMAL(38, 0) for an integer AVG
@@ -93,6 +115,11 @@ def accumulator_type(a: AggCall) -> pl.DataType:
     if pa.types.is_decimal(t):
         return pl.Decimal(38, t.scale)
     return pl.Float64()
+
+
+def is_wide_sum(a: AggCall) -> bool:
+    """Whether a SUM/AVG keeps its sum in two parts (its DECIMAL argument's sum can leave 38 digits)."""
+    return a.arg is not None and a.func in ("sum", "avg") and not a.distinct and is_wide(a.arg.dtype)
 
 
 def _accumulators(j: int, a: AggCall, bounded: bool) -> list[Accumulator]:
@@ -109,8 +136,12 @@ def _accumulators(j: int, a: AggCall, bounded: bool) -> list[Accumulator]:
                 Accumulator(cols.neg_inf, Term.NEG_INF, j, pl.Int64())]
         if bounded:
             out.append(Accumulator(cols.abs_sum, Term.FINITE_ABS, j, pl.Float64(), cols.abs_compensation))
+            out.append(Accumulator(cols.bound, Term.ROUNDING, j, pl.Float64()))
     elif acc == pl.Int64:
         out.append(Accumulator(cols.sum, Term.WRAPPED, j, acc))
+    elif is_wide_sum(a):
+        out += [Accumulator(cols.sum, Term.WIDE_LOW, j, acc),
+                Accumulator(cols.carry, Term.WIDE_HIGH, j, pl.Decimal(38, 0))]
     else:
         out.append(Accumulator(cols.sum, Term.EXACT, j, acc))
         if bounded:  # Σ|x| of an integer AVG (exact: |−2^63| does not fit a bigint)
@@ -164,6 +195,28 @@ class PartialLayout:
     def of_agg(self, j: int) -> list[Accumulator]:
         return [c for c in self.accumulators if c.agg == j]
 
+    @cached_property
+    def roundings(self) -> list[Rounding]:
+        """The order-dependent float aggregates whose state keeps an error bound, with the columns a backend that
+        sums plainly reports for it."""
+        return [Rounding(c.agg, c.name, f"__rn{c.agg}", f"__ra{c.agg}") for c in self.accumulators
+                if c.term is Term.ROUNDING and c.agg is not None]
+
+    @cached_property
+    def wide(self) -> list[int]:
+        """The aggregates whose decimal sum is kept in two parts (``decimal_sums``)."""
+        return sorted({c.agg for c in self.accumulators if c.term is Term.WIDE_HIGH and c.agg is not None})
+
+    def arg_scale(self, c: Accumulator) -> int | None:
+        """The scale of a wide decimal accumulator's argument (None for other accumulators)."""
+        return self.scale_of(c.agg) if c.term in (Term.WIDE_LOW, Term.WIDE_HIGH) and c.agg is not None else None
+
+    def scale_of(self, j: int) -> int:
+        """The scale of decimal aggregate ``j``'s argument."""
+        arg = self.aggs[j][1].arg
+        assert arg is not None
+        return int(arg.dtype.scale)
+
     @property
     def compensated(self) -> list[Accumulator]:
         """The exactly summed float accumulators (each with a compensation column)."""
@@ -204,10 +257,19 @@ class PartialLayout:
 
     def from_grouped(self, rows: pl.DataFrame, fragment_columns: list[str],
                      values: dict[int, pl.DataFrame]) -> Partials:
-        """Partials from rows grouped by (state keys, fragment columns) with the accumulator columns summed."""
+        """Partials from rows a backend grouped by (state keys, fragment columns) with the accumulator columns
+        summed plainly: each order-dependent float aggregate's ``Rounding`` columns (its terms and their Σ|x·m|) give
+        its error bound, which covers that backend's additions and these."""
         keys = self.key_names
-        summed = [c.name for c in self.accumulators if c.name in rows.columns]
+        helpers = [x for r in self.roundings for x in (r.terms, r.magnitude)]
+        missing = [h for h in helpers if h not in rows.columns]
+        if missing:
+            raise ValueError(f"partials summed plainly lack their rounding columns {missing}")
+        summed = [c.name for c in self.accumulators if c.name in rows.columns] + helpers
         groups = rows.group_by(keys).agg([pl.col(c).sum() for c in summed])
+        if self.roundings:
+            groups = groups.with_columns([rounding_bound(pl.col(r.terms), pl.col(r.magnitude)).alias(r.bound)
+                                          for r in self.roundings]).drop(helpers)
         parts = [rows.select([*keys, pl.col(c).cast(FRAG_DTYPE).alias(FRAG), pl.col(GROUP_ROWS).alias(COUNT)])
                  .filter(pl.col(FRAG).is_not_null()) for c in fragment_columns]  # NULL: a union row without scan c
         if parts:
@@ -273,7 +335,12 @@ class PartialLayout:
                     Term.NON_NULL: pl.when(arg.is_not_null()).then(m).otherwise(0),
                     Term.NAN: pl.when(x.is_nan()).then(m).otherwise(0),
                     Term.POS_INF: pl.when(x == float("inf")).then(m).otherwise(0),
-                    Term.NEG_INF: pl.when(x == float("-inf")).then(m).otherwise(0)}.get(c.term)
+                    Term.NEG_INF: pl.when(x == float("-inf")).then(m).otherwise(0),
+                    Term.ROUNDING: pl.lit(0.0)}.get(c.term)  # the engine's own sums are exact
+            if c.term in (Term.WIDE_LOW, Term.WIDE_HIGH):
+                assert c.agg is not None
+                low, high = split_decimal(arg, self.scale_of(c.agg))
+                term = (low if c.term is Term.WIDE_LOW else high) * m.cast(c.dtype)
             if term is None:  # WRAPPED, EXACT, EXACT_ABS: in the accumulator's own type
                 v = arg.cast(c.dtype)
                 term = (v.abs() if c.term == Term.EXACT_ABS else v) * m.cast(c.dtype)
@@ -310,7 +377,7 @@ class PartialLayout:
     @cached_property
     def _numpy_terms(self) -> bool:
         """Whether every accumulator's term can be summed in NumPy (no DECIMAL sums)."""
-        return all(c.term not in (Term.EXACT, Term.EXACT_ABS) for c in self.accumulators)
+        return all(c.term not in DECIMAL_TERMS for c in self.accumulators)
 
     def _folded(self, d: pl.DataFrame, sort: bool = True) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray] | None:
         """The batch's partials with NumPy (a polars group-by costs ~0.6 ms on a small batch, NumPy ~0.05 ms): the
@@ -333,7 +400,9 @@ class PartialLayout:
         out = [take(s, first) for s in columns]
         args = _Arguments(d)
         for c in self.accumulators:
-            if c.compensation is None:
+            if c.term is Term.ROUNDING:  # exact sums round nothing away
+                out.append(frames.series(c.name, np.zeros(n), pl.Float64()))
+            elif c.compensation is None:
                 total = np.zeros(n, dtype=np.int64)
                 if c.term not in _SPECIAL or not args.all_finite(c.agg):
                     np.add.at(total, inv, args.term(c, m))
@@ -525,5 +594,5 @@ def group_ids(columns: list[pl.Series], sort: bool = True) -> tuple[np.ndarray, 
     return inv, order[starts]
 
 
-__all__ = ["COUNTS", "Accumulator", "AggColumns", "PartialLayout", "Partials", "Term", "accumulator_type",
-           "agg_columns", "group_ids"]
+__all__ = ["COUNTS", "DECIMAL_TERMS", "Accumulator", "AggColumns", "PartialLayout", "Partials", "Rounding", "Term",
+           "accumulator_type", "agg_columns", "group_ids", "is_wide_sum"]

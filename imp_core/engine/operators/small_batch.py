@@ -16,7 +16,7 @@ import pyarrow as pa
 from imp_core.engine import frames
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.operators.minmax import ValueMultiset
-from imp_core.engine.operators.partials import agg_columns
+from imp_core.engine.operators.partials import Term, agg_columns
 from imp_core.engine.order_dependence import UNIT
 from imp_core.engine.schema import GROUP_ROWS, MULT, SET
 from imp_core.engine.slot_columns import Gather
@@ -44,7 +44,10 @@ def updated(op: Aggregation, partial: pl.DataFrame, joined: pl.DataFrame,
         if part.null_count() or old is None:
             return None
         if c.compensation is None:
-            updated[c.name] = frames.series(c.name, old + part.to_numpy(), c.dtype)
+            step = part.to_numpy()
+            if c.term is Term.ROUNDING:  # ``order_dependence.grown_bound``: never shrinks
+                step = np.maximum(step, 0.0)
+            updated[c.name] = frames.series(c.name, old + step, c.dtype)
             continue
         err_old = op._store.zero_filled(c.compensation, at)
         if err_old is None:
@@ -118,10 +121,11 @@ def output_values(op: Aggregation, get: Callable[[str], np.ndarray]) -> Values:
                 if some_exact else finite
             values.append((value, valid))
             if j in op.bounded:
-                total = get(cols.abs_sum) + get(cols.abs_compensation)
+                bound = get(cols.bound)  # ``order_dependence.sum_interval``, in the same operations
+                total = get(cols.abs_sum) + get(cols.abs_compensation) + bound
                 m = (n.astype(np.float64) * 2.0 + 8.0) * UNIT
                 g = m / (1.0 - m)
-                err = g * total
+                err = g * total + bound
                 if a.func == "avg":
                     err = err / n.astype(np.float64)
                 unknown = ~np.isfinite(total * (1.0 + g))

@@ -269,4 +269,13 @@ class AggCall(Expr):
         return f"{self.func}({'DISTINCT ' if self.distinct else ''}{'*' if self.arg is None else self.arg})"
 
 
-__all__ = ["EXTRACT_FIELDS", "FUNCTIONS", "AggCall", "Extract", "Func"]
+WIDE_SUM_PRECISION = 28  # above it, Spark's DECIMAL(p + 10, s) sum type is capped at 38 digits
+
+
+def sum_leaves_38_digits(t: pa.DataType) -> bool:
+    """Whether a SUM/AVG over values of type ``t`` can need more than 38 digits with a few rows (a DECIMAL with
+    precision above 28: Spark's sum type DECIMAL(p + 10, s) is capped at 38, and its sum is then NULL)."""
+    return bool(pa.types.is_decimal(t) and t.precision > WIDE_SUM_PRECISION)
+
+
+__all__ = ["EXTRACT_FIELDS", "FUNCTIONS", "WIDE_SUM_PRECISION", "AggCall", "Extract", "Func", "sum_leaves_38_digits"]

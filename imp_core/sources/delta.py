@@ -59,10 +59,66 @@ class FileStats:
 
 @dataclass(frozen=True)
 class Commit:
+    """One commit of a table; ``rows``: its change rows (:func:`changed_rows`), None when the log does not say."""
+
     version: int
     timestamp: dt.datetime | None
     operation: str
     rows: int | None
+
+
+# Commits that change no row (dataChange false, or metadata only): their change feed is empty.
+_NO_ROW_OPERATIONS = frozenset({"CREATE TABLE", "OPTIMIZE", "REORG", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES",
+                                "UNSET TBLPROPERTIES", "ADD CONSTRAINT", "DROP CONSTRAINT", "UPGRADE PROTOCOL"})
+# Per operation, the metrics whose sum is its change rows, with the weight of each (an updated row is two change
+# rows: its pre- and post-image), as delta-rs (snake_case) and Delta's Spark writer (camelCase) record them. Copied
+# rows (a rewritten file's rows that did not change) are not change rows.
+_CHANGE_METRICS: dict[str, tuple[tuple[tuple[str, ...], int], ...]] = {
+    "DELETE": ((("num_deleted_rows", "numDeletedRows"), 1),),
+    "UPDATE": ((("num_updated_rows", "numUpdatedRows"), 2),),
+    "MERGE": ((("num_target_rows_inserted", "numTargetRowsInserted"), 1),
+              (("num_target_rows_updated", "numTargetRowsUpdated"), 2),
+              (("num_target_rows_deleted", "numTargetRowsDeleted"), 1)),
+    "WRITE": ((("num_added_rows", "numOutputRows"), 1),),
+    "STREAMING UPDATE": ((("num_added_rows", "numOutputRows"), 1),),
+}
+
+
+def changed_rows(operation: str, parameters: dict[str, Any] | None, metrics: dict[str, Any] | None) -> int | None:
+    """The change rows a commit holds by its log entry (inserted + deleted + twice the updated rows), or None when
+    the entry does not say: the metrics are missing, or a write replaced rows it does not count (an overwrite, a
+    stream in complete mode). Never the rows a rewrite copied unchanged: a 10-row DELETE in a file of 500K rows is
+    10 change rows, not 500K.
+
+    ``parameters`` and ``metrics``: the entry's ``operationParameters`` and ``operationMetrics`` (values as numbers
+    or as the strings Delta's Spark writer records)."""
+    op = operation.upper()
+    if op in _NO_ROW_OPERATIONS:
+        return 0
+    terms = _CHANGE_METRICS.get(op)
+    metrics = metrics or {}
+    if terms is None:
+        return None
+    params = parameters or {}
+    if op in ("WRITE", "STREAMING UPDATE"):
+        mode = str(params.get("mode", params.get("outputMode", "Append"))).strip('"').lower()
+        removed = metrics.get("num_removed_files", metrics.get("numRemovedFiles", 0))
+        if mode not in ("append", "errorifexists") or _int(removed):
+            return None  # rows replaced by the write are not counted in its metrics
+    total = 0
+    for names, weight in terms:
+        count = _int(next((metrics[n] for n in names if n in metrics), None))
+        if count is None:
+            return None
+        total += weight * count
+    return total
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 class DeltaSource:
@@ -317,19 +373,16 @@ class DeltaSource:
     # -- change feed ---------------------------------------------------------------------------------------------
 
     def commits(self, after: int, upto: int) -> list[Commit]:
-        """The commits ``(after, upto]`` in version order, with the rows each wrote when the log says so."""
+        """The commits ``(after, upto]`` in version order, with the change rows each holds when the log says so
+        (:func:`changed_rows`)."""
         table = self._latest
         out = []
         latest = int(table.version())
         for h in table.history(limit=max(1, latest - after)):
             v = int(h["version"])
             if after < v <= upto:
-                metrics = h.get("operationMetrics") or {}
-                rows = None
-                for key in ("num_added_rows", "numOutputRows", "num_deleted_rows", "num_updated_rows",
-                            "num_inserted_rows", "num_copied_rows"):
-                    if key in metrics:
-                        rows = (rows or 0) + int(metrics[key])
+                rows = changed_rows(str(h.get("operation", "")), h.get("operationParameters"),
+                                    h.get("operationMetrics"))
                 ts = h.get("timestamp")
                 out.append(Commit(v, dt.datetime.fromtimestamp(ts / 1000, tz=dt.timezone.utc) if ts else None,
                                   str(h.get("operation", "")), rows))

@@ -37,8 +37,9 @@ def budgeted(request, service, monkeypatch):  # noqa: ANN001, ANN201
     monkeypatch.setenv(ENV_STATE_BUDGET, str(BUDGETS[request.param]))
     budget = Settings.from_env().state_budget
     assert budget == 0
-    return SketchService(replace(service.settings, state_budget=budget), catalog=service.catalog,
-                         spark=service.spark), request.param
+    return SketchService(
+        replace(service.settings, state_budget=budget), catalog=service.catalog, spark=service.spark
+    ), request.param
 
 
 def _fragments(svc, name: str) -> list[list[int]]:  # noqa: ANN001
@@ -73,8 +74,10 @@ def _jobs(svc, name: str, sql: str, steps: list[tuple[str, Callable[[], None]]])
     return answer
 
 
-RANKED = ("SELECT x.g, x.v FROM (SELECT g, v, ROW_NUMBER() OVER (PARTITION BY g ORDER BY v DESC) AS rn FROM {t}) x "
-          "WHERE x.rn <= 1")
+RANKED = (
+    "SELECT x.g, x.v FROM (SELECT g, v, ROW_NUMBER() OVER (PARTITION BY g ORDER BY v DESC) AS rn FROM {t}) x "
+    "WHERE x.rn <= 1"
+)
 
 
 def test_a_ranking_keeps_both_copies_of_a_row_identical_in_every_kept_column(budgeted, tmp_path: Path) -> None:  # noqa: ANN001
@@ -83,8 +86,17 @@ def test_a_ranking_keeps_both_copies_of_a_row_identical_in_every_kept_column(bud
     svc, budget = budgeted
     name = f"rank_{budget}"
     uri = str(tmp_path / name)
-    write_deltalake(uri, pa.table({"id": pa.array([1, 2, 3, 4], pa.int64()), "g": pa.array([1, 1, 2, 2], pa.int64()),
-                                   "v": pa.array([10, 10, 30, 70], pa.int64())}), configuration=CDF)
+    write_deltalake(
+        uri,
+        pa.table(
+            {
+                "id": pa.array([1, 2, 3, 4], pa.int64()),
+                "g": pa.array([1, 1, 2, 2], pa.int64()),
+                "v": pa.array([10, 10, 30, 70], pa.int64()),
+            }
+        ),
+        configuration=CDF,
+    )
     svc.register_table(name, uri, replace=True)
     sql = RANKED.format(t=name)
     svc.create_sketch(name, sql, [f"{name}.v"], bounds=["0,4,8,12,100"])
@@ -93,16 +105,25 @@ def test_a_ranking_keeps_both_copies_of_a_row_identical_in_every_kept_column(bud
 
     def second() -> None:
         DeltaTable(uri).delete("id = 2")
-        write_deltalake(uri, pa.table({"id": pa.array([5], pa.int64()), "g": pa.array([1], pa.int64()),
-                                       "v": pa.array([5], pa.int64())}), mode="append")
+        write_deltalake(
+            uri,
+            pa.table({"id": pa.array([5], pa.int64()), "g": pa.array([1], pa.int64()), "v": pa.array([5], pa.int64())}),
+            mode="append",
+        )
 
-    answer = _jobs(svc, name, sql, [("delete one copy", lambda: DeltaTable(uri).delete("id = 1")),
-                           ("delete the other, insert v=5", second)])
+    answer = _jobs(
+        svc,
+        name,
+        sql,
+        [("delete one copy", lambda: DeltaTable(uri).delete("id = 1")), ("delete the other, insert v=5", second)],
+    )
     assert answer == [(1, 5), (2, 70)]
 
 
-NOT_EXISTS = ("SELECT {t}.g, COUNT(*) AS n FROM {t} WHERE NOT EXISTS (SELECT 1 FROM {s} WHERE {s}.k = {t}.k) "
-              "GROUP BY {t}.g HAVING COUNT(*) <= 1")
+NOT_EXISTS = (
+    "SELECT {t}.g, COUNT(*) AS n FROM {t} WHERE NOT EXISTS (SELECT 1 FROM {s} WHERE {s}.k = {t}.k) "
+    "GROUP BY {t}.g HAVING COUNT(*) <= 1"
+)
 
 
 def test_an_anti_join_keeps_both_copies_of_a_blocked_row(budgeted, tmp_path: Path) -> None:  # noqa: ANN001
@@ -111,8 +132,17 @@ def test_an_anti_join_keeps_both_copies_of_a_blocked_row(budgeted, tmp_path: Pat
     svc, budget = budgeted
     t, s = f"anti_t_{budget}", f"anti_s_{budget}"
     t_uri, s_uri = str(tmp_path / t), str(tmp_path / s)
-    write_deltalake(t_uri, pa.table({"id": pa.array([1, 2, 3], pa.int64()), "g": pa.array([1, 1, 2], pa.int64()),
-                                     "k": pa.array([7, 7, 8], pa.int64())}), configuration=CDF)
+    write_deltalake(
+        t_uri,
+        pa.table(
+            {
+                "id": pa.array([1, 2, 3], pa.int64()),
+                "g": pa.array([1, 1, 2], pa.int64()),
+                "k": pa.array([7, 7, 8], pa.int64()),
+            }
+        ),
+        configuration=CDF,
+    )
     write_deltalake(s_uri, pa.table({"k": pa.array([7, 9], pa.int64())}), configuration=CDF)
     svc.register_table(t, t_uri, replace=True)
     svc.register_table(s, s_uri, replace=True)
@@ -121,13 +151,22 @@ def test_an_anti_join_keeps_both_copies_of_a_blocked_row(budgeted, tmp_path: Pat
     svc.create_sketch(name, sql, [f"{t}.g"], bounds=["0,1,2,3,100"])
     if budget == "outside":
         assert "external" in _placed(svc, name).values()
-    answer = _jobs(svc, name, sql, [("delete one copy", lambda: DeltaTable(t_uri).delete("id = 1")),
-                           ("delete the blocking row", lambda: DeltaTable(s_uri).delete("k = 7"))])
+    answer = _jobs(
+        svc,
+        name,
+        sql,
+        [
+            ("delete one copy", lambda: DeltaTable(t_uri).delete("id = 1")),
+            ("delete the blocking row", lambda: DeltaTable(s_uri).delete("k = 7")),
+        ],
+    )
     assert answer == [(1, 1), (2, 1)]
 
 
-NOT_IN_HAVING = ("SELECT {t}.g, COUNT(*) AS n FROM {t} WHERE {t}.k NOT IN (SELECT {s}.k FROM {s} GROUP BY {s}.k "
-                 "HAVING SUM({s}.x) > 1.5) GROUP BY {t}.g")
+NOT_IN_HAVING = (
+    "SELECT {t}.g, COUNT(*) AS n FROM {t} WHERE {t}.k NOT IN (SELECT {s}.k FROM {s} GROUP BY {s}.k "
+    "HAVING SUM({s}.x) > 1.5) GROUP BY {t}.g"
+)
 
 
 def test_a_not_in_over_an_aggregation_registers_and_is_maintained(budgeted, tmp_path: Path) -> None:  # noqa: ANN001
@@ -137,10 +176,22 @@ def test_a_not_in_over_an_aggregation_registers_and_is_maintained(budgeted, tmp_
     svc, budget = budgeted
     t, s = f"nih_t_{budget}", f"nih_s_{budget}"
     t_uri, s_uri = str(tmp_path / t), str(tmp_path / s)
-    write_deltalake(t_uri, pa.table({"id": pa.array(range(6), pa.int64()), "g": pa.array([1, 1, 2, 2, 3, 3], pa.int64()),
-                                     "k": pa.array([1, 2, 3, 4, 5, 6], pa.int64())}), configuration=CDF)
-    write_deltalake(s_uri, pa.table({"k": pa.array([1, 1, 3, 5], pa.int64()),
-                                     "x": pa.array([1.0, 1.0, 0.5, 2.5], pa.float64())}), configuration=CDF)
+    write_deltalake(
+        t_uri,
+        pa.table(
+            {
+                "id": pa.array(range(6), pa.int64()),
+                "g": pa.array([1, 1, 2, 2, 3, 3], pa.int64()),
+                "k": pa.array([1, 2, 3, 4, 5, 6], pa.int64()),
+            }
+        ),
+        configuration=CDF,
+    )
+    write_deltalake(
+        s_uri,
+        pa.table({"k": pa.array([1, 1, 3, 5], pa.int64()), "x": pa.array([1.0, 1.0, 0.5, 2.5], pa.float64())}),
+        configuration=CDF,
+    )
     svc.register_table(t, t_uri, replace=True)
     svc.register_table(s, s_uri, replace=True)
     sql = NOT_IN_HAVING.format(t=t, s=s)
@@ -148,11 +199,18 @@ def test_a_not_in_over_an_aggregation_registers_and_is_maintained(budgeted, tmp_
     svc.create_sketch(name, sql, [f"{t}.g"], bounds=["0,1,2,3,4,100"])
 
     def gain() -> None:  # key 3 reaches the subquery, key 1 leaves it
-        write_deltalake(s_uri, pa.table({"k": pa.array([3], pa.int64()), "x": pa.array([1.5], pa.float64())}),
-                        mode="append")
+        write_deltalake(
+            s_uri, pa.table({"k": pa.array([3], pa.int64()), "x": pa.array([1.5], pa.float64())}), mode="append"
+        )
         DeltaTable(s_uri).delete("k = 1")
 
-    answer = _jobs(svc, name, sql, [("keys in and out", gain),
-                           ("key 5 leaves", lambda: DeltaTable(s_uri).update(updates={"x": "0.1"},
-                                                                             predicate="k = 5"))])
+    answer = _jobs(
+        svc,
+        name,
+        sql,
+        [
+            ("keys in and out", gain),
+            ("key 5 leaves", lambda: DeltaTable(s_uri).update(updates={"x": "0.1"}, predicate="k = 5")),
+        ],
+    )
     assert answer == [(1, 2), (2, 1), (3, 2)]

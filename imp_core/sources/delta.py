@@ -7,6 +7,7 @@ delete / update pre-image); Delta's ``_change_type`` never leaks further. See do
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import math
 import re
@@ -112,6 +113,35 @@ def changed_rows(operation: str, parameters: dict[str, Any] | None, metrics: dic
             return None
         total += weight * count
     return total
+
+
+def _collations(metadata: Any) -> list[str]:
+    """The collation names a Delta field's metadata gives (``__COLLATIONS``: a map of field path to collation, as
+    JSON text or a mapping)."""
+    raw = (metadata or {}).get("__COLLATIONS")
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return [raw]
+    if isinstance(raw, dict):
+        return [str(v) for v in raw.values()]
+    return [str(raw)]
+
+
+def _collations_in(field: Any) -> list[str]:
+    """The collations of a Delta schema field and of the fields nested in it."""
+    out = _collations(getattr(field, "metadata", None))
+    kind = getattr(field, "type", None)
+    for child in getattr(kind, "fields", None) or ():
+        out += _collations_in(child)
+    for name in ("element_type", "key_type", "value_type"):
+        inner = getattr(kind, name, None)
+        for child in getattr(inner, "fields", None) or ():
+            out += _collations_in(child)
+    return out
 
 
 def _int(value: Any) -> int | None:
@@ -308,6 +338,32 @@ class DeltaSource:
         if mode == "none":
             return {}
         return {f.name: str(f.metadata.get("delta.columnMapping.physicalName", f.name)) for f in table.schema().fields}
+
+    def collations(self, version: int | None = None) -> dict[str, str]:
+        """The columns (top-level names) holding strings under a collation other than ``UTF8_BINARY``, each with its
+        collation (Delta keeps it in the field's ``__COLLATIONS`` metadata, for the field or strings nested in it)."""
+        table = self._latest if version is None else self.table_at(version)
+        out = {}
+        for f in table.schema().fields:
+            named = _collations_in(f)
+            other = sorted({c for c in named if c.upper().split(".")[-1] != "UTF8_BINARY"})
+            if other:
+                out[f.name] = ", ".join(other)
+        return out
+
+    def require_binary_collations(self, columns: set[str], version: int | None = None) -> None:
+        """Fail when one of ``columns`` holds strings under a non-binary collation: Spark compares, groups and
+        orders them by it (``UTF8_LCASE``: case-insensitively), sketches byte-wise.
+
+        Raises:
+            UnsupportedError: Such a column is among ``columns``.
+        """
+        collated = {c: n for c, n in self.collations(version).items() if c in columns}
+        if collated:
+            listed = ", ".join(f"{c} ({n})" for c, n in sorted(collated.items()))
+            raise UnsupportedError(f"table {self.name}: column collations are not supported ({listed}): sketches "
+                                   f"compare strings byte-wise (UTF8_BINARY); alter the column to STRING COLLATE "
+                                   f"UTF8_BINARY or sketch a query that does not read it")
 
     def require_cdf(self) -> None:
         if not self.cdf_enabled():

@@ -214,3 +214,30 @@ def test_a_not_in_over_an_aggregation_registers_and_is_maintained(budgeted, tmp_
         ],
     )
     assert answer == [(1, 2), (2, 1), (3, 2)]
+
+
+def test_a_key_under_a_non_binary_collation_is_refused_at_registration(service, tmp_path: Path) -> None:  # noqa: ANN001
+    """Spark groups ``STRING COLLATE UTF8_LCASE`` values case-insensitively, the engine byte-wise: a sketch over
+    such a column is refused with one line naming the collation, and nothing is registered."""
+    from imp_core.errors import UnsupportedError
+
+    uri = str(tmp_path / "collated")
+    service.spark.sql(
+        f"CREATE TABLE delta.`{uri}` (id BIGINT, n STRING COLLATE UTF8_LCASE, v BIGINT) USING delta "
+        f"TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+    )
+    service.spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1, 'a', 1), (2, 'A', 2), (3, 'b', 3)")
+    service.register_table("collated", uri, replace=True)
+    sql = "SELECT n, SUM(v) AS s FROM collated GROUP BY n HAVING SUM(v) > 2"
+    with pytest.raises(
+        UnsupportedError, match=r"table collated: column collations are not supported \(n \(.*UTF8_LCASE"
+    ) as e:
+        service.create_sketch("collated_n", sql, ["collated.id"], bounds=["0,2,4"])
+    assert "\n" not in str(e.value)
+    assert all(r["name"] != "collated_n" for r in service.sketch_list())
+    service.create_sketch(
+        "collated_v",
+        "SELECT id, SUM(v) AS s FROM collated GROUP BY id HAVING SUM(v) > 1",
+        ["collated.id"],
+        bounds=["0,2,4"],
+    )

@@ -346,7 +346,7 @@ class DeltaSource:
         out = {}
         for f in table.schema().fields:
             named = _collations_in(f)
-            other = sorted({c for c in named if c.upper().split(".")[-1] != "UTF8_BINARY"})
+            other = sorted({c for c in named if "UTF8_BINARY" not in c.upper().split(".")})
             if other:
                 out[f.name] = ", ".join(other)
         return out

@@ -252,8 +252,10 @@ class TreePass:
 
     def _deferrable(self, stage: Stage) -> bool:
         """Whether ``stage``'s result may be captured on the backend and go up only after this pass: no join above
-        it has another input that holds operator state. Such a join would read the result whole from the store when
-        the other input's rows go up in this pass, and join them again when the result's own rows go up after it."""
+        it has another input that holds operator state, and no anti join above reads it as its subquery side. Such a
+        join would read the result whole from the store when the other input's rows go up in this pass, and join them
+        again when the result's own rows go up after it; such an anti join would start from an empty subquery (a NOT
+        IN's gate open) and see the subquery's rows only after the pass, which moves the gate."""
         def clear(node: Stage) -> bool:  # every way from ``node`` down to ``stage`` passes no such join
             if node is stage:
                 return True
@@ -261,6 +263,8 @@ class TreePass:
                 if not _holds(child, stage):
                     continue
                 if isinstance(node.op, JoinOp) and any(j != i and not s.stateless for j, s in enumerate(node.inputs)):
+                    return False
+                if isinstance(node.op, AntiJoinOp) and i == 1:
                     return False
                 if not clear(child):
                     return False

@@ -193,13 +193,21 @@ class Pipeline:
     def placed(self, external: frozenset[str], store_of: Callable[[ExternalOperator], GroupStore]) -> Pipeline:
         """The same operators and state with the operators at ``external`` keeping their state outside the process
         (new ones get ``store_of(operator)`` and their state written there) and every other in memory (state
-        brought back from its store)."""
+        brought back from its store).
+
+        Raises:
+            StateError: An aggregation whose MIN/MAX keeps a bounded buffer (``minmax_buffer=N``) would move: a store
+                keeps every value, the buffer only the best N per group, so neither form is the other's (the service
+                recaptures, placing it afresh).
+        """
         if external == self.external:
             return self
         new = Pipeline(self.plan, self.partitions, external=external, **self._options)
         old_ops = {op.op_id: op for op in self.stateful()}
         for op in new.stateful():
             old = old_ops[op.op_id]
+            if isinstance(op, ExternalOperator) != isinstance(old, ExternalOperator):
+                _check_movable(old if isinstance(op, ExternalOperator) else op)
             if isinstance(op, ExternalOperator):
                 if isinstance(old, ExternalOperator):
                     op.bind(old.store)
@@ -333,6 +341,23 @@ class Pipeline:
         for op in self.operators.values():
             if isinstance(op, JoinOp):
                 op.use_caches = on
+
+
+def _check_movable(memory: StatefulOperator) -> None:
+    """Refuse to move ``memory`` (the in-memory form of an operator that moves) between memory and a store when its
+    MIN/MAX values are a bounded buffer: the buffer holds the best N values per group, a store every value.
+
+    Raises:
+        StateError: It is such an aggregation.
+    """
+    if not isinstance(memory, Aggregation) or not memory.minmax_buffer:
+        return
+    extremes = [name for name, a in memory.aggs if a.func in ("min", "max") and not a.distinct]
+    if extremes:
+        n = memory.minmax_buffer
+        raise StateError(f"operator {memory.op_id}: its MIN/MAX state ({', '.join(extremes)}) keeps the best {n} "
+                         f"values per group (minmax_buffer={n}) and cannot move between memory and Delta tables; "
+                         f"recapture the sketch (imp sketch recapture), or set minmax_buffer=0")
 
 
 __all__ = ["PassStats", "Pipeline", "SketchDelta", "Stage", "Versions", "external_candidates", "node_paths",

@@ -5,7 +5,11 @@ Before a maintenance step the service estimates the incremental passes' cost, a 
 row, fitted to the sketch's own recent incremental versions (their recorded durations and change rows; priors for a
 sketch without history, higher when state lives outside the process), and a recapture's cost, the duration of its
 latest capture scaled by how much its tables grew since. When the incremental estimate is higher, the step is a
-recapture, recorded with the two estimates as its reason. ``IMP_RECAPTURE_BY_COST=off`` turns the choice off. See
+recapture, recorded with the two estimates as its reason. The change rows are the commits' changed rows as the Delta
+log records them (``sources/delta.changed_rows``), never the rows a rewrite copied. Recaptures are evidence too: after
+:data:`REVISIT` recaptures in a row chosen by cost, the next step is incremental once whatever the estimate, so the
+fit measures incremental maintenance at today's sizes again (it learns only from incremental versions, and a choice
+made on a stale fit would otherwise stand for ever). ``IMP_RECAPTURE_BY_COST=off`` turns the choice off. See
 docs/ARCHITECTURE.md, "Incremental or full".
 """
 
@@ -22,6 +26,8 @@ HISTORY = 20  # incremental versions the fit looks at
 MIN_ROWS = 10_000  # below this many change rows a step is never worth a recapture
 PRIORS = {"memory": (0.05, 20e-6), "external": (6.0, 60e-6)}  # (seconds per step, seconds per change row)
 CAPTURES = ("capture", "recapture")
+REVISIT = 3  # recaptures in a row chosen by cost after which the next step is incremental once
+REASON = "cheaper than incremental maintenance"  # how a recapture chosen by cost starts its recorded reason
 
 
 @dataclass(frozen=True)
@@ -31,13 +37,14 @@ class Estimate:
     rows: int
     incremental: float
     recapture: float
+    revisit: bool = False  # the last REVISIT versions were recaptures chosen by cost: this step is incremental
 
     @property
     def recapture_is_cheaper(self) -> bool:
-        return self.rows >= MIN_ROWS and self.incremental > self.recapture
+        return self.rows >= MIN_ROWS and self.incremental > self.recapture and not self.revisit
 
     def reason(self) -> str:
-        return (f"cheaper than incremental maintenance: about {self.incremental:.1f} s for {self.rows:,} change rows "
+        return (f"{REASON}: about {self.incremental:.1f} s for {self.rows:,} change rows "
                 f"against {self.recapture:.1f} s for a recapture (IMP_RECAPTURE_BY_COST=off maintains "
                 f"incrementally)")
 
@@ -64,7 +71,14 @@ def estimate(parts: Parts, loaded: LoadedSketch, latest: VersionRecord,
     fixed, per_row = fit([v for v in versions if v.method == "incremental"][-HISTORY:],
                          PRIORS["external" if external else "memory"])
     growth = _growth(loaded, capture, target)
-    return Estimate(rows, fixed + per_row * rows, capture_s * growth)
+    return Estimate(rows, fixed + per_row * rows, capture_s * growth, revisit(versions))
+
+
+def revisit(history: Sequence[VersionRecord]) -> bool:
+    """Whether the latest :data:`REVISIT` versions of ``history`` (oldest first) are all recaptures chosen by cost:
+    then the next step is tried incrementally once, and its duration joins the fit."""
+    last = list(history)[-REVISIT:]
+    return len(last) == REVISIT and all(v.method == "recapture" and (v.reason or "").startswith(REASON) for v in last)
 
 
 def fit(history: Sequence[VersionRecord], prior: tuple[float, float]) -> tuple[float, float]:
@@ -92,4 +106,4 @@ def _growth(loaded: LoadedSketch, capture: VersionRecord, target: Mapping[str, i
     return max(1.0, now / then) if then else 1.0
 
 
-__all__ = ["Estimate", "estimate", "fit"]
+__all__ = ["REVISIT", "Estimate", "estimate", "fit", "revisit"]

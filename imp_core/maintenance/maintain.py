@@ -109,6 +109,9 @@ def _cheaper_recapture(parts: Parts, loaded: LoadedSketch, latest: VersionRecord
     if not (allow_recapture and parts.settings.cost_choice):
         return None
     found = cost.estimate(parts, loaded, latest, target)
+    if found is not None and found.revisit:
+        parts.progress(f"sketch {loaded.name}: {cost.REVISIT} recaptures in a row were chosen by cost; maintaining "
+                       f"incrementally once to measure it again")
     if found is None or not found.recapture_is_cheaper:
         return None
     parts.progress(f"sketch {loaded.name}: recapturing, {found.reason()}")

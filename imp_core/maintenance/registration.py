@@ -151,6 +151,8 @@ def check(parts: ServiceContext, name: str, sql: str | ParsedSql, on: list[str],
     targets = _targets(on, schemas, bounds)
     report = require_safe(query.plan, targets, sign_oracle(sources, versions))
     query = replace_field(query, plan=narrowed(query.plan, {t: {c} for t, c in targets.items()}))
+    for scan in query.plan.scans():
+        sources[scan.table].require_binary_collations({f.name for f in scan.columns}, versions[scan.table])
     return Registration(name, parsed, query, sources, versions, schemas, targets, report)
 
 

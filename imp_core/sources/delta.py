@@ -7,6 +7,7 @@ delete / update pre-image); Delta's ``_change_type`` never leaks further. See do
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import math
 import re
@@ -59,10 +60,95 @@ class FileStats:
 
 @dataclass(frozen=True)
 class Commit:
+    """One commit of a table; ``rows``: its change rows (:func:`changed_rows`), None when the log does not say."""
+
     version: int
     timestamp: dt.datetime | None
     operation: str
     rows: int | None
+
+
+# Commits that change no row (dataChange false, or metadata only): their change feed is empty.
+_NO_ROW_OPERATIONS = frozenset({"CREATE TABLE", "OPTIMIZE", "REORG", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES",
+                                "UNSET TBLPROPERTIES", "ADD CONSTRAINT", "DROP CONSTRAINT", "UPGRADE PROTOCOL"})
+# Per operation, the metrics whose sum is its change rows, with the weight of each (an updated row is two change
+# rows: its pre- and post-image), as delta-rs (snake_case) and Delta's Spark writer (camelCase) record them. Copied
+# rows (a rewritten file's rows that did not change) are not change rows.
+_CHANGE_METRICS: dict[str, tuple[tuple[tuple[str, ...], int], ...]] = {
+    "DELETE": ((("num_deleted_rows", "numDeletedRows"), 1),),
+    "UPDATE": ((("num_updated_rows", "numUpdatedRows"), 2),),
+    "MERGE": ((("num_target_rows_inserted", "numTargetRowsInserted"), 1),
+              (("num_target_rows_updated", "numTargetRowsUpdated"), 2),
+              (("num_target_rows_deleted", "numTargetRowsDeleted"), 1)),
+    "WRITE": ((("num_added_rows", "numOutputRows"), 1),),
+    "STREAMING UPDATE": ((("num_added_rows", "numOutputRows"), 1),),
+}
+
+
+def changed_rows(operation: str, parameters: dict[str, Any] | None, metrics: dict[str, Any] | None) -> int | None:
+    """The change rows a commit holds by its log entry (inserted + deleted + twice the updated rows), or None when
+    the entry does not say: the metrics are missing, or a write replaced rows it does not count (an overwrite, a
+    stream in complete mode). Never the rows a rewrite copied unchanged: a 10-row DELETE in a file of 500K rows is
+    10 change rows, not 500K.
+
+    ``parameters`` and ``metrics``: the entry's ``operationParameters`` and ``operationMetrics`` (values as numbers
+    or as the strings Delta's Spark writer records)."""
+    op = operation.upper()
+    if op in _NO_ROW_OPERATIONS:
+        return 0
+    terms = _CHANGE_METRICS.get(op)
+    metrics = metrics or {}
+    if terms is None:
+        return None
+    params = parameters or {}
+    if op in ("WRITE", "STREAMING UPDATE"):
+        mode = str(params.get("mode", params.get("outputMode", "Append"))).strip('"').lower()
+        removed = metrics.get("num_removed_files", metrics.get("numRemovedFiles", 0))
+        if mode not in ("append", "errorifexists") or _int(removed):
+            return None  # rows replaced by the write are not counted in its metrics
+    total = 0
+    for names, weight in terms:
+        count = _int(next((metrics[n] for n in names if n in metrics), None))
+        if count is None:
+            return None
+        total += weight * count
+    return total
+
+
+def _collations(metadata: Any) -> list[str]:
+    """The collation names a Delta field's metadata gives (``__COLLATIONS``: a map of field path to collation, as
+    JSON text or a mapping)."""
+    raw = (metadata or {}).get("__COLLATIONS")
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return [raw]
+    if isinstance(raw, dict):
+        return [str(v) for v in raw.values()]
+    return [str(raw)]
+
+
+def _collations_in(field: Any) -> list[str]:
+    """The collations of a Delta schema field and of the fields nested in it."""
+    out = _collations(getattr(field, "metadata", None))
+    kind = getattr(field, "type", None)
+    for child in getattr(kind, "fields", None) or ():
+        out += _collations_in(child)
+    for name in ("element_type", "key_type", "value_type"):
+        inner = getattr(kind, name, None)
+        for child in getattr(inner, "fields", None) or ():
+            out += _collations_in(child)
+    return out
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 class DeltaSource:
@@ -253,6 +339,32 @@ class DeltaSource:
             return {}
         return {f.name: str(f.metadata.get("delta.columnMapping.physicalName", f.name)) for f in table.schema().fields}
 
+    def collations(self, version: int | None = None) -> dict[str, str]:
+        """The columns (top-level names) holding strings under a collation other than ``UTF8_BINARY``, each with its
+        collation (Delta keeps it in the field's ``__COLLATIONS`` metadata, for the field or strings nested in it)."""
+        table = self._latest if version is None else self.table_at(version)
+        out = {}
+        for f in table.schema().fields:
+            named = _collations_in(f)
+            other = sorted({c for c in named if "UTF8_BINARY" not in c.upper().split(".")})
+            if other:
+                out[f.name] = ", ".join(other)
+        return out
+
+    def require_binary_collations(self, columns: set[str], version: int | None = None) -> None:
+        """Fail when one of ``columns`` holds strings under a non-binary collation: Spark compares, groups and
+        orders them by it (``UTF8_LCASE``: case-insensitively), sketches byte-wise.
+
+        Raises:
+            UnsupportedError: Such a column is among ``columns``.
+        """
+        collated = {c: n for c, n in self.collations(version).items() if c in columns}
+        if collated:
+            listed = ", ".join(f"{c} ({n})" for c, n in sorted(collated.items()))
+            raise UnsupportedError(f"table {self.name}: column collations are not supported ({listed}): sketches "
+                                   f"compare strings byte-wise (UTF8_BINARY); alter the column to STRING COLLATE "
+                                   f"UTF8_BINARY or sketch a query that does not read it")
+
     def require_cdf(self) -> None:
         if not self.cdf_enabled():
             raise ChangeFeedUnavailableError(
@@ -317,19 +429,16 @@ class DeltaSource:
     # -- change feed ---------------------------------------------------------------------------------------------
 
     def commits(self, after: int, upto: int) -> list[Commit]:
-        """The commits ``(after, upto]`` in version order, with the rows each wrote when the log says so."""
+        """The commits ``(after, upto]`` in version order, with the change rows each holds when the log says so
+        (:func:`changed_rows`)."""
         table = self._latest
         out = []
         latest = int(table.version())
         for h in table.history(limit=max(1, latest - after)):
             v = int(h["version"])
             if after < v <= upto:
-                metrics = h.get("operationMetrics") or {}
-                rows = None
-                for key in ("num_added_rows", "numOutputRows", "num_deleted_rows", "num_updated_rows",
-                            "num_inserted_rows", "num_copied_rows"):
-                    if key in metrics:
-                        rows = (rows or 0) + int(metrics[key])
+                rows = changed_rows(str(h.get("operation", "")), h.get("operationParameters"),
+                                    h.get("operationMetrics"))
                 ts = h.get("timestamp")
                 out.append(Commit(v, dt.datetime.fromtimestamp(ts / 1000, tz=dt.timezone.utc) if ts else None,
                                   str(h.get("operation", "")), rows))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -224,6 +224,16 @@ def remove_tree(uri: str, spark: SparkSession | None = None) -> None:
     fs.delete(path, True)
 
 
+def remove_files(uris: Sequence[str], spark: SparkSession) -> None:
+    """Delete the files ``uris`` (as Spark names them: local paths, ``file:`` or ``s3a://`` URIs) through the
+    session's Hadoop file systems; a file already gone is no error."""
+    jvm = _jvm(spark)
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    for uri in uris:
+        path = jvm.org.apache.hadoop.fs.Path(spark_uri(uri))
+        path.getFileSystem(conf).delete(path, False)
+
+
 def _jvm(spark: SparkSession) -> Any:
     """The Py4J view of the session's JVM (a classic session always has one)."""
     jvm = spark.sparkContext._jvm  # noqa: SLF001 - PySpark's Py4J gateway
@@ -256,4 +266,4 @@ def redact(text: str) -> str:
 
 
 __all__ = ["S3Config", "child_dirs", "configure", "configure_spark", "delta_rs_options", "delta_rs_uri", "is_local",
-           "is_s3", "normalize", "redact", "remove_tree", "s3_config", "scheme", "spark_uri"]
+           "is_s3", "normalize", "redact", "remove_files", "remove_tree", "s3_config", "scheme", "spark_uri"]

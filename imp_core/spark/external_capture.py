@@ -135,9 +135,9 @@ def _left_join(left: DataFrame, right: DataFrame, names: list[str]) -> DataFrame
 
 
 def capture_rows(spark: SparkSession, df: DataFrame, op: ExternalGroupTopK) -> bool:
-    """Write a top-k per group's state, its whole input ``df`` (annotated, fragments computed on Spark) row by row
-    with the partition key and the annotation as text (``operators/group_topk_external.py``), to ``op.store`` by the
-    executors; the operator nets a group's rows when a batch first touches it. False when the store is not Delta
+    """Write a top-k per group's state, its whole input ``df`` (annotated, fragments computed on Spark) netted to one
+    row per (row, annotation) with its multiplicity, with the partition key and the annotation as text
+    (``operators/group_topk_external.py``), to ``op.store`` by the executors. False when the store is not Delta
     tables."""
     if not hasattr(op.store, "write_all"):
         return False
@@ -146,20 +146,21 @@ def capture_rows(spark: SparkSession, df: DataFrame, op: ExternalGroupTopK) -> b
     rows = df.select(*keys, *[col(c) for c in op.data_cols], _set_text(col(SET)).alias(SKEY),
                      col(MULT).cast("long").alias(N))
     stored = op.component_schemas()[ROWS]
-    op.store.write_all({ROWS: as_stored(spark, rows, stored)})
+    op.store.write_all({ROWS: as_stored(spark, _netted(rows, N), stored)})
     return True
 
 
 def capture_anti_join(spark: SparkSession, left: DataFrame, right: DataFrame, op: ExternalAntiJoin) -> bool:
     """Write an anti join's state from its whole inputs (``operators/anti_join_external.py``): the left rows
-    (annotated, fragments computed on Spark) one by one with their key and the annotation as text, and the right
-    rows counted per key, by the executors; the right side's two totals are the one row that comes back. False when
-    the store is not Delta tables."""
+    (annotated, fragments computed on Spark) netted per (key, row, annotation) with the annotation as text, and the
+    right rows counted per key, by the executors; the right side's two totals are the one row that comes back. False
+    when the store is not Delta tables."""
     if not hasattr(op.store, "write_all"):
         return False
     left = as_set(left)
-    rows = left.select(*[col(k).alias(kc) for k, kc in zip(op.left_keys, op.kcols)], *[col(c) for c in op.left_names],
-                       _set_text(col(SET)).alias(SKEY), col(MULT).cast("long").alias(MULT))
+    rows = _netted(left.select(*[col(k).alias(kc) for k, kc in zip(op.left_keys, op.kcols)],
+                               *[col(c) for c in op.left_names], _set_text(col(SET)).alias(SKEY),
+                               col(MULT).cast("long").alias(MULT)), MULT)
     null = F.lit(False)
     for k in op.right_keys:
         null = null | col(k).isNull()
@@ -174,6 +175,14 @@ def capture_anti_join(spark: SparkSession, left: DataFrame, right: DataFrame, op
                         RIGHT: as_stored(spark, counts, schemas[RIGHT])})
     op.set_totals(int(totals["nulls"] or 0) if totals else 0, int(totals["total"] or 0) if totals else 0)
     return True
+
+
+def _netted(rows: DataFrame, count: str) -> DataFrame:
+    """``rows`` as a bag, the form the in-memory operators keep: one row per distinct value of the other columns
+    with the sum of ``count``, those that cancel dropped. Identical input rows (equal in every kept column) become
+    one stored row with their multiplicity, so a store's change detection sees a delete of one copy."""
+    group = [col(c) for c in rows.columns if c != count]
+    return rows.groupBy(*group).agg(F.sum(col(count)).alias(count)).where(col(count) != 0)
 
 
 def _set_text(fragments: Column) -> Column:

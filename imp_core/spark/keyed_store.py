@@ -5,8 +5,8 @@ written by Spark, its versions the table's Delta versions.
 It reads through ``DeltaGroupStore`` and returns the contract's normal form (a bag's rows netted, a map's live rows);
 what it hands to ``DeltaGroupStore`` (replaced rows, loaded frames, Spark DataFrames a capture computed) goes as it
 is given. So the contract suite (``tests/engine/keyed_state/test_contract.py``) shows the Delta tables' own
-behaviour, including where they compare rows as sets. A commit is the table version the last write pinned; an abort
-closes the store, and the next write after an open rolls the table back to the opened version (``RESTORE``).
+behaviour, including where they count rows handed in un-netted. A commit is the table version the last write pinned;
+an abort closes the store, and the next write after an open rolls the table back to the opened version (``RESTORE``).
 """
 
 from __future__ import annotations

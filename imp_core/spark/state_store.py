@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import math
 import threading
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import unquote
 
 import polars as pl
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -273,7 +275,10 @@ class DeltaGroupStore:
     def vacuum(self, oldest: int) -> None:
         """Remove the files no version from ``oldest`` on needs (older sketch versions' state goes). Delta's
         retention is in whole hours: the files removed within ``VACUUM_MARGIN_HOURS`` plus the rounding before that
-        version's commit stay too. ``LITE``: the files to delete come from the log, not a listing of the table."""
+        version's commit stay too. ``LITE``: the files to delete come from the log, not a listing of the table.
+        When the log no longer covers the removals since the last vacuum (``LITE`` refuses), a full VACUUM is not the
+        fallback: it judges a file whose removal left the log by its age, and would delete files a kept version older
+        than the retention reads; :meth:`_remove_unread` deletes only what no kept version reads."""
         uri = _uri_sql(self._uri())
         history = self.spark.sql(f"DESCRIBE HISTORY delta.`{uri}`")
         age = history.where(F.col("version") == oldest).select(
@@ -287,14 +292,50 @@ class DeltaGroupStore:
         try:
             try:
                 self.spark.sql(f"VACUUM delta.`{uri}` LITE RETAIN {retain} HOURS")
-            except Exception:  # noqa: BLE001 - the log no longer covers the removals: list the table instead
-                self.spark.sql(f"VACUUM delta.`{uri}` RETAIN {retain} HOURS")
+            except Exception:  # noqa: BLE001 - the log no longer covers the removals since the last vacuum
+                self._remove_unread(oldest)
         finally:
             if before is None:
                 self.spark.conf.unset(key)
             else:
                 self.spark.conf.set(key, before)
         self.pinned = self._latest_seen = self._latest()  # the vacuum's own commits change no row
+
+    def _remove_unread(self, oldest: int) -> None:
+        """Delete the data files written after version ``oldest`` that no kept version reads (``oldest``, the later
+        versions sketch versions pinned, the latest): the files of appends a compaction replaced. Files written up to
+        ``oldest`` stay (a kept version may read them, and the log may no longer say which), and so does everything
+        when a commit after ``oldest`` has left the log."""
+        latest = self._latest()
+        written = self._written_since(oldest, latest)
+        if not written:
+            return
+        pinned = [self.pinned] if self.pinned is not None else []
+        kept = sorted({oldest, *(p for p in self.pins if p > oldest), *pinned, latest})
+        read: set[str] = set()
+        for v in kept:
+            read |= self._files_at(v)
+        storage.remove_files([f"{self._uri()}/{path}" for path in sorted(written - read)], self.spark)
+
+    def _written_since(self, oldest: int, latest: int) -> set[str]:
+        """The data files (paths relative to the table, decoded) that the commits ``(oldest, latest]`` added, from
+        their log entries; none when one of those entries has left the log or names a file outside the table."""
+        log = f"{self.location}/{TABLE}/_delta_log"
+        commits = [f"{log}/{v:020d}.json" for v in range(oldest + 1, latest + 1)]
+        if not commits or not all(storage.exists(c, self.spark) for c in commits):
+            return set()
+        entries = self.spark.read.json([storage.spark_uri(c) for c in commits])
+        if "add" not in entries.columns:
+            return set()
+        paths = [str(r[0]) for r in entries.where(F.col("add").isNotNull()).select("add.path").collect()]
+        if any("://" in p or p.startswith("/") for p in paths):
+            return set()
+        return {unquote(p) for p in paths}
+
+    def _files_at(self, version: int) -> set[str]:
+        """The data files version ``version`` of the table reads (paths relative to the table, decoded)."""
+        files = self.spark.read.format("delta").option("versionAsOf", version).load(self._uri()).inputFiles()
+        return {unquote(f).rsplit(f"/{TABLE}/", 1)[-1] for f in files}
 
     # -- inside ---------------------------------------------------------------------------------------------------
 
@@ -368,11 +409,39 @@ class DeltaGroupStore:
         self._latest_seen = self.pinned
 
     def _append(self, df: DataFrame) -> None:
-        """Append ``df`` (after :meth:`_restore`): one commit, the version after the latest (see :meth:`_sync`)."""
+        """Append ``df`` (after :meth:`_restore`): one commit, checked to be the version after the latest (see
+        :meth:`_sync`): that version's commit file there and the next one's absent (two file lookups). Otherwise
+        another writer committed too, and the commit is found in the history by the token it carries.
+
+        Raises:
+            StateError: The append's commit is not in the table's recent history.
+        """
+        token = f"imp-append-{uuid.uuid4().hex}"
         with self._lock, _small_log(self.spark):
-            self._bucketed(df).coalesce(1).write.format("delta").mode("append").partitionBy(BUCKET).save(self._uri())
-        self._latest_seen = self._latest() if self._latest_seen is None else self._latest_seen + 1
-        self.pinned = self._latest_seen
+            (self._bucketed(df).coalesce(1).write.format("delta").mode("append").partitionBy(BUCKET)
+             .option("userMetadata", token).save(self._uri()))
+        expected = None if self._latest_seen is None else self._latest_seen + 1
+        log = f"{self.location}/{TABLE}/_delta_log"
+        if expected is not None and storage.exists(f"{log}/{expected:020d}.json", self.spark) and \
+                not storage.exists(f"{log}/{expected + 1:020d}.json", self.spark):
+            self.pinned = self._latest_seen = expected
+            return
+        self.pinned = self._committed(token)
+        self._latest_seen = self._latest()
+
+    def _committed(self, token: str) -> int:
+        """The version of this store's commit that carries ``token`` (its ``userMetadata``).
+
+        Raises:
+            StateError: No recent commit carries it.
+        """
+        uri = _uri_sql(self._uri())
+        found = (self.spark.sql(f"DESCRIBE HISTORY delta.`{uri}` LIMIT {MAX_PINS}")
+                 .where(F.col("userMetadata") == token).select("version").first())
+        if found is None:
+            raise StateError(f"external state at {storage.redact(self.location)}: the commit of an append is not in "
+                             f"the table's history (another writer?); recapture the sketch")
+        return int(found[0])
 
     def _known(self, wanted: pl.DataFrame) -> pl.DataFrame | None:
         """The rows of the groups keyed by ``wanted`` (every state key) without a read, when the last replace covered
@@ -577,12 +646,22 @@ def _small_log(spark: SparkSession) -> Iterator[None]:
 
 
 def _changed_groups(old: pl.DataFrame, new: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """The keys of the groups whose rows (any component's) differ between ``old`` and ``new``."""
-    old, new = old.filter(pl.col(PART) != MARKER), new.filter(pl.col(PART) != MARKER)
+    """The keys of the groups whose rows (any component's) differ between ``old`` and ``new`` as bags: a row held
+    twice in ``old`` and once in ``new`` is a change (else the copy left behind would be read back)."""
+    old = _row_multiplicities(old.filter(pl.col(PART) != MARKER))
+    new = _row_multiplicities(new.filter(pl.col(PART) != MARKER))
     columns = list(new.columns)
     only_new = new.join(old, on=columns, how="anti", nulls_equal=True)
     only_old = old.join(new, on=columns, how="anti", nulls_equal=True)
     return pl.concat([only_new.select(keys), only_old.select(keys)]).unique()
+
+
+_COPIES = "__copies"
+
+
+def _row_multiplicities(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` as a bag: each distinct row once, with the number of its copies in :data:`_COPIES`."""
+    return rows.group_by(list(rows.columns)).agg(pl.len().cast(pl.Int64).alias(_COPIES))
 
 
 def _count(wide: pl.DataFrame, name: str) -> int:

@@ -389,3 +389,38 @@ def test_an_anti_join_batch_reads_and_writes_only_its_keys() -> None:
         assert (sorted(a.added), sorted(a.removed)) == (sorted(b.added), sorted(b.removed)), table
         assert_same_state(outside, memory, f"after the pass on {table}")
     assert fetched == [1, 1] and store.size() == {"left": 901, "right": 151}
+
+
+@pytest.mark.parametrize("outward", [True, False])
+def test_an_aggregation_with_a_minmax_buffer_refuses_to_move(outward: bool) -> None:
+    """A bounded MIN/MAX buffer (``minmax_buffer=N``) keeps the best N values per group, a store every value: a move
+    either way would lose values or bounds, so it is refused with a one-line error (the service then recaptures),
+    and a move of an aggregation without MIN/MAX, or without a buffer, goes ahead."""
+    from imp_core.errors import StateError
+    from imp_core.sketch.partition import Partition
+
+    parts = PartitionSet((Partition("r", "b", (0, 3, 6), "int"),))
+
+    def pipe(sql: str, buffer: int, outside: bool) -> Pipeline:
+        plan = parse_query(sql, {t: SCHEMAS[t] for t in TABLES}).plan
+        external = external_candidates(plan) if outside else frozenset()
+        p = Pipeline(plan, parts, external=external, minmax_buffer=buffer)
+        p.bind_stores(lambda op: MemoryGroupStore(op.key_names, op.component_schemas()))
+        p.capture(LocalBackend(Store({"r": [(i % 5, i % 4, 0.5, "abc"[i % 3], None) for i in range(30)]}).read),
+                  {"r": 0})
+        return p
+
+    def move(p: Pipeline, sql: str) -> Pipeline:
+        plan = parse_query(sql, {t: SCHEMAS[t] for t in TABLES}).plan
+        return p.placed(external_candidates(plan) if outward else frozenset(),
+                        lambda op: MemoryGroupStore(op.key_names, op.component_schemas()))
+
+    extreme = "SELECT r.a AS a, MAX(r.b) AS m FROM r GROUP BY r.a"
+    with pytest.raises(StateError, match=r"\(m\) keeps the best 2 values per group \(minmax_buffer=2\) and cannot "
+                                         r"move between memory and Delta tables; recapture the sketch") as e:
+        move(pipe(extreme, 2, not outward), extreme)
+    assert "\n" not in str(e.value)
+    assert move(pipe(extreme, 0, not outward), extreme).external == (external_candidates(
+        parse_query(extreme, {t: SCHEMAS[t] for t in TABLES}).plan) if outward else frozenset())
+    summed = "SELECT r.a AS a, SUM(r.b) AS s FROM r GROUP BY r.a"
+    assert move(pipe(summed, 2, not outward), summed).external != pipe(summed, 2, not outward).external

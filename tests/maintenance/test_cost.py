@@ -14,8 +14,8 @@ from imp_core.maintenance import cost
 
 
 def version(n: int, method: str, rows: int, seconds: float, table_version: int,
-            placement: dict[str, Any] | None = None) -> VersionRecord:
-    return VersionRecord(1, n, {"t": table_version}, {}, {}, method, None, rows, seconds * 1000, None,
+            placement: dict[str, Any] | None = None, reason: str | None = None) -> VersionRecord:
+    return VersionRecord(1, n, {"t": table_version}, {}, {}, method, reason, rows, seconds * 1000, None,
                          dt.datetime(2026, 1, 1), state_placement=placement)
 
 
@@ -100,3 +100,34 @@ def test_external_state_starts_from_its_own_prior() -> None:
                         history[-1], {"t": 2})
     fixed, per_row = cost.PRIORS["external"]
     assert est is not None and est.incremental == pytest.approx(fixed + per_row * 10_000)
+
+
+def test_after_recaptures_in_a_row_chosen_by_cost_the_next_step_is_incremental_once() -> None:
+    """The fit learns from incremental versions only: recaptures chosen by cost are its evidence that the choice
+    must be measured again, so after ``REVISIT`` of them the step is incremental whatever the estimate says."""
+    history = [version(1, "capture", 0, 4.0, 0)] + \
+        [version(i, "incremental", rows, 0.2 + rows * 1e-4, i) for i, rows in enumerate([100, 2000, 10_000], 2)]
+    source = Source([50_000], {v: 1_000_000 for v in range(20)})
+    chosen = cost.estimate(Parts(Catalog(history)), Loaded({"t": source}), history[-1], {"t": 5})  # type: ignore[arg-type]
+    assert chosen is not None and chosen.recapture_is_cheaper and not chosen.revisit
+    for n in range(cost.REVISIT):
+        previous = history[-1].table_versions["t"]
+        history.append(version(5 + n, "recapture", 0, 4.0, previous + 1, reason=chosen.reason()))
+        est = cost.estimate(Parts(Catalog(history)), Loaded({"t": source}), history[-1],  # type: ignore[arg-type]
+                            {"t": previous + 2})
+        assert est is not None and est.revisit == (n == cost.REVISIT - 1), n
+        assert est.recapture_is_cheaper == (n < cost.REVISIT - 1), n
+    history.append(version(9, "incremental", 50_000, 3.0, 10))  # measured again: the choice is the estimate's again
+    assert not cost.revisit(history)
+    again = cost.estimate(Parts(Catalog(history)), Loaded({"t": source}), history[-1], {"t": 11})  # type: ignore[arg-type]
+    assert again is not None and not again.revisit
+
+
+def test_recaptures_for_other_reasons_do_not_count_towards_a_revisit() -> None:
+    history = [version(1, "capture", 0, 4.0, 0)] + \
+        [version(i, "recapture", 0, 4.0, i, reason="requested") for i in range(2, 2 + cost.REVISIT)]
+    assert not cost.revisit(history)
+    assert cost.revisit([*history[:-1], version(9, "recapture", 0, 4.0, 9, reason=f"{cost.REASON}: about ...")]) \
+        is False
+    by_cost = [version(i, "recapture", 0, 4.0, i, reason=f"{cost.REASON}: about ...") for i in range(cost.REVISIT)]
+    assert cost.revisit(by_cost) and not cost.revisit(by_cost[1:])

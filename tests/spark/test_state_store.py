@@ -193,6 +193,70 @@ def test_a_compaction_vacuums_what_no_kept_sketch_version_reads(spark, tmp_path:
     assert again.fetch(keys)[GROUPS].get_column("__n").to_list() == [2]  # the kept version still reads
 
 
+class _NoLiteVacuum:
+    """The session, but ``VACUUM ... LITE`` fails as when the log no longer covers the removals since the last one."""
+
+    def __init__(self, spark) -> None:  # noqa: ANN001
+        self._spark = spark
+
+    def sql(self, text: str, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        if text.startswith("VACUUM") and " LITE " in text:
+            raise RuntimeError("VACUUM LITE cannot be run: the log was cleaned up")
+        return self._spark.sql(text, *args, **kwargs)
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        return getattr(self._spark, name)
+
+
+def test_a_vacuum_the_log_cannot_serve_removes_only_files_no_kept_version_reads(spark, tmp_path: Path,  # noqa: ANN001
+                                                                                 monkeypatch) -> None:  # noqa: ANN001
+    """When ``VACUUM LITE`` refuses, no full VACUUM runs (it judges files by age, and would delete files a kept
+    version older than the retention reads): the files written after the oldest kept version that no kept version
+    reads go, every file a kept version reads stays."""
+    from imp_core.spark import state_store
+
+    monkeypatch.setattr(state_store, "COMPACT_MIN_ROWS", 1)
+    session = _NoLiteVacuum(spark)
+    store = DeltaGroupStore(session, str(tmp_path / "state"), KEYS, SCHEMAS_OF, buckets=1, retention=2)  # type: ignore[arg-type]
+    store.load({GROUPS: groups([(1, "a", 1, 1.0, [0]), (2, "a", 1, 2.0, [0])]),
+                FCOUNTS: fcounts([(1, "a", 0, 1), (2, "a", 0, 1)])})
+    references = [store.reference()]
+    keys = pl.DataFrame({"k": [1], "s": ["a"]})
+    for n in (2, 3, 4):
+        store = DeltaGroupStore.from_reference(session, KEYS, SCHEMAS_OF, references[-1], retention=2)  # type: ignore[arg-type]
+        store.fetch(keys)
+        store.replace(keys, {GROUPS: groups([(1, "a", n, 1.0, [0])]), FCOUNTS: fcounts([(1, "a", 0, n)])})
+        references.append(store.reference())
+    table = tmp_path / "state" / "state"
+    operations = [r["operation"] for r in spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()]
+    assert "VACUUM START" not in operations and operations.count("WRITE") >= 4
+    on_disk = {str(p.relative_to(table)) for p in table.rglob("*.parquet")}
+    kept = [references[-2]["version"], references[-1]["version"]]
+    read = set().union(*(store._files_at(v) for v in kept))
+    assert read <= on_disk
+    unread_since = set().union(*(store._files_at(v) for v in range(kept[0] + 1, kept[1] + 1))) - read
+    assert unread_since and not unread_since & on_disk  # the append the last compaction replaced went
+    again = DeltaGroupStore.from_reference(spark, KEYS, SCHEMAS_OF, references[-2])
+    assert again.fetch(keys)[GROUPS].get_column("__n").to_list() == [3]  # the kept version still reads
+
+
+def test_an_append_finds_its_own_commit_after_another_writers(spark, tmp_path: Path) -> None:  # noqa: ANN001
+    """A commit by another writer between the store's look-up of the latest version and its append: the store pins
+    its own append's version, not the one after the version it saw."""
+    store = DeltaGroupStore(spark, str(tmp_path / "state"), KEYS, SCHEMAS_OF, buckets=1)
+    store.load({GROUPS: groups([(1, "a", 1, 1.0, [0])]), FCOUNTS: fcounts([(1, "a", 0, 1)])})
+    store = DeltaGroupStore.from_reference(spark, KEYS, SCHEMAS_OF, store.reference())
+    keys = pl.DataFrame({"k": [1], "s": ["a"]})
+    store.fetch(keys)  # the latest version looked up
+    table = tmp_path / "state" / "state"
+    spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('imp.test' = 'x')")  # another writer's commit
+    store.replace(keys, {GROUPS: groups([(1, "a", 2, 1.0, [0])]), FCOUNTS: fcounts([(1, "a", 0, 2)])})
+    latest = spark.sql(f"DESCRIBE HISTORY delta.`{table}` LIMIT 1").first()
+    assert latest is not None and latest["operation"] == "WRITE" and store.pinned == latest["version"]
+    again = DeltaGroupStore.from_reference(spark, KEYS, SCHEMAS_OF, store.reference())
+    assert again.fetch(keys)[GROUPS].get_column("__n").to_list() == [2]
+
+
 def test_a_vacuum_keeps_what_a_version_of_any_age_reads() -> None:
     """Delta rounds a VACUUM's retention to whole hours: the hours given cover the version's age and the margin."""
     from imp_core.spark.state_store import VACUUM_MARGIN_HOURS, retain_hours

@@ -16,9 +16,8 @@ gate stays, a batch is the keyed rule above (rows with a NULL key never pass a k
 gate (the subquery's first NULL, its last row gone) changes the verdict of every stored row: the process raises
 ``WholeStateChangedError`` before writing, and the service recaptures (computing the new result on Spark, instead of
 reading every stored row into the process). Keys that are floats have no external form (their NaN-free form is two
-columns). A capture on Spark writes both components from the inputs row by row, nothing collected
-(``spark/external_capture.capture_anti_join``); a key's rows are netted when a batch first touches it, and when the
-state is read whole. See docs/ARCHITECTURE.md, "Where state lives".
+columns). A capture on Spark writes both components from the inputs, netted as here, nothing collected
+(``spark/external_capture.capture_anti_join``). See docs/ARCHITECTURE.md, "Where state lives".
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ The store holds one component, ``rows``: the input rows as the in-memory operato
 annotation as text ``__skey``, the multiplicity ``__n``), keyed by the partition key's values ``__p0``, ``__p1``, ...
 A batch asks the store for the rows of the groups it touches, ranks them before and after the change with the
 in-memory operator's code (so the same ranks, ties and output delta), and hands the touched groups' netted rows back.
-The rows a capture on Spark writes are the input rows one by one (``__n`` their multiplicity, not netted: a group is
-netted the first time a batch touches it, and when its state is read whole). Partition keys that are floats stay in
-memory (their NaN-free form is two columns, and Spark and polars order NaN alike only there). See
-docs/ARCHITECTURE.md, "Where state lives".
+The rows a capture on Spark writes are the input rows netted as here (one per row and annotation, ``__n`` their
+multiplicity): the store compares a group's rows as bags, so the stored rows must be the bag the operator holds.
+Partition keys that are floats stay in memory (their NaN-free form is two columns, and Spark and polars order NaN
+alike only there). See docs/ARCHITECTURE.md, "Where state lives".
 """
 
 from __future__ import annotations

@@ -77,7 +77,24 @@ class CallRules:
     def _TryCast(self, node: exp.TryCast) -> Expr:
         return self._Cast(node)
 
+    def _Collate(self, node: exp.Collate) -> Expr:
+        self._check_collation(node.expression, node)
+        return self(node.this)
+
+    def _check_collation(self, collation: exp.Expression | None, at: exp.Expression) -> None:
+        """Refuse a collation other than Spark's default (``UTF8_BINARY``): Spark compares, groups and orders such
+        strings by it (``UTF8_LCASE``: case-insensitively), the engine byte-wise, so a sketch would hold other
+        groups than Spark's answer."""
+        if collation is None:
+            return
+        name = (collation.name if isinstance(collation, exp.Literal) else collation.sql("spark")).strip("`'\"")
+        if name.upper() != "UTF8_BINARY":
+            raise self.loc.unsupported(f"collation {name} (COLLATE)", at,
+                                       "strings are compared byte-wise (UTF8_BINARY, Spark's default) by sketches; "
+                                       "remove the COLLATE")
+
     def _type(self, node: exp.DataType, at: exp.Expression) -> pa.DataType:
+        self._check_collation(node.args.get("collate"), at)
         t = node.this
         if t in NUMBER_TYPES:
             return NUMBER_TYPES[t]

@@ -6,7 +6,7 @@
 Delta tables on the session's Spark, through today's ``DeltaGroupStore``). The state has a map (accumulators with a
 tombstone count), a signed bag (rows with multiplicities) and an unsigned bag (counts per key). A case today's Delta
 tables fail is listed in ``TestDeltaStore.KNOWN_DEFECTS`` and marked ``xfail(strict=True)`` with the reason: where it
-is issue 53 (rows compared as sets, un-netted rows counted), its fix turns it into an unexpected pass, and the entry
+is issue 53 (un-netted rows counted), its fix turns it into an unexpected pass, and the entry
 goes.
 """
 
@@ -28,8 +28,6 @@ SPEC = StateSpec("aggregation@r.0", (("k", pl.Int64), ("s", pl.String)), (
     Component("hits", Kind.BAG, (("c", pl.Int64),), count="c", signed=False),
 ))
 
-SET_COMPARISON = ("issue 53: today's Delta store decides which keys changed by comparing their rows as sets, so "
-                  "{X, X} against {X} is 'unchanged' and the phantom copy stays")
 COUNTS_DUPLICATES = ("issue 53: today's Delta store counts the rows it stored, so identical rows handed in un-netted "
                      "count once each")
 COUNTS_ZERO_ROWS = ("not issue 53: today's Delta store stores a row whose count is 0 (a map's tombstone, a bag row "
@@ -326,8 +324,6 @@ class TestMemoryStore(ContractSuite):
 class TestDeltaStore(ContractSuite):
     OTHER_KIND = MemoryVersion(rows=(("acc", 0),))
     KNOWN_DEFECTS = {
-        "test_one_copy_of_two_identical_rows_can_go": SET_COMPARISON,
-        "test_identical_rows_of_a_load_are_netted_before_the_next_replace": SET_COMPARISON,
         "test_size_counts_identical_rows_once": COUNTS_DUPLICATES,
         "test_size_counts_no_zero_count_row": COUNTS_ZERO_ROWS,
     }
@@ -350,7 +346,6 @@ class TestDeltaStore(ContractSuite):
 
 
 @pytest.mark.spark
-@pytest.mark.xfail(strict=True, reason=SET_COMPARISON)
 def test_a_capture_loaded_from_spark_is_a_bag(spark, tmp_path) -> None:  # noqa: ANN001
     from imp_core.spark.frames import to_spark
     from imp_core.spark.keyed_store import DeltaStore

@@ -228,7 +228,7 @@ def remove_files(uris: Sequence[str], spark: SparkSession) -> None:
     """Delete the files ``uris`` (as Spark names them: local paths, ``file:`` or ``s3a://`` URIs) through the
     session's Hadoop file systems; a file already gone is no error."""
     jvm = _jvm(spark)
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001 - PySpark's Py4J handle
     for uri in uris:
         path = jvm.org.apache.hadoop.fs.Path(spark_uri(uri))
         path.getFileSystem(conf).delete(path, False)

@@ -1,6 +1,6 @@
 """The differential test's options, its harness fixture and its summary.
 
-``pytest tests/differential`` runs the CI streams (``--diff-streams``, default 8, from seed ``--diff-seed``, default
+``pytest tests/differential`` runs the CI streams (``--diff-streams``, default 4, from seed ``--diff-seed``, default
 0); ``pytest tests/differential --diff-streams 2000`` is the long run (with ``-n 2`` over two processes). The summary
 at the end counts streams, checks and differences (``python -m tests.differential`` runs the same without pytest).
 """
@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.differential.known import KNOWN_ON_MAIN
+from tests.differential.known import KNOWN_ON_MAIN, REGRESSION_SEEDS
 
 if TYPE_CHECKING:
     from imp_core.maintenance.service import SketchService
     from tests.differential.run import Harness, Outcome
 
-CI_STREAMS = 8
+CI_STREAMS = 4
 OUTCOMES: list[Outcome] = []
 
 
@@ -41,7 +41,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     first = metafunc.config.getoption("diff_seed", default=0)
     count = metafunc.config.getoption("diff_streams", default=CI_STREAMS)
     params = []
-    for seed in range(first, first + count):
+    for seed in sorted(set(range(first, first + count)) | set(REGRESSION_SEEDS)):
         marks = [pytest.mark.xfail(strict=True, reason=KNOWN_ON_MAIN[seed])] if seed in KNOWN_ON_MAIN else []
         params.append(pytest.param(seed, marks=marks, id=f"seed{seed}"))
     metafunc.parametrize("stream_seed", params)

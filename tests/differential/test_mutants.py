@@ -3,12 +3,13 @@ difference on the stream that triggers it.
 
 * ``set comparison``: a Delta-kept store decides what changed by comparing sets of rows (an anti join), so deleting
   one of two identical rows looks like no change (item 1);
-* ``shrinking error bound``: a float sum's interval is computed as if the stored value were exact, so deleting the
-  large terms of a cancelled sum shrinks the bound below the rounding that reached it (item 3).
+* ``shrinking error bound``: a float sum's interval is computed as if the stored value were exact (no error bound
+  at all), so deleting the large terms of a cancelled sum leaves an interval narrower than the rounding that reached
+  it (item 3).
 
-On main the defects are still there, so these pass with or without the mutant; once the fixes are merged they pass
-only because the mutant breaks them again. A mutant whose target has moved fails here (``monkeypatch`` raises), so
-that it is updated rather than silently testing nothing.
+With the fixes in place the harness finds no difference on these streams (test_streams.py), so a difference here
+comes from the mutant alone. A mutant whose target has moved fails here (``monkeypatch`` raises), so that it is
+updated rather than silently testing nothing.
 """
 
 from __future__ import annotations

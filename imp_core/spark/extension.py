@@ -1,11 +1,13 @@
 """imp's Spark session extension (``extension/``, Scala 2.13): the optimizer rule that applies published sketches to
 any query of a session that loads it (docs/DEPLOYMENT.md, "Queries from any client").
 
-It is compiled against the very jars that run it: pyspark ships Spark's jars and the Scala compiler of its Scala
-version (2.13.18 for pyspark 4.2.0), and Delta's connector is fetched by :mod:`imp_core.spark.connector`. So the build
-needs neither Maven's Spark tree (~450 MB) nor a Scala installation, and cannot drift from the Spark it runs in.
-The jar is named after the digest of its sources and of the jars it was compiled against, beside the connector jars
-(``<jars>/imp-extension/``): a checkout whose sources changed builds its own jar, and an unchanged one reuses it.
+Maven builds it (``extension/pom.xml``, Maven's Scala plugin) against the very jars that run it: Spark's own, from
+pyspark's jars folder, and Delta's connector, fetched by :mod:`imp_core.spark.connector`, handed to the compiler as
+a classpath. So Maven downloads only the Scala compiler and its plugin (cached in ``~/.m2``), never Spark's tree
+(~450 MB), and the jar cannot drift from the Spark it runs in. The pom's Scala version must be pyspark's; the build
+checks it. The jar is named after the digest of its sources, the pom and the jars it was compiled against, beside
+the connector jars (``<jars>/imp-extension/``): a checkout whose sources changed builds its own jar, and an
+unchanged one reuses it.
 
 Command line::
 
@@ -28,6 +30,7 @@ from imp_core.errors import ConfigError
 EXTENSION_CLASS = "imp.spark.ImpSketchExtension"
 API_CLASS = "imp.spark.ImpSketches"
 SUBDIR = "imp-extension"
+POM_NAME = "pom.xml"
 
 
 def _root() -> Path:
@@ -58,7 +61,7 @@ def digest() -> str:
     """Of the sources and the names of the jars compiled against (their versions are in the names)."""
     h = hashlib.sha256()
     root = _root()
-    for path in sources():
+    for path in [root / POM_NAME, *sources()]:
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     for jar in _classpath():
         h.update(jar.name.encode() + b"\0")
@@ -86,51 +89,51 @@ def require_built(directory: Path | None = None) -> Path:
     return path
 
 
-def _scalac(spark_jars: Path) -> list[str]:
-    compiler = [spark_jars / f"{n}" for n in ("scala-compiler", "scala-library", "scala-reflect")]
-    found = []
-    for prefix in compiler:
-        match = sorted(spark_jars.glob(f"{prefix.name}-2.13.*.jar"))
-        if not match:
-            raise ConfigError(f"pyspark's jars lack {prefix.name} (looked in {spark_jars}); reinstall pyspark")
-        found.append(str(match[-1]))
-    java = shutil.which("java")
-    if java is None:
-        raise ConfigError("Java 17 is needed to build imp's Spark extension; install a JDK 17")
-    return [java, "-Xss8m", "-Xmx1g", "-cp", os.pathsep.join(found), "scala.tools.nsc.Main"]
+def scala_version(pom: Path) -> str:
+    """The pom's ``scala.version`` property."""
+    import xml.etree.ElementTree as ET
+
+    found = ET.parse(pom).getroot().find("{http://maven.apache.org/POM/4.0.0}properties/"
+                                         "{http://maven.apache.org/POM/4.0.0}scala.version")
+    if found is None or not (found.text or "").strip():
+        raise ConfigError(f"{pom} sets no scala.version property; restore it from git")
+    return (found.text or "").strip()
+
+
+def check_scala(pom: Path, spark_jars: Path) -> None:
+    """The pom compiles with pyspark's Scala version (a jar built by another one fails at load time)."""
+    version = scala_version(pom)
+    if not (spark_jars / f"scala-library-{version}.jar").is_file():
+        shipped = sorted(p.name for p in spark_jars.glob("scala-library-*.jar"))
+        raise ConfigError(f"{pom} compiles with Scala {version} but pyspark ships {', '.join(shipped) or 'none'}; "
+                          f"set scala.version in the pom to pyspark's")
 
 
 def build(directory: Path | None = None, quiet: bool = True) -> Path:
-    """Compile the sources into the jar (a no-op when the jar of these sources exists).
+    """Compile the sources into the jar with Maven (a no-op when the jar of these sources exists).
 
     Raises:
-        ConfigError: Java, the jar tool or pyspark's compiler is missing, or the sources do not compile.
+        ConfigError: Maven is missing, the pom's Scala is not pyspark's, or the sources do not compile.
     """
     target = jar_path(directory)
     if target.is_file():
         return target
-    jar_tool = shutil.which("jar")
-    if jar_tool is None:
-        raise ConfigError("the JDK's jar tool is needed to build imp's Spark extension; install a full JDK 17")
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise ConfigError("Maven (mvn) is needed to build imp's Spark extension; install it (apt-get install maven)")
+    pom = _root() / POM_NAME
+    check_scala(pom, pyspark_jars())
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent) as tmp:
-        classes = Path(tmp) / "classes"
-        classes.mkdir()
-        args = Path(tmp) / "args"
-        args.write_text("\n".join(["-classpath", os.pathsep.join(str(p) for p in _classpath()), "-d", str(classes),
-                                   "-deprecation", "-release", "17", *(str(s) for s in sources())]) + "\n")
-        done = subprocess.run([*_scalac(pyspark_jars()), f"@{args}"], capture_output=True, text=True, check=False)
+        cmd = [mvn, "-B", *(["-q"] if quiet else []), "-f", str(pom), "package",
+               f"-Dimp.classpath={','.join(str(p) for p in _classpath())}", f"-Dimp.build={tmp}"]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-30:])
-            raise ConfigError(f"imp's Spark extension does not compile (exit {done.returncode}):\n{tail}")
-        if not quiet and done.stdout.strip():
-            print(done.stdout.strip())
-        staged = Path(tmp) / target.name
-        packed = subprocess.run([jar_tool, "cf", str(staged), "-C", str(classes), "."], capture_output=True,
-                                text=True, check=False)
-        if packed.returncode != 0:
-            raise ConfigError(f"jar could not pack imp's Spark extension: {packed.stderr.strip()}")
-        os.replace(staged, target)
+            lines = (done.stdout + done.stderr).strip().splitlines()
+            tail = "\n".join([ln for ln in lines if "[ERROR]" in ln][:30] or lines[-30:])
+            raise ConfigError(f"imp's Spark extension does not build (mvn exit {done.returncode}):\n{tail}")
+        [built] = Path(tmp).glob("imp-spark-extension-*.jar")
+        os.replace(built, target)
     return target
 
 

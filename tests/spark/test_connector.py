@@ -75,3 +75,14 @@ def test_the_session_reads_and_writes_delta_through_the_connector(spark, tmp_pat
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (4)")  # a commit written by delta-spark
     assert sorted(r.a for r in spark.read.format("delta").load(path).collect()) == [1, 2, 3, 4]
     assert sorted(r.a for r in spark.read.format("delta").option("versionAsOf", 0).load(path).collect()) == [1, 2, 3]
+
+
+
+def test_the_pom_compiles_with_pysparks_scala_and_refuses_another(tmp_path: Path) -> None:
+    pom = Path(extension.__file__).resolve().parents[2] / "extension" / extension.POM_NAME
+    extension.check_scala(pom, extension.pyspark_jars())  # the pinned pom builds against pyspark's Scala
+    version = extension.scala_version(pom)
+    other = tmp_path / extension.POM_NAME
+    other.write_text(pom.read_text().replace(f"<scala.version>{version}<", "<scala.version>2.12.18<"))
+    with pytest.raises(ConfigError, match=r"compiles with Scala 2\.12\.18 but pyspark ships scala-library-2\.13"):
+        extension.check_scala(other, extension.pyspark_jars())

@@ -40,15 +40,25 @@ log = logging.getLogger(__name__)
 _CONNECT_SIGNATURE = "registered through Spark Connect"  # signature_of's reason when no JVM was at hand
 
 
-def run_query(parts: Parts, sql: str, dialect: str = "spark", *, use_sketch: bool = True, capture: bool = False,
-              on: list[str] | None = None, fragments: int = 100, trigger: str = "cli") -> QueryResult:
+def run_query(
+    parts: Parts,
+    sql: str,
+    dialect: str = "spark",
+    *,
+    use_sketch: bool = True,
+    capture: bool = False,
+    on: list[str] | None = None,
+    fragments: int = 100,
+    trigger: str = "cli",
+) -> QueryResult:
     """Run ``sql`` on Spark, restricted by a fresh sketch when one can answer it (lazily maintained first); with
     ``use_sketch`` False, with the extension's rule off."""
     from imp_core.use.query import QueryResult, collect  # lazy start of Spark
 
     t0 = time.perf_counter()
-    prepared = prepare(parts, sql, dialect, use_sketch=use_sketch, capture=capture, on=on, fragments=fragments,
-                       trigger=trigger)
+    prepared = prepare(
+        parts, sql, dialect, use_sketch=use_sketch, capture=capture, on=on, fragments=fragments, trigger=trigger
+    )
     df, scanned, applied = dataframe(parts, prepared, sql, dialect, use_sketch=use_sketch)
     names = list(prepared.query.output_names)
     rows = collect(df, names, scanned)
@@ -61,8 +71,9 @@ def run_query(parts: Parts, sql: str, dialect: str = "spark", *, use_sketch: boo
     return QueryResult(names, rows, info, scanned, time.perf_counter() - t0, notes)
 
 
-def dataframe(parts: Parts, prepared: PreparedQuery, sql: str, dialect: str, *,
-              use_sketch: bool = True) -> tuple[DataFrame, ScanReport, list[dict[str, Any]]]:
+def dataframe(
+    parts: Parts, prepared: PreparedQuery, sql: str, dialect: str, *, use_sketch: bool = True
+) -> tuple[DataFrame, ScanReport, list[dict[str, Any]]]:
     """The prepared query as a DataFrame of ``spark.sql``, the tables' sizes from the Delta log, and the sketch
     versions the extension applied to it (``[{"sketch", "version"}]``; empty on Spark Connect, where the plan is
     on the server). A sketch the extension does not apply leaves a note on ``prepared``."""
@@ -85,10 +96,16 @@ def dataframe(parts: Parts, prepared: PreparedQuery, sql: str, dialect: str, *,
     with _session_conf(spark, conf), _table_views(spark, prepared):
         df = spark.sql(signature.spark_text(sql, dialect))
     applied = applied_sketches(spark, df)
-    if wanted is not None and conf.get(connector.SKETCH_EXPECT_CONF) and hasattr(df, "_jdf") and \
-            not any(a["sketch"] == wanted.name for a in applied):
-        prepared.notes.append(f"the Spark extension did not apply sketch {wanted.name} v{wanted.version.version}; "
-                              f"ran the query without it (`imp sketch explain --sql ...` says why)")
+    if (
+        wanted is not None
+        and conf.get(connector.SKETCH_EXPECT_CONF)
+        and hasattr(df, "_jdf")
+        and not any(a["sketch"] == wanted.name for a in applied)
+    ):
+        prepared.notes.append(
+            f"the Spark extension did not apply sketch {wanted.name} v{wanted.version.version}; "
+            f"ran the query without it (`imp sketch explain --sql ...` says why)"
+        )
     return df, report, applied
 
 
@@ -106,10 +123,12 @@ def require_extension(spark: SparkSession) -> None:
         ConfigError: The session's ``spark.sql.extensions`` lacks imp's extension.
     """
     if EXTENSION_CLASS not in str(spark.conf.get("spark.sql.extensions", "") or ""):
-        raise ConfigError(f"this Spark session does not load imp's sketch extension ({EXTENSION_CLASS}), which "
-                          f"applies sketches to its queries; start it with the settings of "
-                          f"imp_core.spark.connector.session_conf() (spark-submit: python -m "
-                          f"imp_core.spark.connector submit-args)")
+        raise ConfigError(
+            f"this Spark session does not load imp's sketch extension ({EXTENSION_CLASS}), which "
+            f"applies sketches to its queries; start it with the settings of "
+            f"imp_core.spark.connector.session_conf() (spark-submit: python -m "
+            f"imp_core.spark.connector submit-args)"
+        )
 
 
 def _sketch_conf(parts: Parts, spark: SparkSession, wanted: SketchInUse, notes: list[str]) -> dict[str, str | None]:
@@ -124,13 +143,16 @@ def _sketch_conf(parts: Parts, spark: SparkSession, wanted: SketchInUse, notes: 
         elif record.published_version is None or record.published_version < version:
             publisher.publish_version(parts.catalog, parts.settings, record, wanted.version)
     except Exception as e:  # noqa: BLE001 - the query still runs, without the sketch
-        notes.append(f"could not publish sketch {wanted.name} v{version} for the Spark extension "
-                     f"({first_line(e)}); ran the query without it")
+        notes.append(
+            f"could not publish sketch {wanted.name} v{version} for the Spark extension "
+            f"({first_line(e)}); ran the query without it"
+        )
         return {}
     out: dict[str, str | None] = {connector.SKETCH_EXPECT_CONF: f"{record.id}:{version}"}
     where = storage.spark_uri(publisher.location(parts.settings, wanted.version))
-    configured = [x.strip() for x in str(spark.conf.get(connector.SKETCH_LOCATION_CONF, "") or "").split(",")
-                  if x.strip()]
+    configured = [
+        x.strip() for x in str(spark.conf.get(connector.SKETCH_LOCATION_CONF, "") or "").split(",") if x.strip()
+    ]
     if (configured or parts.settings.publish_location) and where not in configured:
         out[connector.SKETCH_LOCATION_CONF] = ",".join([*configured, where])
     return out

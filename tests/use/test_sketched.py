@@ -18,8 +18,10 @@ from tests.conftest import write_in_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
-SQL = ("SELECT f.a, SUM(f.b) AS sb, COUNT(d.name) AS n FROM sk_f f JOIN sk_d d ON f.a = d.a "
-       "GROUP BY f.a HAVING SUM(f.b) > 2000")
+SQL = (
+    "SELECT f.a, SUM(f.b) AS sb, COUNT(d.name) AS n FROM sk_f f JOIN sk_d d ON f.a = d.a "
+    "GROUP BY f.a HAVING SUM(f.b) > 2000"
+)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +62,7 @@ def test_the_rule_applies_the_sketch_and_no_sketch_turns_it_off(service: SketchS
 def test_other_dialects_and_tightened_constants_get_the_sketch(service: SketchService, tables: Path) -> None:
     tighter = SQL.replace("> 2000", "> 3000")
     assert service.query(tighter).sketch == {"name": "sk_f_a", "version": 1}
-    postgres = SQL.replace("SUM(f.b) AS sb", "SUM(f.b) AS \"sb\"")
+    postgres = SQL.replace("SUM(f.b) AS sb", 'SUM(f.b) AS "sb"')
     assert service.query(postgres, dialect="postgres").sketch == {"name": "sk_f_a", "version": 1}
 
 
@@ -69,8 +71,9 @@ def test_a_version_committed_by_lazy_maintenance_is_applied_at_once(service: Ske
     spark.conf.set("spark.imp.sketches.refreshSeconds", "3600")  # only the expectation can refresh the cache
     try:
         before = service.query(SQL)
-        write_deltalake(str(tables), pa.table({"a": np.array([4, 20]), "b": np.array([5, 7000], np.int64)}),
-                        mode="append")
+        write_deltalake(
+            str(tables), pa.table({"a": np.array([4, 20]), "b": np.array([5, 7000], np.int64)}), mode="append"
+        )
         after = service.query(SQL)
         plain = service.query(SQL, use_sketch=False)
     finally:

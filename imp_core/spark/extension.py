@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from imp_core.errors import ConfigError
@@ -91,8 +92,6 @@ def require_built(directory: Path | None = None) -> Path:
 
 def scala_version(pom: Path) -> str:
     """The pom's ``scala.version`` property."""
-    import xml.etree.ElementTree as ET
-
     found = ET.parse(pom).getroot().find("{http://maven.apache.org/POM/4.0.0}properties/"
                                          "{http://maven.apache.org/POM/4.0.0}scala.version")
     if found is None or not (found.text or "").strip():

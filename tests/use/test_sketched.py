@@ -90,3 +90,34 @@ def test_sketched_sql_returns_the_rule_restricted_dataframe(service: SketchServi
     assert [a["sketch"] for a in applied_sketches(spark, df)] == ["sk_f_a"]
     plain = service.query(SQL, use_sketch=False)
     assert sorted(tuple(r) for r in df.collect()) == rows(plain)
+
+
+CDF = {"delta.enableChangeDataFeed": "true"}
+RIGHT_JOIN = (
+    "SELECT b1.k AS c0, COUNT(a1.y) AS c1 FROM sk_s AS a1 RIGHT JOIN sk_u AS b1 ON a1.c = b1.k "
+    "AND (LEAST(a1.y, a1.y) NOT BETWEEN 5 AND CAST(2.75 AS DOUBLE)) "
+    "WHERE ((a1.y < CAST(0.25 AS DOUBLE)) AND (a1.c IS NOT NULL)) GROUP BY b1.k"
+)
+
+
+def test_a_query_with_between_gets_the_sketch(service: SketchService, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Spark analyzes BETWEEN into a common subexpression whose id is drawn afresh in every analysis; the signature
+    numbers those ids by first use, so the query matches the sketch registered from the same text."""
+    root = tmp_path_factory.mktemp("rj")
+    write_deltalake(
+        str(root / "s"),
+        pa.table({"c": np.array([0, 1, 2, 3], np.int64), "y": np.array([0.0, 0.1, 0.5, 0.2])}),
+        configuration=CDF,
+    )
+    write_deltalake(str(root / "u"), pa.table({"k": np.array([0, 1, 2, 3, 4], np.int64)}), configuration=CDF)
+    service.register_table("sk_s", str(root / "s"), replace=True)
+    service.register_table("sk_u", str(root / "u"), replace=True)
+    service.create_sketch("sk_rj", RIGHT_JOIN, ["sk_u.k"], fragments=5)
+    try:
+        with_sketch = service.query(RIGHT_JOIN)
+        without = service.query(RIGHT_JOIN, use_sketch=False)
+        explained = service.explain(RIGHT_JOIN).sketches
+        assert with_sketch.sketch == {"name": "sk_rj", "version": 1}, [e.get("reason") for e in explained]
+        assert rows(with_sketch) == rows(without)
+    finally:
+        service.catalog.drop_sketch("sk_rj")

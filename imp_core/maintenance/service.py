@@ -31,7 +31,7 @@ from imp_core.publish.publisher import Published
 from imp_core.sketch.partition import Partition
 from imp_core.sketch.repartition import DEFAULT_FACTOR
 from imp_core.sources.delta import DeltaSource
-from imp_core.use import extension
+from imp_core.use import extension, sketched
 from imp_core.use.extension import Explanation
 
 if TYPE_CHECKING:
@@ -204,8 +204,8 @@ class SketchService:
 
     def query(self, sql: str, dialect: str = "spark", use_sketch: bool = True, capture: bool = False,
               on: list[str] | None = None, fragments: int = 100, trigger: str = "cli") -> QueryResult:
-        """Run ``sql`` on Spark, with a fresh sketch when one can answer it (:func:`sketch_use.run_query`)."""
-        return sketch_use.run_query(self.parts, sql, dialect, use_sketch=use_sketch, capture=capture, on=on,
+        """Run ``sql`` on Spark, with a fresh sketch when one can answer it (:func:`sketched.run_query`)."""
+        return sketched.run_query(self.parts, sql, dialect, use_sketch=use_sketch, capture=capture, on=on,
                                     fragments=fragments, trigger=trigger)
 
     def prepare_query(self, sql: str, dialect: str = "spark", maintain_first: bool = True,

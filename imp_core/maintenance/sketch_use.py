@@ -1,5 +1,6 @@
-"""Sketch use: find a sketch that can answer a query, load it for use (lazily maintained first, without waiting
-long on another maintainer), and run the query on Spark restricted by it (IMP paper Fig. 2).
+"""Sketch use: find a sketch that can answer a query and load it for use (lazily maintained first, without waiting
+long on another maintainer; IMP paper Fig. 2). The query then runs through Spark's SQL, where imp's extension
+applies the published version (:mod:`imp_core.use.sketched`).
 
 See docs/ARCHITECTURE.md, "Sketch use and reuse".
 """
@@ -8,9 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from imp_core.catalog import VersionRecord
 from imp_core.errors import (
@@ -19,7 +18,6 @@ from imp_core.errors import (
     SketchUnusableError,
     UnsafeSketchError,
     UsageError,
-    first_line,
 )
 from imp_core.maintenance import guards
 from imp_core.maintenance.loading import stored_query, version_partitions
@@ -37,10 +35,6 @@ from imp_core.sketch.sketch import Sketch
 from imp_core.sources.delta import DeltaSource
 from imp_core.sources.schema import schema_from_json
 from imp_core.use.rewrite import ranges_sql
-from imp_core.use.sql_text import sketched_dataframe
-
-if TYPE_CHECKING:
-    from imp_core.use.query import QueryResult
 
 log = logging.getLogger(__name__)
 
@@ -174,31 +168,6 @@ def prepare(parts: Parts, sql: str, dialect: str = "spark", *, use_sketch: bool 
     return prepared
 
 
-def run_query(parts: Parts, sql: str, dialect: str = "spark", *, use_sketch: bool = True, capture: bool = False,
-              on: list[str] | None = None, fragments: int = 100, trigger: str = "cli") -> QueryResult:
-    """Run ``sql`` on Spark, restricted by a fresh sketch when one can answer it (lazily maintained first)."""
-    from imp_core.use.query import QueryResult, collect, execute  # lazy start of Spark
-
-    t0 = time.perf_counter()
-    prepared = prepare(parts, sql, dialect, use_sketch=use_sketch, capture=capture, on=on, fragments=fragments,
-                       trigger=trigger)
-    applied = prepared.applied
-    if applied is not None:  # one SQL text, a handful of JVM calls (use/sql_text.py)
-        df, scanned = sketched_dataframe(parts.spark, sql, dialect, prepared.sources, prepared.versions,
-                                         applied.partitions, applied.sketch)
-    else:
-        df, scanned = execute(parts.spark, prepared.query.plan, prepared.sources, prepared.versions)
-    names = list(prepared.query.output_names)
-    rows = collect(df, names, scanned)
-    info = {"name": applied.name, "version": applied.version.version} if applied else None
-    notes = list(prepared.notes)
-    if prepared.unusable is not None:
-        notes.append(first_line(prepared.unusable))
-    elif use_sketch and prepared.found is None:
-        notes.append("no sketch can answer this query; ran it without one (add --capture to register one)")
-    return QueryResult(names, rows, info, scanned, time.perf_counter() - t0, notes)
-
-
 def sketch_for_table(parts: Parts, sketch: str, table: str, *, maintain_first: bool = True, trigger: str = "api",
                      notes: list[str] | None = None) -> tuple[SketchInUse | None, Partition]:
     """Sketch ``sketch`` loaded for use (:func:`sketch_for_use`) and its partition of ``table``.
@@ -278,5 +247,5 @@ def _covers(version: VersionRecord, current: dict[str, int]) -> bool:
     return all(version.table_versions.get(t, -1) >= v for t, v in current.items())
 
 
-__all__ = ["PreparedQuery", "SketchInUse", "find_sketch", "prepare", "run_query", "sketch_for_table",
+__all__ = ["PreparedQuery", "SketchInUse", "find_sketch", "prepare", "sketch_for_table",
            "sketch_for_use", "usable_version"]

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _EPOCH = dt.date(1970, 1, 1)
+_EPOCH_TS = dt.datetime(1970, 1, 1)
 _INTEGERS = ("tinyint", "smallint", "int", "bigint")
 
 
@@ -99,7 +100,7 @@ def _op(text: str, slot: Mapping[str, Any], captured: Plan, schemas: Mapping[str
 
 
 def _perturbed(literal: str, kind: str, value: str) -> tuple[str, str] | None:
-    """The literal's text one step larger and one step smaller, when it is a number or date literal holding
+    """The literal's text one step larger and one step smaller, when it is a number, date or timestamp literal holding
     ``value`` (None otherwise: that slot must keep its value)."""
     text = literal.strip()
     try:
@@ -121,9 +122,26 @@ def _perturbed(literal: str, kind: str, value: str) -> tuple[str, str] | None:
             if (day - _EPOCH).days != int(value):
                 return None
             return f"DATE '{day + dt.timedelta(days=1)}'", f"DATE '{day - dt.timedelta(days=1)}'"
-    except (ValueError, ArithmeticError):
+        if kind in ("timestamp", "timestamp_ntz"):
+            return _perturbed_timestamp(text, value)
+    except (ValueError, ArithmeticError, OverflowError):
         return None
     return None
+
+
+def _perturbed_timestamp(text: str, value: str) -> tuple[str, str] | None:
+    """A ``TIMESTAMP '...'`` literal one second later and earlier, when it holds ``value`` (microseconds since the
+    epoch, in the sketches' UTC session zone; a literal with its own offset is left alone)."""
+    body = text.split(None, 1)
+    if len(body) != 2 or body[0].upper() not in ("TIMESTAMP", "TIMESTAMP_NTZ"):
+        return None
+    moment = dt.datetime.fromisoformat(body[1].strip().strip("'\""))
+    if moment.tzinfo is not None:
+        return None
+    if (moment - _EPOCH_TS) // dt.timedelta(microseconds=1) != int(value):
+        return None
+    step = dt.timedelta(seconds=1)
+    return (f"{body[0]} '{(moment + step).isoformat(sep=' ')}'", f"{body[0]} '{(moment - step).isoformat(sep=' ')}'")
 
 
 __all__ = ["api", "plan_signature", "raw_signature", "spark_text"]

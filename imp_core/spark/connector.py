@@ -25,6 +25,8 @@ from imp_core.spark.jars import delta_version, fetch, jar_paths, jars_dir, pinne
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 SKETCH_LOCATION_CONF = "spark.imp.sketches.location"
+SKETCH_ENABLED_CONF = "spark.imp.sketches.enabled"  # false: the extension leaves every plan of the session alone
+SKETCH_EXPECT_CONF = "spark.imp.sketches.expect"  # "<sketch id>:<version>": re-read manifests that lack it
 
 # The settings that shape a query's result, at the values sketches are computed under: a session evaluating SQL
 # otherwise may need rows outside a sketch, so imp's extension applies sketches only in sessions with these values

@@ -4,7 +4,8 @@ Two entry points, both working on the SparkSession you already have:
 
 ``sketched_sql(spark, sql)``
     The query as a DataFrame, already restricted by a fresh sketch when one can answer it (the sketch is maintained
-    lazily first if a table changed since its version). Nothing is collected; compose it further as you like.
+    lazily first if a table changed since its version, then applied by imp's Spark extension, which the session
+    must load: ``imp_core.spark.connector.session_conf()``). Nothing is collected; compose it further as you like.
 
 ``sketch_filter(spark, table, sketch=...)``
     The predicate (a ``Column``) that keeps only the rows of ``table`` in the fragments of a fresh sketch, for your own
@@ -65,8 +66,8 @@ from imp_core.maintenance.service import SketchService
 from imp_core.maintenance.sketch_use import SketchInUse, SketchPredicate
 from imp_core.sketch.partition import Partition
 from imp_core.spark.session import apply_semantics, semantics_differences
-from imp_core.use.query import execute, range_filter, sketched_scan
-from imp_core.use.sql_text import sketched_dataframe
+from imp_core.use.query import range_filter, sketched_scan
+from imp_core.use.sketched import dataframe
 
 log = logging.getLogger(__name__)
 
@@ -92,17 +93,17 @@ def _service(spark: SparkSession, settings: Settings | None) -> SketchService:
 
 def sketched_sql(spark: SparkSession, sql: str, *, dialect: str = "spark", maintain: bool = True,
                  settings: Settings | None = None) -> DataFrame:
-    """``sql`` as a DataFrame over the registered tables, restricted by a fresh sketch when one can answer it."""
-    prepared = _service(spark, settings).prepare_query(sql, dialect, maintain_first=maintain)
-    for note in prepared.notes:
-        log.warning("%s", note)
+    """``sql`` as a DataFrame over the registered tables, restricted by a fresh sketch when one can answer it: the
+    sketch is maintained lazily and published first, then imp's Spark extension (which ``spark`` must load) applies
+    it when ``spark.sql`` analyzes the query (:mod:`imp_core.use.sketched`)."""
+    service = _service(spark, settings)
+    prepared = service.prepare_query(sql, dialect, maintain_first=maintain)
     if prepared.unusable is not None:
         _unusable(prepared.unusable)
-    applied = prepared.applied
-    if applied is not None:  # one SQL text, a handful of JVM calls
-        return sketched_dataframe(spark, sql, dialect, prepared.sources, prepared.versions, applied.partitions,
-                                  applied.sketch)[0]
-    return execute(spark, prepared.query.plan, prepared.sources, prepared.versions)[0]
+    df = dataframe(service.parts, prepared, sql, dialect)[0]
+    for note in prepared.notes:
+        log.warning("%s", note)
+    return df
 
 
 def _fresh(service: SketchService, sketch: str, table: str, maintain: bool) -> tuple[SketchInUse | None, Partition]:

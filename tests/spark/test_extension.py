@@ -16,7 +16,7 @@ import pytest
 from deltalake import write_deltalake
 
 from imp_core.maintenance.service import SketchService
-from imp_core.publish import manifest, publisher, store
+from imp_core.publish import manifest, publisher, signature, store
 from imp_core.spark import connector
 from tests.conftest import write_in_files
 
@@ -149,3 +149,15 @@ def test_stale_and_unusable_sketches_are_not_applied(sales: tuple[Path, str], se
     unusable = run_client(_pair(query.replace(t, f"{t} VERSION AS OF 9")), tmp_path)
     for on, off in (stale, unusable):
         assert on["applied"] == [] and on["rows"] == off["rows"]
+
+
+def test_the_signature_does_not_depend_on_common_subexpression_ids(sales: tuple[Path, str],
+                                                                   service: SketchService) -> None:
+    lake, _ = sales
+    tables = {"ext_sales": str(lake / "ext_sales")}
+    sql = "SELECT brand FROM ext_sales WHERE price BETWEEN 3 AND 7 OR numSold NOT BETWEEN 1 AND 2"
+    first, second = (signature.raw_signature(service.spark, sql, tables) for _ in range(2))
+    assert "CommonExpressionId" not in json.dumps(first["tree"])
+    assert first["hash"] == second["hash"] and not first.get("unmatchable")
+    other = signature.raw_signature(service.spark, sql.replace("price BETWEEN", "brand BETWEEN"), tables)
+    assert other["hash"] != first["hash"]

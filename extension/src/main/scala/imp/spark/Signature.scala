@@ -20,7 +20,8 @@ import org.apache.spark.sql.types.DataType
  * name and type), so expression ids and alias names never matter; a Delta scan becomes its table id (the version
  * is checked apart, against the manifest); literals become typed slots, numbered in the order of this traversal
  * (children first, then the node's own expressions left to right). What is kept: every operator and expression by
- * kind with all its other fields (join type, time zone, evaluation mode, ...). Nodes that only rename (a
+ * kind with all its other fields (join type, time zone, evaluation mode, ...); the ids of common subexpressions
+ * (`With`, which BETWEEN and others are analyzed into) become their order of first use in the node. Nodes that only rename (a
  * SubqueryAlias, a View, a projection of its child's columns in order) and CTE references (encoded as their
  * definition) are transparent. Anything the encoder cannot prove equal by its fields (a UDF, a lambda, an unknown
  * object, a non-Delta scan, a nondeterministic or time-dependent expression) makes the subtree unmatchable.
@@ -72,7 +73,8 @@ final class Encoder {
       childOutputs: Seq[Seq[Attribute]],
       childDescs: Seq[IndexedSeq[String]],
       own: Seq[Attribute],
-      scopes: List[(Seq[Seq[Attribute]], Seq[IndexedSeq[String]])])
+      scopes: List[(Seq[Seq[Attribute]], Seq[IndexedSeq[String]])],
+      common: mutable.Map[Long, Int] = mutable.Map())
 
   def encode(plan: LogicalPlan): Enc = node(plan, Nil)
 
@@ -154,6 +156,8 @@ final class Encoder {
       case n: java.lang.Number => n.toString
       case c: Char => s"'$c'"
       case d: DataType => typeText(d)
+      // drawn from a global counter when the expression is built (BETWEEN's With): numbered by first use instead
+      case c: CommonExpressionId => s"cse${ctx.common.getOrElseUpdate(c.id, ctx.common.size)}"
       case v: scala.Enumeration#Value => v.toString
       case p: Product => p.productPrefix + p.productIterator.map(x => field(x, ctx, lits, why)).mkString("(", ",", ")")
       case other => why += s"a field of type ${other.getClass.getSimpleName}"; "?"

@@ -42,7 +42,18 @@ object RuleConf {
   val Enabled = "spark.imp.sketches.enabled"
   val Location = "spark.imp.sketches.location"
   val Refresh = "spark.imp.sketches.refreshSeconds"
+  /** `<sketch id>:<version>,...`: versions just published that the cached manifests may not hold yet (imp sets
+   * it around its own queries, so a query right after a lazy maintenance sees the version it committed). */
+  val Expect = "spark.imp.sketches.expect"
   val DefaultDir = "_imp_sketches"
+
+  def expected(session: SparkSession): Seq[(Long, Long)] =
+    session.conf.getOption(Expect).toSeq.flatMap(_.split(",")).map(_.trim).filter(_.nonEmpty).flatMap { x =>
+      x.split(":") match {
+        case Array(id, v) => scala.util.Try((id.trim.toLong, v.trim.toLong)).toOption
+        case _ => None
+      }
+    }
 }
 
 /**
@@ -220,11 +231,17 @@ object Matching {
       .distinct
   }
 
+  /** The manifests of the locations for these tables. When the session expects sketch versions
+   * (`spark.imp.sketches.expect`) that no location's cached state holds yet, the locations are read again first. */
   def manifests(session: SparkSession, tablePaths: Seq[String]): Seq[(Manifest, String)] = {
     val refresh = session.conf.get(RuleConf.Refresh, "5").toLong
-    locations(session, tablePaths).flatMap { loc =>
-      ManifestStore.get(loc, session.sessionState.newHadoopConf(), refresh).manifests.map(_ -> loc)
-    }
+    val locs = locations(session, tablePaths)
+    def conf = session.sessionState.newHadoopConf()
+    var states = locs.map(loc => loc -> ManifestStore.get(loc, conf, refresh))
+    val expected = RuleConf.expected(session)
+    def held(id: Long, v: Long) = states.exists(_._2.manifests.exists(m => m.sketchId == id && m.version >= v))
+    if (expected.exists { case (id, v) => !held(id, v) }) states = locs.map(loc => loc -> ManifestStore.refresh(loc, conf))
+    states.flatMap { case (loc, state) => state.manifests.map(_ -> loc) }
   }
 
   /** Every check, in order; the first that fails is the verdict. */

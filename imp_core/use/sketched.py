@@ -113,7 +113,7 @@ def applied_sketches(spark: SparkSession, df: DataFrame) -> list[dict[str, Any]]
     """The sketch versions the extension applied to ``df``'s plan (empty for a Spark Connect DataFrame)."""
     if not hasattr(df, "_jdf"):
         return []
-    return list(json.loads(signature.api(spark).applied(df._jdf)))
+    return list(json.loads(signature.api(spark).applied(df._jdf)))  # noqa: SLF001 - PySpark's Py4J handle of the DataFrame
 
 
 def require_extension(spark: SparkSession) -> None:

@@ -34,8 +34,8 @@ from deltalake import DeltaTable, write_deltalake
 
 from imp_core.errors import NotFoundError, PlanError, UsageError
 from imp_core.maintenance.sketch_use import prepare, sketch_for_use
-from imp_core.use.query import collect
-from imp_core.use.sql_text import sketched_dataframe
+from imp_core.spark.connector import SKETCH_ENABLED_CONF
+from imp_core.use.query import collect, sketched_scan
 from tests.differential.generate import Row, Stream, _key, columns, renamed
 
 if TYPE_CHECKING:
@@ -273,8 +273,10 @@ class Harness:
             )
 
     def sketched_rows(self, sql: str, name: str) -> list[list[Any]]:
-        """``imp query``'s answer with sketch ``name`` (its latest version, not maintained first): the SQL text the
-        query runs with a sketch, at the table versions the sketch reflects."""
+        """Spark's answer to ``sql`` over only the rows in sketch ``name``'s fragments (its latest version, not
+        maintained first), at the table versions it reflects: each table of the query a temporary view of its rows
+        in the sketch (``sketched_scan``, what the extension's filter keeps), the extension's rule off so no other
+        sketch of the same query is applied instead."""
         parts = self.memory.parts
         prepared = prepare(parts, sql, use_sketch=False)
         record = parts.catalog.get_sketch(name)
@@ -282,11 +284,27 @@ class Harness:
             parts, name, parts.catalog.latest_version(record.id).table_versions, maintain_first=False
         )
         assert applied is not None
-        versions = {t: applied.version.table_versions[t] for t in prepared.sources}
-        df, scanned = sketched_dataframe(
-            parts.spark, sql, "spark", prepared.sources, versions, applied.partitions, applied.sketch
-        )
-        return collect(df, list(prepared.query.output_names), scanned)
+        spark = parts.spark
+        for table, source in prepared.sources.items():
+            version = applied.version.table_versions[table]
+            part = applied.partitions.get(table)
+            df = (
+                source.scan(spark, version)
+                if part is None
+                else sketched_scan(spark, source, version, part, applied.fragments(table))
+            )
+            df.createOrReplaceTempView(table)
+        before = spark.conf.get(SKETCH_ENABLED_CONF, None)
+        spark.conf.set(SKETCH_ENABLED_CONF, "false")
+        try:
+            return collect(spark.sql(sql), list(prepared.query.output_names))
+        finally:
+            if before is None:
+                spark.conf.unset(SKETCH_ENABLED_CONF)
+            else:
+                spark.conf.set(SKETCH_ENABLED_CONF, before)
+            for table in prepared.sources:
+                spark.catalog.dropTempView(table)
 
 
 def summary(outcomes: list[Outcome]) -> str:

@@ -198,8 +198,12 @@ def report_runs(context: Mapping[str, Any], submitted: Sequence[Sequence[str]] |
     """Versions made and change rows consumed by this DAG run's jobs, read back from the catalog.
 
     Raises:
-        AirflowFailException: A sketch that was submitted has no succeeded run (the report is logged first).
+        AirflowFailException: The stale sketches could not be listed (``submitted`` is None: its task failed), or
+            a sketch that was submitted has no succeeded run (the report is logged first).
     """
+    if submitted is None:
+        raise AirflowFailException("the stale sketches could not be listed, so nothing was maintained; see the "
+                                   "list_stale_groups task's log")
     expected = [name for argv in submitted or () for name in sketches_of(argv)]
     with _user_errors():
         report = ImpCatalogHook(conn_id).get_conn().run_report(trigger_for(context), expected)

@@ -138,11 +138,18 @@ def sketch_list(catalog: Catalog) -> list[dict[str, Any]]:
 
 
 def stale_sketches(catalog: Catalog) -> list[str]:
-    """Names of live sketches behind the current version of one of their tables (observations refreshed); also
-    clears capture runs left by dead processes (the nightly DAG calls this)."""
+    """Names of live sketches behind the current version of one of their tables (observations refreshed), and of
+    those reading a table that cannot be read now (their maintenance fails on its own and is recorded, instead of
+    one dropped table stopping every other sketch's); also clears capture runs left by dead processes (the nightly
+    DAG calls this)."""
     catalog.clear_abandoned_captures()
-    refresh_observations(catalog)
-    return catalog.stale_sketches()
+    observed = refresh_observations(catalog, strict=False)
+    unreadable = {table for table, version in observed.items() if isinstance(version, str)}
+    stale = catalog.stale_sketches()
+    for row in catalog.sketch_catalog() if unreadable else ():
+        if row["usable"] and row["name"] not in stale and unreadable.intersection(row["table_versions"] or {}):
+            stale.append(row["name"])
+    return sorted(stale)
 
 
 def overview(parts: ServiceContext, refresh: bool = True) -> list[dict[str, Any]]:

@@ -135,6 +135,24 @@ def test_one_failing_sketch_is_recorded_and_the_others_are_maintained(grouped, t
 
 
 @pytest.mark.spark
+def test_a_dropped_table_does_not_hide_the_other_stale_sketches(grouped, tmp_path: Path) -> None:  # noqa: ANN001
+    """The nightly listing observes every table: one whose directory is gone is listed with its sketches (their
+    maintenance fails and is recorded), and every other stale sketch is still listed."""
+    service, sketches = grouped
+    _table(tmp_path / "gone", 20, 1)
+    service.register_table("gone", str(tmp_path / "gone"), replace=True)
+    service.create_sketch("grp_gone", "SELECT g, SUM(v) AS s FROM gone GROUP BY g", ["gone.g"], bounds=["0,5"])
+    shutil.rmtree(tmp_path / "gone")
+    try:
+        listed = {name for group in service.stale_groups(25) for name in group}
+        assert listed == {*sketches, "grp_gone"}
+        assert {name for group in service.stale_groups(25, "gu") for name in group} == {"grp_u"}
+    finally:
+        service.drop_sketch("grp_gone")
+        service.unregister_table("gone")
+
+
+@pytest.mark.spark
 def test_a_failure_the_catalog_cannot_record_does_not_stop_the_group(grouped, tmp_path: Path,  # noqa: ANN001
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Recording a sketch's failed run can fail too (the catalog went away); the group still goes on and the job's

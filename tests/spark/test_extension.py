@@ -161,3 +161,18 @@ def test_the_signature_does_not_depend_on_common_subexpression_ids(sales: tuple[
     assert first["hash"] == second["hash"] and not first.get("unmatchable")
     other = signature.raw_signature(service.spark, sql.replace("price BETWEEN", "brand BETWEEN"), tables)
     assert other["hash"] != first["hash"]
+
+
+def test_a_window_frame_is_matchable_and_the_clock_is_not(sales: tuple[Path, str], service: SketchService) -> None:
+    """A window's CURRENT ROW bound is part of the plan, not a reading of the present; CURRENT_DATE is."""
+    lake, _ = sales
+    tables = {"ext_sales": str(lake / "ext_sales")}
+    ranked = ("SELECT x.brand, x.price FROM (SELECT brand, price, ROW_NUMBER() OVER (PARTITION BY brand ORDER BY "
+              "price DESC) AS rn FROM ext_sales) x WHERE x.rn <= 1")
+    framed = ("SELECT brand, SUM(price) OVER (PARTITION BY brand ORDER BY price ROWS BETWEEN UNBOUNDED PRECEDING AND "
+              "CURRENT ROW) AS s FROM ext_sales")
+    for sql in (ranked, framed):
+        assert not signature.raw_signature(service.spark, sql, tables).get("unmatchable"), sql
+    dated = signature.raw_signature(service.spark, "SELECT brand FROM ext_sales WHERE current_date() > DATE'2020-01-01'",
+                                    tables)
+    assert "time-dependent" in str(dated.get("unmatchable"))

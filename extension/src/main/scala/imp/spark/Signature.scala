@@ -220,9 +220,13 @@ object Encoder {
   private val timeNames = Set("CurrentDate", "CurrentTimestamp", "Now", "LocalTimestamp", "CurrentTimeZone",
     "CurrentUser", "CurrentDatabase", "CurrentCatalog", "CurrentTime", "CurrentBatchTimestamp")
 
-  def timeDependent(e: Expression): Boolean = {
-    val n = e.getClass.getSimpleName
-    timeNames(n) || n.startsWith("Current")
+  /** Whether `e` reads the clock or the session (CURRENT_DATE, NOW(), CURRENT_USER, ...): a window frame's
+   *  CURRENT ROW is a frame boundary, not a reading of the present. */
+  def timeDependent(e: Expression): Boolean = e match {
+    case _: SpecialFrameBoundary => false
+    case _ =>
+      val n = e.getClass.getSimpleName
+      timeNames(n) || n.startsWith("Current")
   }
 
   def digest(text: String): String = {

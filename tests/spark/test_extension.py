@@ -173,6 +173,7 @@ def test_a_window_frame_is_matchable_and_the_clock_is_not(sales: tuple[Path, str
               "CURRENT ROW) AS s FROM ext_sales")
     for sql in (ranked, framed):
         assert not signature.raw_signature(service.spark, sql, tables).get("unmatchable"), sql
-    dated = signature.raw_signature(service.spark, "SELECT brand FROM ext_sales WHERE current_date() > DATE'2020-01-01'",
-                                    tables)
+    dated = signature.raw_signature(
+        service.spark, "SELECT brand FROM ext_sales WHERE current_date() > DATE'2020-01-01'", tables
+    )
     assert "time-dependent" in str(dated.get("unmatchable"))

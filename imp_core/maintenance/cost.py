@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from imp_core.catalog import VersionRecord
+from imp_core.maintenance.context import ServiceContext
 from imp_core.maintenance.loading import LoadedSketch
-from imp_core.maintenance.parts import Parts
 
 HISTORY = 20  # incremental versions the fit looks at
 MIN_ROWS = 10_000  # below this many change rows a step is never worth a recapture
@@ -49,7 +49,7 @@ class Estimate:
                 f"incrementally)")
 
 
-def estimate(parts: Parts, loaded: LoadedSketch, latest: VersionRecord,
+def estimate(parts: ServiceContext, loaded: LoadedSketch, latest: VersionRecord,
              target: Mapping[str, int]) -> Estimate | None:
     """The costs of the step from ``latest`` to ``target``; None when there is nothing to go by (no capture
     duration recorded, or change row counts the Delta log does not give)."""

@@ -21,10 +21,10 @@ from imp_core.errors import ChangeFeedUnavailableError, StateError, UsageError, 
 from imp_core.maintenance import cost, guards, placement
 from imp_core.maintenance.batches import PendingVersion, plan_batches
 from imp_core.maintenance.changes import read_changes
+from imp_core.maintenance.context import ServiceContext
 from imp_core.maintenance.feeds import ChangeFeeds
 from imp_core.maintenance.loading import LoadedSketch, load_sketch, load_state, pipeline
 from imp_core.maintenance.options import state_options
-from imp_core.maintenance.parts import Parts
 from imp_core.maintenance.repartition import advance_rows, tracked_rows
 from imp_core.maintenance.runs import Run, commit, maintenance_run, new_version, table_identities
 from imp_core.maintenance.statistics import rows_per_version
@@ -47,7 +47,7 @@ class MaintenanceResult:
     up_to_date: bool = False
 
 
-def maintain(parts: Parts, name: str, strategy: str | None = None, batch_size: int | None = None,
+def maintain(parts: ServiceContext, name: str, strategy: str | None = None, batch_size: int | None = None,
              trigger: str = "cli", allow_recapture: bool = True, wait: float | None = None) -> MaintenanceResult:
     """Bring sketch ``name`` to the current table versions with ``strategy`` (default: the sketch's own).
 
@@ -90,7 +90,7 @@ def maintain(parts: Parts, name: str, strategy: str | None = None, batch_size: i
     return result
 
 
-def _clean_up_state(parts: Parts, loaded: LoadedSketch) -> None:
+def _clean_up_state(parts: ServiceContext, loaded: LoadedSketch) -> None:
     """Remove the external state folders no kept version reads (:func:`placement.clean_up`); a failure is reported,
     not raised: the versions are committed, and the next run tries again."""
     try:
@@ -103,7 +103,7 @@ def _clean_up_state(parts: Parts, loaded: LoadedSketch) -> None:
         parts.progress(f"sketch {loaded.name}: removed external state no kept version reads ({', '.join(removed)})")
 
 
-def _cheaper_recapture(parts: Parts, loaded: LoadedSketch, latest: VersionRecord, target: Mapping[str, int],
+def _cheaper_recapture(parts: ServiceContext, loaded: LoadedSketch, latest: VersionRecord, target: Mapping[str, int],
                        allow_recapture: bool) -> str | None:
     """Why a recapture should replace this step (cheaper by the cost estimate), or None."""
     if not (allow_recapture and parts.settings.cost_choice):
@@ -118,7 +118,7 @@ def _cheaper_recapture(parts: Parts, loaded: LoadedSketch, latest: VersionRecord
     return found.reason()
 
 
-def _incremental_batches(parts: Parts, loaded: LoadedSketch, latest: VersionRecord, target: dict[str, int],
+def _incremental_batches(parts: ServiceContext, loaded: LoadedSketch, latest: VersionRecord, target: dict[str, int],
                          strategy: Strategy, batch_size: int | None, allow_recapture: bool, run: Run,
                          result: MaintenanceResult) -> None:
     """One committed version per batch (lazy: one batch); a recapture instead when incremental maintenance cannot
@@ -147,7 +147,7 @@ def _incremental_batches(parts: Parts, loaded: LoadedSketch, latest: VersionReco
         result.delta_rows += latest.delta_rows
 
 
-def incremental(parts: Parts, loaded: LoadedSketch, operators: Pipeline, latest: VersionRecord,
+def incremental(parts: ServiceContext, loaded: LoadedSketch, operators: Pipeline, latest: VersionRecord,
                 target: Mapping[str, int], run: Run) -> VersionRecord:
     """One batch: one pass per changed table (in name order), each against the others at the versions already
     reached, then the new version committed."""
@@ -176,8 +176,8 @@ def incremental(parts: Parts, loaded: LoadedSketch, operators: Pipeline, latest:
     return commit(parts.catalog, loaded.record.id, latest, version, run, parts.settings.state_retention)
 
 
-def recapture(parts: Parts, loaded: LoadedSketch, latest: VersionRecord, target: Mapping[str, int], reason: str,
-              run: Run) -> VersionRecord:
+def recapture(parts: ServiceContext, loaded: LoadedSketch, latest: VersionRecord, target: Mapping[str, int],
+              reason: str, run: Run) -> VersionRecord:
     """Full maintenance at ``target``, after the lifecycle guards (schemas, safety and sign assumptions re-checked),
     committed with ``reason``."""
     guards.check_schemas(parts.catalog, loaded, target)
@@ -216,7 +216,7 @@ def eager_batches(loaded: LoadedSketch, start: Mapping[str, int], target: Mappin
     return plan_batches(dict(start), pending, batch_size)
 
 
-def is_stale(parts: Parts, name: str) -> bool:
+def is_stale(parts: ServiceContext, name: str) -> bool:
     """Whether a table of the sketch has a version its latest version does not reflect (observed on the way)."""
     catalog = parts.catalog
     latest = catalog.latest_version(catalog.get_sketch(name).id)
@@ -224,7 +224,7 @@ def is_stale(parts: Parts, name: str) -> bool:
     return any(v > latest.table_versions.get(t, -1) for t, v in current.items())
 
 
-def check_request(parts: Parts, name: Any, strategy: Any = None, batch_size: Any = None) -> dict[str, Any]:
+def check_request(parts: ServiceContext, name: Any, strategy: Any = None, batch_size: Any = None) -> dict[str, Any]:
     """Validate a maintenance request before any Spark job starts (the on-demand DAG's first task).
 
     Raises:

@@ -15,12 +15,12 @@ from imp_core.config import Settings
 from imp_core.errors import UsageError
 from imp_core.maintenance import advice, groups, layout, maintain, registration, repartition, reports, sketch_use
 from imp_core.maintenance.advice import ColumnAdvice
+from imp_core.maintenance.context import Progress, ServiceContext
 from imp_core.maintenance.groups import GroupResult
 from imp_core.maintenance.guards import check_usable
 from imp_core.maintenance.layout import Relayout, TableLayout
 from imp_core.maintenance.loading import LoadedSketch, load_sketch
 from imp_core.maintenance.maintain import MaintenanceResult
-from imp_core.maintenance.parts import Parts, Progress
 from imp_core.maintenance.registration import ParsedSql
 from imp_core.maintenance.repartition import RepartitionResult
 from imp_core.maintenance.sketch_use import PreparedQuery, SketchInUse, SketchPredicate
@@ -48,7 +48,7 @@ class SketchService:
 
     def __init__(self, settings: Settings, catalog: Catalog | None = None, spark: SparkSession | None = None,
                  progress: Progress | None = None) -> None:
-        self.parts = Parts(settings, catalog, spark, progress or log.info)
+        self.parts = ServiceContext(settings, catalog, spark, progress or log.info)
 
     # -- the process's parts
 

@@ -20,9 +20,9 @@ from imp_core.errors import (
     UsageError,
 )
 from imp_core.maintenance import guards
+from imp_core.maintenance.context import ServiceContext
 from imp_core.maintenance.loading import stored_query, version_partitions
 from imp_core.maintenance.maintain import maintain
-from imp_core.maintenance.parts import Parts
 from imp_core.maintenance.registration import ParsedSql, analyze, create_sketch
 from imp_core.maintenance.statistics import sign_oracle
 from imp_core.maintenance.strategy import Strategy
@@ -68,7 +68,7 @@ class PreparedQuery:
     unusable: SketchUnusableError | None = None  # why the sketch found must not be applied
 
 
-def find_sketch(parts: Parts, parsed: ParsedSql, query: Query) -> str | None:
+def find_sketch(parts: ServiceContext, parsed: ParsedSql, query: Query) -> str | None:
     """A live sketch that can answer the query: same template, and the same constants or constants that the reuse
     check proves only tighten the query's result (:mod:`imp_core.plan.reuse`). Usable sketches come first; an
     unusable one is still returned (the query then says it ran without it)."""
@@ -93,7 +93,7 @@ def find_sketch(parts: Parts, parsed: ParsedSql, query: Query) -> str | None:
     return None
 
 
-def usable_version(parts: Parts, name: str, current: dict[str, int], trigger: str,
+def usable_version(parts: ServiceContext, name: str, current: dict[str, int], trigger: str,
                    notes: list[str]) -> VersionRecord | None:
     """The sketch version a query at table versions ``current`` may use, without waiting on a maintainer for long.
 
@@ -124,7 +124,7 @@ def usable_version(parts: Parts, name: str, current: dict[str, int], trigger: st
     return parts.catalog.latest_version(record.id)
 
 
-def sketch_for_use(parts: Parts, name: str, current: dict[str, int], *, maintain_first: bool = True,
+def sketch_for_use(parts: ServiceContext, name: str, current: dict[str, int], *, maintain_first: bool = True,
                    trigger: str = "api", notes: list[str] | None = None) -> SketchInUse | None:
     """The one way a sketch is loaded for use: checked usable, maintained lazily first (``maintain_first``) or taken
     as it is, with its partitions. None when another maintainer held it past ``IMP_QUERY_WAIT``.
@@ -142,7 +142,7 @@ def sketch_for_use(parts: Parts, name: str, current: dict[str, int], *, maintain
     return SketchInUse(name, version, version_partitions(record, version))
 
 
-def prepare(parts: Parts, sql: str, dialect: str = "spark", *, use_sketch: bool = True, capture: bool = False,
+def prepare(parts: ServiceContext, sql: str, dialect: str = "spark", *, use_sketch: bool = True, capture: bool = False,
             on: list[str] | None = None, fragments: int = 100, maintain_first: bool = True,
             trigger: str = "cli") -> PreparedQuery:
     """Parse ``sql`` once, find a sketch that can answer it (registering one with ``capture``) and load it for use."""
@@ -168,7 +168,8 @@ def prepare(parts: Parts, sql: str, dialect: str = "spark", *, use_sketch: bool 
     return prepared
 
 
-def sketch_for_table(parts: Parts, sketch: str, table: str, *, maintain_first: bool = True, trigger: str = "api",
+def sketch_for_table(parts: ServiceContext, sketch: str, table: str, *, maintain_first: bool = True,
+                     trigger: str = "api",
                      notes: list[str] | None = None) -> tuple[SketchInUse | None, Partition]:
     """Sketch ``sketch`` loaded for use (:func:`sketch_for_use`) and its partition of ``table``.
 
@@ -204,7 +205,7 @@ class SketchPredicate:
     fragment_count: int  # fragments of the partition
 
 
-def sketch_predicate(parts: Parts, sketch: str, table: str | None = None) -> SketchPredicate:
+def sketch_predicate(parts: ServiceContext, sketch: str, table: str | None = None) -> SketchPredicate:
     """The predicate of ``sketch``'s latest usable version on ``table`` (the one table it partitions by default); the
     sketch is not maintained first.
 
@@ -233,7 +234,7 @@ def _safe_column(query: Query, sources: dict[str, DeltaSource], versions: dict[s
     return safe[0]
 
 
-def _auto_name(parts: Parts, sql: str) -> str:
+def _auto_name(parts: ServiceContext, sql: str) -> str:
     base = "q_" + hashlib.sha256(sql.encode()).hexdigest()[:8]
     existing = {r.name for r in parts.catalog.list_sketches()}
     name, i = base, 2

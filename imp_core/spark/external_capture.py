@@ -39,7 +39,7 @@ from imp_core.engine.operators.partials import Term, agg_columns
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, SET, VALUE, is_frag_col
 from imp_core.spark.compile import as_set, col, compile_expr
 from imp_core.spark.frames import spark_schema, to_spark
-from imp_core.spark.state_store import PART
+from imp_core.spark.state_store import COMPONENT
 from imp_core.spark.terms import partial_sums, rounding_bound
 
 
@@ -244,7 +244,7 @@ def output_frame(spark: SparkSession, op: ExternalOperator) -> DataFrame | None:
     names = layout.key_names
     # one aggregation over both components' rows per group (its groups row, its fragments with a positive count):
     # a filter on the keys from above (a join's key push-down) reaches the scan; a join of the two would stop it
-    groups, fcounts = col(PART) == GROUPS, col(PART) == FCOUNTS
+    groups, fcounts = col(COMPONENT) == GROUPS, col(COMPONENT) == FCOUNTS
     count, frag = col(store.physical(FCOUNTS, COUNT)), col(store.physical(FCOUNTS, FRAG))
     live = wide.groupBy(*[col(k) for k in names]).agg(
         *[F.first(F.when(groups, col(store.physical(GROUPS, c))), ignorenulls=True).alias(c)

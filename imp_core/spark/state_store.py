@@ -55,7 +55,7 @@ from imp_core.spark import xxhash
 from imp_core.spark.frames import spark_schema, to_polars, to_spark
 
 BUCKET = "__bucket"
-PART = "__c"  # the component a row belongs to
+COMPONENT = "__c"  # the component a row belongs to
 SEQ = "__seq"  # the store version that wrote the row: a group's rows are those of its latest
 MARKER = "#"  # the component of the row every append writes per replaced group (a group whose new rows are none)
 TABLE = "state"
@@ -177,7 +177,7 @@ class DeltaGroupStore:
             self._recent = (keys.select(self.keys).unique().cast(self.key_types), new)  # type: ignore[arg-type]
             return
         written = new.join(changed, on=self.keys, how="semi", nulls_equal=True)
-        markers = changed.with_columns(pl.lit(MARKER).alias(PART), pl.lit(seq, dtype=pl.Int64).alias(SEQ))
+        markers = changed.with_columns(pl.lit(MARKER).alias(COMPONENT), pl.lit(seq, dtype=pl.Int64).alias(SEQ))
         append = pl.concat([written, markers], how="diagonal_relaxed").select(list(self._columns))
         replaced = old.join(changed, on=self.keys, how="semi", nulls_equal=True)
         for name in self.schemas:
@@ -204,7 +204,7 @@ class DeltaGroupStore:
         self._overwrite(out)
         first = F.col(_q(self.sort_key))
         physical = (F.unix_date(first) if self.key_types[self.sort_key] == pl.Date else first).cast("long")
-        stats = self._table().groupBy(PART).agg(F.count(F.lit(1)), F.min(physical), F.max(physical)).collect()
+        stats = self._table().groupBy(COMPONENT).agg(F.count(F.lit(1)), F.min(physical), F.max(physical)).collect()
         self.rows = {name: 0 for name in self.schemas}
         self.rows.update({str(r[0]): int(r[1]) for r in stats if str(r[0]) in self.rows})
         ends = [(int(r[2]), int(r[3])) for r in stats if r[2] is not None]
@@ -243,7 +243,7 @@ class DeltaGroupStore:
         if self.log:
             latest = F.max(F.col(SEQ)).over(Window.partitionBy(*[F.col(_q(k)) for k in self.keys]))
             df = df.withColumn("__latest", latest).where(F.col(SEQ) == F.col("__latest"))
-        return df.where(F.col(PART).isin(list(names))).drop("__latest", BUCKET, SEQ)
+        return df.where(F.col(COMPONENT).isin(list(names))).drop("__latest", BUCKET, SEQ)
 
     def physical(self, name: str, column: str) -> str:
         """The table's column holding ``column`` of component ``name``."""
@@ -263,7 +263,8 @@ class DeltaGroupStore:
         """Rewrite the table with each group's latest rows only (the appended history goes)."""
         df = self._table()
         latest = F.max(F.col(SEQ)).over(Window.partitionBy(*[F.col(_q(k)) for k in self.keys]))
-        live = (df.withColumn("__latest", latest).where((F.col(SEQ) == F.col("__latest")) & (F.col(PART) != MARKER))
+        current = (F.col(SEQ) == F.col("__latest")) & (F.col(COMPONENT) != MARKER)
+        live = (df.withColumn("__latest", latest).where(current)
                 .drop("__latest", BUCKET).withColumn(SEQ, F.lit(0).cast("long")))
         self._overwrite(live)  # Delta reads the pinned snapshot while the overwrite commits a new one
         kept = self.pins[-(self.retention - 1):] if self.retention > 1 else []
@@ -518,7 +519,7 @@ class DeltaGroupStore:
     def _wide_schema(self) -> dict[str, pl.DataType]:
         """The table's columns (but the bucket) with their polars types."""
         out: dict[str, pl.DataType] = dict(self.key_types)
-        out[PART] = pl.String()
+        out[COMPONENT] = pl.String()
         out[SEQ] = pl.Int64()
         for name in self.schemas:
             for c, t in self.stored(name).items():
@@ -528,7 +529,7 @@ class DeltaGroupStore:
 
     def _wide(self, frames: Mapping[str, pl.DataFrame], seq: int) -> pl.DataFrame:
         parts = [df.rename({c: self.physical(name, c) for c in df.columns})
-                 .with_columns(pl.lit(name).alias(PART), pl.lit(seq, dtype=pl.Int64).alias(SEQ))
+                 .with_columns(pl.lit(name).alias(COMPONENT), pl.lit(seq, dtype=pl.Int64).alias(SEQ))
                  for name, df in frames.items()]
         out = pl.concat([self._empty_wide(), *parts], how="diagonal_relaxed")
         return out.select(list(self._columns)).cast(self._columns)  # type: ignore[arg-type]
@@ -537,7 +538,7 @@ class DeltaGroupStore:
         types = spark_schema(self._columns)
         own = {self.physical(name, c): c for c in self.stored(name)}
         return df.select(*[(F.col(_q(own[f.name])) if f.name in own else
-                            F.lit(name) if f.name == PART else F.lit(seq) if f.name == SEQ else
+                            F.lit(name) if f.name == COMPONENT else F.lit(seq) if f.name == SEQ else
                             F.lit(None)).cast(f.dataType).alias(f.name) for f in types.fields])
 
     def _empty_wide(self) -> pl.DataFrame:
@@ -551,7 +552,7 @@ class DeltaGroupStore:
         raw = {}
         for name in self.schemas:
             stored = self.stored(name)
-            own = wide.filter(pl.col(PART) == name)
+            own = wide.filter(pl.col(COMPONENT) == name)
             raw[name] = own.select([pl.col(self.physical(name, c)).alias(c) for c in stored]).cast(
                 stored, strict=False)  # type: ignore[arg-type]
         return {name: self._engine(name, df, raw.get(FCOUNTS)) for name, df in raw.items()}
@@ -648,8 +649,8 @@ def _small_log(spark: SparkSession) -> Iterator[None]:
 def _changed_groups(old: pl.DataFrame, new: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """The keys of the groups whose rows (any component's) differ between ``old`` and ``new`` as bags: a row held
     twice in ``old`` and once in ``new`` is a change (else the copy left behind would be read back)."""
-    old = _row_multiplicities(old.filter(pl.col(PART) != MARKER))
-    new = _row_multiplicities(new.filter(pl.col(PART) != MARKER))
+    old = _row_multiplicities(old.filter(pl.col(COMPONENT) != MARKER))
+    new = _row_multiplicities(new.filter(pl.col(COMPONENT) != MARKER))
     columns = list(new.columns)
     only_new = new.join(old, on=columns, how="anti", nulls_equal=True)
     only_old = old.join(new, on=columns, how="anti", nulls_equal=True)
@@ -665,7 +666,7 @@ def _row_multiplicities(rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _count(wide: pl.DataFrame, name: str) -> int:
-    return wide.filter(pl.col(PART) == name).height
+    return wide.filter(pl.col(COMPONENT) == name).height
 
 
 def _q(name: str) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from imp_core.errors import UsageError
-from imp_core.maintenance.parts import Parts
+from imp_core.maintenance.context import ServiceContext
 from imp_core.maintenance.registration import ParsedSql
 from imp_core.publish import publisher, signature
 from imp_core.sketch.partition import PartitionSet
@@ -44,7 +44,7 @@ class Explanation:
         return {"sketches": self.sketches, "locations": self.locations}
 
 
-def explain(parts: Parts, sql: str, dialect: str = "spark") -> Explanation:
+def explain(parts: ServiceContext, sql: str, dialect: str = "spark") -> Explanation:
     """What the extension decides for ``sql`` in imp's session (tables at their current versions)."""
     parsed = ParsedSql.parse(sql, dialect)
     registered = {t.name: t for t in parts.catalog.list_tables()}
@@ -57,7 +57,7 @@ def explain(parts: Parts, sql: str, dialect: str = "spark") -> Explanation:
     return Explanation(out["sketches"], out["locations"])
 
 
-def publish(parts: Parts, name: str) -> publisher.Published:
+def publish(parts: ServiceContext, name: str) -> publisher.Published:
     """Publish sketch ``name``'s latest version, computing its plan signature first when none is recorded."""
     record = parts.catalog.get_sketch(name)
     latest = parts.catalog.latest_version(record.id)

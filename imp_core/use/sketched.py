@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from imp_core.errors import ConfigError, first_line
-from imp_core.maintenance.parts import Parts
+from imp_core.maintenance.context import ServiceContext
 from imp_core.maintenance.sketch_use import PreparedQuery, SketchInUse, prepare
 from imp_core.publish import publisher, signature
 from imp_core.sources import storage
@@ -41,7 +41,7 @@ _CONNECT_SIGNATURE = "registered through Spark Connect"  # signature_of's reason
 
 
 def run_query(
-    parts: Parts,
+    parts: ServiceContext,
     sql: str,
     dialect: str = "spark",
     *,
@@ -72,7 +72,7 @@ def run_query(
 
 
 def dataframe(
-    parts: Parts, prepared: PreparedQuery, sql: str, dialect: str, *, use_sketch: bool = True
+    parts: ServiceContext, prepared: PreparedQuery, sql: str, dialect: str, *, use_sketch: bool = True
 ) -> tuple[DataFrame, ScanReport, list[dict[str, Any]]]:
     """The prepared query as a DataFrame of ``spark.sql``, the tables' sizes from the Delta log, and the sketch
     versions the extension applied to it (``[{"sketch", "version"}]``; empty on Spark Connect, where the plan is
@@ -131,7 +131,9 @@ def require_extension(spark: SparkSession) -> None:
         )
 
 
-def _sketch_conf(parts: Parts, spark: SparkSession, wanted: SketchInUse, notes: list[str]) -> dict[str, str | None]:
+def _sketch_conf(
+    parts: ServiceContext, spark: SparkSession, wanted: SketchInUse, notes: list[str]
+) -> dict[str, str | None]:
     """The session settings under which the extension sees ``wanted``'s version: published (now, when the commit's
     own publish failed or no signature was recorded), expected, and looked for where it was published."""
     require_extension(spark)
@@ -158,7 +160,7 @@ def _sketch_conf(parts: Parts, spark: SparkSession, wanted: SketchInUse, notes: 
     return out
 
 
-def _signature_computable(parts: Parts, recorded: Any) -> bool:
+def _signature_computable(parts: ServiceContext, recorded: Any) -> bool:
     """Whether a missing signature may be computed now: a JVM is at hand, and registration did not find the plan
     unmatchable (only that it had no JVM, or it recorded nothing)."""
     from imp_core.spark.session import is_remote  # lazy start of Spark

@@ -27,9 +27,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow, pytest.
 
 def _set_changed_groups(old: pl.DataFrame, new: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """The keys of groups whose rows differ as *sets* (the mutant: multiplicities ignored)."""
-    from imp_core.spark.state_store import MARKER, PART
+    from imp_core.spark.state_store import COMPONENT, MARKER
 
-    old, new = old.filter(pl.col(PART) != MARKER), new.filter(pl.col(PART) != MARKER)
+    old, new = old.filter(pl.col(COMPONENT) != MARKER), new.filter(pl.col(COMPONENT) != MARKER)
     columns = [c for c in new.columns if c in old.columns]
     only_new = new.join(old, on=columns, how="anti", nulls_equal=True)
     only_old = old.join(new, on=columns, how="anti", nulls_equal=True)

@@ -91,8 +91,51 @@ class JoinCacheBackend(Protocol):
         ...
 
 
+@runtime_checkable
+class StoreReadingBackend(Protocol):
+    """Optional: a backend that reads the results of operators keeping their state in stores outside the process
+    straight from those stores (``Relation.external``), and captures such operators' state into their stores. A
+    backend without it gets those results as frames brought into the process."""
+
+    def reads_external(self, rel: Relation) -> bool:
+        """Whether the results of ``rel.external``'s operators can be computed here from their stores."""
+        ...
+
+    def reads_external_side(self, rel: Relation) -> bool:
+        """Whether a join side's external results are better read here from their stores than brought into the
+        process."""
+        ...
+
+    def capture_external(self, child: Relation, op: Any, versions: Versions) -> bool:
+        """Capture an external operator's state from its whole input ``child`` into its store; False for the shapes
+        it leaves to the caller (nothing written then)."""
+        ...
+
+    def capture_anti_join(self, left: Relation, right: Relation, op: Any, versions: Versions) -> bool:
+        """Capture an external anti join's state from its two whole inputs into its store; False when it cannot."""
+        ...
+
+
+@runtime_checkable
+class GroupCountingBackend(Protocol):
+    """Optional: an estimate of a relation's distinct keys (the placement sizes a grouping by it)."""
+
+    def count_groups(self, child: Relation, keys: tuple[tuple[str, Any], ...], versions: Versions) -> int:
+        """About how many distinct ``keys`` (name, expression) ``child`` has."""
+        ...
+
+
 class Backend(CaptureBackend, JoinBackend, Protocol):
     """A backend a capture and any maintenance pass can use."""
 
 
-__all__ = ["Backend", "CaptureBackend", "JoinBackend", "JoinCacheBackend", "Relation", "Versions"]
+__all__ = [
+    "Backend",
+    "CaptureBackend",
+    "GroupCountingBackend",
+    "JoinBackend",
+    "JoinCacheBackend",
+    "Relation",
+    "StoreReadingBackend",
+    "Versions",
+]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from imp_core.engine.annotation import consolidate
-from imp_core.engine.backend import CaptureBackend, JoinCacheBackend, Relation, Versions
+from imp_core.engine.backend import CaptureBackend, JoinCacheBackend, Relation, StoreReadingBackend, Versions
 from imp_core.engine.evaluate import polars_type
 from imp_core.engine.external import ExternalOperator
 from imp_core.engine.join_sides import StageSide
@@ -185,7 +185,7 @@ class TreePass:
         backend: CaptureBackend = self.backend
         op = stage.op
         child = self.relation(stage.inputs[0])
-        if isinstance(op, ExternalOperator) and hasattr(backend, "capture_external") and self._may_defer(stage):
+        if isinstance(op, ExternalOperator) and isinstance(backend, StoreReadingBackend) and self._may_defer(stage):
             op.reset()  # type: ignore[attr-defined]
             if backend.capture_external(child, op, self.versions):  # written by Spark, not through this process
                 op.bind(op.store)
@@ -220,7 +220,7 @@ class TreePass:
         """Capture an external anti join on the backend from its two inputs (the results of external operators below
         read from their stores there), its result kept back (:meth:`_defer`); None where it cannot: the caller then
         brings both inputs whole into this process."""
-        if not hasattr(self.backend, "capture_anti_join") or not self._may_defer(stage):
+        if not isinstance(self.backend, StoreReadingBackend) or not self._may_defer(stage):
             return None
         sides: list[tuple[Relation, list[Stage]]] = []
         for side in stage.inputs:
@@ -277,7 +277,7 @@ class TreePass:
         below read from their stores (``Relation.external``), and the operators whose results it reads; None when the
         backend cannot read one of them, or a result held in memory is not whole yet (an external operator below it
         sends its result up only after the pass)."""
-        if not hasattr(self.backend, "reads_external"):
+        if not isinstance(self.backend, StoreReadingBackend):
             return None
         roots = list(dict.fromkeys(backend_roots(stage)))
         self._stacking += 1
@@ -384,7 +384,7 @@ class TreePass:
         """``stage``'s subtree with the results of the external operators in it read by the backend from their
         stores (``Relation.external``); None when none is there, they are small enough to read here, or the backend
         cannot read one of them (``reads_external_side``)."""
-        if not hasattr(self.backend, "reads_external_side") or not holds_external(stage):
+        if not isinstance(self.backend, StoreReadingBackend) or not holds_external(stage):
             return None
         roots = list(dict.fromkeys(backend_roots(stage)))
         external = tuple((r.node, r.op) for r in roots if is_external(r))

@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from imp_core.engine.annotation import AnnotationLayout
-from imp_core.engine.backend import Backend, JoinBackend, Relation, Versions
+from imp_core.engine.backend import Backend, GroupCountingBackend, JoinBackend, Relation, Versions
 from imp_core.engine.external import ExternalOperator, GroupStore, warm_stores
 from imp_core.engine.join_sides import StageSide
 from imp_core.engine.operators.aggregation import Aggregation
@@ -171,7 +171,7 @@ class Pipeline:
         """About how many groups the aggregation (or DISTINCT) at ``path`` has at ``versions``, counted by the
         backend over its input (None where the input holds state of other operators or the backend cannot)."""
         stage = self.stage_at(path)
-        if not stage.inputs[0].stateless or not hasattr(backend, "count_groups"):
+        if not stage.inputs[0].stateless or not isinstance(backend, GroupCountingBackend):
             return None
         op = stage.op
         keys = op.layout.keys if isinstance(op, Aggregation) else ()

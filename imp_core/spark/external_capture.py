@@ -39,7 +39,7 @@ from imp_core.engine.operators.partials import Term, agg_columns
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, SET, VALUE, is_frag_col
 from imp_core.spark.compile import as_set, col, compile_expr
 from imp_core.spark.frames import spark_schema, to_spark
-from imp_core.spark.state_store import COMPONENT
+from imp_core.spark.state_store import COMPONENT, DeltaGroupStore
 from imp_core.spark.terms import partial_sums, rounding_bound
 
 
@@ -139,7 +139,7 @@ def capture_rows(spark: SparkSession, df: DataFrame, op: ExternalGroupTopK) -> b
     row per (row, annotation) with its multiplicity, with the partition key and the annotation as text
     (``operators/group_topk_external.py``), to ``op.store`` by the executors. False when the store is not Delta
     tables."""
-    if not hasattr(op.store, "write_all"):
+    if not isinstance(op.store, DeltaGroupStore):
         return False
     df = as_set(df)
     keys = [compile_expr(e).alias(name) for e, name in zip(op.node.partition, op.pcols)]
@@ -155,7 +155,7 @@ def capture_anti_join(spark: SparkSession, left: DataFrame, right: DataFrame, op
     (annotated, fragments computed on Spark) netted per (key, row, annotation) with the annotation as text, and the
     right rows counted per key, by the executors; the right side's two totals are the one row that comes back. False
     when the store is not Delta tables."""
-    if not hasattr(op.store, "write_all"):
+    if not isinstance(op.store, DeltaGroupStore):
         return False
     left = as_set(left)
     rows = _netted(left.select(*[col(k).alias(kc) for k, kc in zip(op.left_keys, op.kcols)],

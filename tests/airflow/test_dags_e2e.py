@@ -62,8 +62,10 @@ def test_nightly_maintenance_maintains_every_stale_sketch(imp: Imp, airflow_cli:
     stale = {name.strip() for name in listed.split(",")}
     assert {"nt_top", "nt_count"} <= stale  # (other tests leave nothing stale, but do not rely on it)
     # one job for the group (every stale sketch fits in the default group of 25), its task named by its sketches
-    assert done.stdout.count(SPARK_SUBMIT_STARTED) == 1
-    assert "imp_core/jobs/submit.py maintain-group --sketch=" in done.stdout
+    # (a repartition job may follow for a skewed sketch another test left behind)
+    submits = [line for line in done.stdout.splitlines() if SPARK_SUBMIT_STARTED in line]
+    assert len([line for line in submits if "imp_core/jobs/submit.py maintain-group --sketch=" in line]) == 1, submits
+    assert all("submit.py maintain-group" in line or "submit.py repartition" in line for line in submits), submits
     assert f"this job's sketches: {len(stale)} succeeded, 0 failed" in done.stdout
     trigger = f"airflow:imp_nightly_maintenance/{run_id_of(done.stdout, 'imp_nightly_maintenance')}"
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from benchmarks.harness import Experiment, num
@@ -148,6 +149,12 @@ SUITES: tuple[Suite, ...] = (
     Suite("state_store", "One external operator's store alone", ("state_store",), "5 min", "state"),
     Suite("state_parts", "In-memory state saved and loaded in parts", ("state_parts",), "7 min", "state"),
     Suite("freshness", "Fresh within a minute of a commit (the real Airflow stack)", ("freshness",), "12 min"),
+    Suite(
+        "extension",
+        "Every Spark query gets the sketch: the session extension's planning cost and its speed-up by client",
+        ("extension_planning", "extension_queries", "extension_tpch"),
+        "10 min",
+    ),
 )
 
 
@@ -265,7 +272,16 @@ VIEWS: dict[str, View] = {
     "sketch_sizes": Wide("fragments"),
     "state_store": Pivot(_split_store, _store_cell, "groups per batch", "fetch / replace, medians (s)"),
     "skew_split": Full(cases=("round 0", "round 1", "round 5", "round 10")),
-    **{name: Full(notes=True) for name in ("skipping", "skipping_100m", "compaction", "lakehouse_connector")},
+    **{
+        name: Full(notes=True)
+        for name in (
+            "skipping",
+            "skipping_100m",
+            "compaction",
+            "lakehouse_connector",
+            "extension_queries",
+        )
+    },
 }
 
 
@@ -349,6 +365,28 @@ def _per_s(v: float) -> str:
 
 def _count(v: float) -> str:
     return f"{v:.0f}"
+
+
+def _added(case: str) -> Callable[[Loader], float | None]:
+    """The extension's planning time added to ``case``: the median of per-run differences on - off (seconds)."""
+
+    def figure(load: Loader) -> float | None:
+        e = load("extension_planning")
+        if e is None:
+            return None
+        diffs = [b - a for a, b in zip(e.values(case, "off"), e.values(case, "on"))]
+        return statistics.median(diffs) / 1000 if diffs else None
+
+    return figure
+
+
+def _client_vs_imp(load: Loader) -> float | None:
+    """spark.sql's speed-up with the extension over imp query's (1.0: the same)."""
+    e = load("extension_queries")
+    if e is None:
+        return None
+    a, b = (e.ratio_median(c, "without sketch", "with sketch") for c in ("spark.sql", "imp query"))
+    return None if not a or not b else a / b
 
 
 def _imp(e: Experiment, c: str) -> float | None:
@@ -613,6 +651,51 @@ TARGETS: tuple[Target, ...] = (
         over_cases("scale", r"^SF1 Q11 memory .* rows$", _fm_imp, min),
         ">=",
         1,
+        times,
+    ),
+    Target(
+        "54",
+        "extension: planning time added with no sketch for the tables <= 2 ms",
+        ("extension_planning",),
+        _added("no sketch for its tables: analysis"),
+        "<=",
+        0.002,
+        ms,
+    ),
+    Target(
+        "54",
+        "extension: the same with 100 sketches on other tables <= 2 ms",
+        ("extension_planning",),
+        _added("100 sketches on other tables: analysis"),
+        "<=",
+        0.002,
+        ms,
+    ),
+    Target(
+        "54",
+        "extension: planning time added with a match <= 5 ms",
+        ("extension_planning",),
+        _added("a match (the sketch applies): analysis"),
+        "<=",
+        0.005,
+        ms,
+    ),
+    Target(
+        "54",
+        "extension: the 22 TPC-H queries planned within 2% (on/off)",
+        ("extension_tpch",),
+        ratio_of("extension_tpch", "22 queries", "on", "off"),
+        "<=",
+        1.02,
+        times,
+    ),
+    Target(
+        "54",
+        "extension: spark.sql's speed-up at least imp query's, within 5% (>= 0.95)",
+        ("extension_queries",),
+        _client_vs_imp,
+        ">=",
+        0.95,
         times,
     ),
     Target("38", "SF10: driver peak <= 3 GB", ("scale",), _sf10_peak, "<=", 3, _gb),

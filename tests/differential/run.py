@@ -20,6 +20,7 @@ counted as a difference.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import time
 from collections import Counter
@@ -34,7 +35,9 @@ from deltalake import DeltaTable, write_deltalake
 
 from imp_core.errors import NotFoundError, PlanError, UsageError
 from imp_core.maintenance.sketch_use import prepare, sketch_for_use
-from imp_core.spark.connector import SKETCH_ENABLED_CONF
+from imp_core.publish import signature
+from imp_core.spark.connector import SKETCH_ENABLED_CONF, SKETCH_EXPECT_CONF
+from imp_core.use.extension import register_views
 from imp_core.use.query import collect, sketched_scan
 from tests.differential.generate import Row, Stream, _key, columns, renamed
 
@@ -61,12 +64,15 @@ class Outcome:
     differences: list[Difference] = field(default_factory=list)
     skipped: str | None = None  # the sketch could not be registered (an unsafe or unsupported plan)
     float_order: int = 0
+    rule_checks: int = 0  # steps whose query also ran through spark.sql with the extension's rule on
+    rule_applied: int = 0  # of those, the steps where the rule applied a sketch
     seconds: float = 0.0
     timings: Counter[str] = field(default_factory=Counter)  # seconds per phase (create, maintain, ...) and mode
 
     def report(self) -> str:
         lines = [
             f"stream seed={self.stream.seed}: {len(self.differences)} difference(s), {self.steps} checks, "
+            f"the rule applied a sketch in {self.rule_applied} of {self.rule_checks} queries through spark.sql, "
             f"{self.seconds:.1f} s (" + ", ".join(f"{k} {v:.1f}" for k, v in self.timings.most_common()) + ")"
         ]
         lines += [f"  step {d.step} {d.mode} {d.check}: {d.detail}" for d in self.differences]
@@ -245,7 +251,6 @@ class Harness:
             return
         with timed(out, "truth"):
             truth = self.memory.query(sql, use_sketch=False).rows
-        cols = out.stream.compared
         for mode in sorted(live):
             out.steps += 1
             if recaptured is not None and (got := self._fragments(names[mode])) != recaptured:
@@ -258,19 +263,56 @@ class Harness:
             except Exception as e:  # noqa: BLE001
                 out.differences.append(Difference(step, mode, "error", f"query: {type(e).__name__}: {e}"))
                 continue
-            if bag(rows, cols) == bag(truth, cols):
-                continue
-            if bag(rows, cols, floats=False) == bag(truth, cols, floats=False):
-                out.float_order += 1
-                continue
-            out.differences.append(
-                Difference(
-                    step,
-                    mode,
-                    "answer",
-                    f"with the sketch {sorted(map(repr, rows))} != Spark {sorted(map(repr, truth))}",
-                )
-            )
+            self._compare(out, step, mode, rows, truth, "with the sketch")
+        try:
+            with timed(out, "through the rule"):
+                applied, rows = self.rule_rows(sql, [names[m] for m in sorted(live)])
+        except Exception as e:  # noqa: BLE001
+            out.differences.append(Difference(step, "rule", "error", f"spark.sql: {type(e).__name__}: {e}"))
+            return
+        out.rule_checks += 1
+        out.rule_applied += bool(applied)
+        self._compare(out, step, "rule", rows, truth, f"through the extension's rule (applied {applied})")
+
+    def _compare(
+        self, out: Outcome, step: int, mode: str, rows: list[list[Any]], truth: list[list[Any]], what: str
+    ) -> None:
+        cols = out.stream.compared
+        if bag(rows, cols) == bag(truth, cols):
+            return
+        if bag(rows, cols, floats=False) == bag(truth, cols, floats=False):
+            out.float_order += 1
+            return
+        out.differences.append(
+            Difference(step, mode, "answer", f"{what} {sorted(map(repr, rows))} != Spark {sorted(map(repr, truth))}")
+        )
+
+    def rule_rows(self, sql: str, names: list[str]) -> tuple[list[dict[str, Any]], list[list[Any]]]:
+        """Spark's answer to ``sql`` through ``spark.sql`` with the extension's rule on, as a client's query runs:
+        each table a temporary view of its Delta table at its current version, the latest published versions of
+        the sketches ``names`` expected (so the rule sees them at once); with the sketch versions the rule applied.
+        """
+        parts = self.memory.parts
+        prepared = prepare(parts, sql, use_sketch=False)
+        spark = parts.spark
+        register_views(spark, prepared.sources)
+        records = [parts.catalog.get_sketch(n) for n in names]
+        expect = ",".join(f"{r.id}:{parts.catalog.latest_version(r.id).version}" for r in records)
+        saved = {k: spark.conf.get(k, None) for k in (SKETCH_ENABLED_CONF, SKETCH_EXPECT_CONF)}
+        spark.conf.set(SKETCH_ENABLED_CONF, "true")
+        spark.conf.set(SKETCH_EXPECT_CONF, expect)
+        try:
+            df = spark.sql(sql)
+            applied = json.loads(signature.api(spark).applied(df._jdf))
+            return applied, collect(df, list(prepared.query.output_names))
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    spark.conf.unset(k)
+                else:
+                    spark.conf.set(k, v)
+            for table in prepared.sources:
+                spark.catalog.dropTempView(table)
 
     def sketched_rows(self, sql: str, name: str) -> list[list[Any]]:
         """Spark's answer to ``sql`` over only the rows in sketch ``name``'s fragments (its latest version, not

@@ -21,12 +21,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from imp_core.errors import ConfigError, first_line
+from imp_core.errors import ConfigError, PlanError, first_line
 from imp_core.maintenance.context import ServiceContext
 from imp_core.maintenance.sketch_use import PreparedQuery, SketchInUse, prepare
 from imp_core.publish import publisher, signature
 from imp_core.sources import storage
-from imp_core.spark import connector
+from imp_core.spark import connector, failures
 from imp_core.spark.extension import EXTENSION_CLASS
 from imp_core.use import extension
 
@@ -93,8 +93,8 @@ def dataframe(
     wanted = prepared.applied if use_sketch else None
     if wanted is not None:
         conf.update(_sketch_conf(parts, spark, wanted, prepared.notes))
-    with _session_conf(spark, conf), _table_views(spark, prepared):
-        df = spark.sql(signature.spark_text(sql, dialect))
+    with session_conf(spark, conf), _table_views(spark, prepared):
+        df = _spark_sql(spark, signature.spark_text(sql, dialect))
     applied = applied_sketches(spark, df)
     if (
         wanted is not None
@@ -169,8 +169,28 @@ def _signature_computable(parts: ServiceContext, recorded: Any) -> bool:
     return not is_remote(parts.spark) and (not reason or reason.startswith(_CONNECT_SIGNATURE))
 
 
+_ANALYSIS_ERRORS = ("AnalysisException", "ParseException")
+
+
+def _spark_sql(spark: Any, text: str) -> Any:
+    """``spark.sql(text)``; a query Spark cannot parse or analyze is the user's to fix (a ``PlanError`` with
+    Spark's first line), a known data failure is its platform error, anything else stays an internal error."""
+    try:
+        return spark.sql(text)
+    except Exception as e:
+        known = failures.as_known_error(e)
+        if known is not None:
+            raise known from e
+        if type(e).__name__ in _ANALYSIS_ERRORS:
+            raise PlanError(
+                f"Spark cannot run the query: {storage.redact(first_line(e)).rstrip('; ')}; fix the SQL (imp query "
+                f"runs it as Spark SQL)"
+            ) from e
+        raise
+
+
 @contextmanager
-def _session_conf(spark: SparkSession, conf: dict[str, str | None]) -> Iterator[None]:
+def session_conf(spark: SparkSession, conf: dict[str, str | None]) -> Iterator[None]:
     """``conf`` set on the session (None: unset) while the block runs, the former values restored after."""
     saved = {k: spark.conf.get(k, None) for k in conf}
     try:
@@ -202,4 +222,4 @@ def _table_views(spark: SparkSession, prepared: PreparedQuery) -> Iterator[None]
             spark.catalog.dropTempView(name)
 
 
-__all__ = ["applied_sketches", "dataframe", "require_extension", "run_query"]
+__all__ = ["applied_sketches", "dataframe", "require_extension", "run_query", "session_conf"]

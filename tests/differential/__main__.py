@@ -13,10 +13,26 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 SUMMARY = "DIFFERENTIAL "
+
+
+def _guarded(harness: Any, seed: int) -> Any:
+    """One stream's outcome; an exception the harness does not classify (a crash) is a difference of that stream,
+    so that one bad stream neither ends the job nor hides the streams after it."""
+    from imp_core.errors import first_line
+    from tests.differential.generate import draw_stream
+    from tests.differential.run import Difference, Outcome
+
+    stream = draw_stream(seed)
+    try:
+        return harness.run(stream)
+    except Exception as e:  # noqa: BLE001 - reported as the stream's difference
+        return Outcome(stream, differences=[Difference(-1, "-", "crash", f"{type(e).__name__}: {first_line(e)}")])
 
 
 def _worker(first: int, count: int, job: int, jobs: int, master: str) -> int:
@@ -26,7 +42,6 @@ def _worker(first: int, count: int, job: int, jobs: int, master: str) -> int:
     from imp_core.config import Settings
     from imp_core.maintenance.service import SketchService
     from imp_core.spark.session import get_spark
-    from tests.differential.generate import draw_stream
     from tests.differential.run import Harness, summary
 
     with tempfile.TemporaryDirectory(prefix=f"imp-differential-{job}-") as tmp:
@@ -38,7 +53,7 @@ def _worker(first: int, count: int, job: int, jobs: int, master: str) -> int:
         outcomes = []
         try:
             for seed in range(first + job, first + count, jobs):
-                outcome = harness.run(draw_stream(seed))
+                outcome = _guarded(harness, seed)
                 outcomes.append(outcome)
                 print(
                     f"seed {seed}: {len(outcome.differences)} differences, {outcome.steps} checks, "
@@ -96,15 +111,24 @@ def main(argv: list[str] | None = None) -> int:
         for j in range(args.jobs)
     ]
     totals = {"streams": 0, "skipped": 0, "checks": 0, "differences": 0, "failed_seeds": []}
-    for j, proc in enumerate(procs):
+    lock = threading.Lock()
+
+    def relay(j: int, proc: subprocess.Popen[str]) -> None:  # every job's lines as they come (a full pipe stalls it)
         assert proc.stdout is not None
         for line in proc.stdout:
-            if line.startswith(SUMMARY):
-                for k, v in json.loads(line[len(SUMMARY) :]).items():
-                    totals[k] += v
-            else:
-                print(f"[job {j}] {line}", end="", flush=True)
+            with lock:
+                if line.startswith(SUMMARY):
+                    for k, v in json.loads(line[len(SUMMARY) :]).items():
+                        totals[k] += v
+                else:
+                    print(f"[job {j}] {line}", end="", flush=True)
         proc.wait()
+
+    readers = [threading.Thread(target=relay, args=(j, proc)) for j, proc in enumerate(procs)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join()
     failed = any(p.returncode for p in procs)
     print(
         f"differential: {totals['streams']} streams ({totals['skipped']} not sketchable), {totals['checks']} "

@@ -39,6 +39,7 @@ from imp_core.publish import signature
 from imp_core.spark.connector import SKETCH_ENABLED_CONF, SKETCH_EXPECT_CONF
 from imp_core.use.extension import register_views
 from imp_core.use.query import collect, sketched_scan
+from imp_core.use.sketched import session_conf
 from tests.differential.generate import Row, Stream, _key, columns, renamed
 
 if TYPE_CHECKING:
@@ -298,19 +299,12 @@ class Harness:
         register_views(spark, prepared.sources)
         records = [parts.catalog.get_sketch(n) for n in names]
         expect = ",".join(f"{r.id}:{parts.catalog.latest_version(r.id).version}" for r in records)
-        saved = {k: spark.conf.get(k, None) for k in (SKETCH_ENABLED_CONF, SKETCH_EXPECT_CONF)}
-        spark.conf.set(SKETCH_ENABLED_CONF, "true")
-        spark.conf.set(SKETCH_EXPECT_CONF, expect)
         try:
-            df = spark.sql(sql)
-            applied = json.loads(signature.api(spark).applied(df._jdf))
-            return applied, collect(df, list(prepared.query.output_names))
+            with session_conf(spark, {SKETCH_ENABLED_CONF: "true", SKETCH_EXPECT_CONF: expect}):
+                df = spark.sql(sql)
+                applied = json.loads(signature.api(spark).applied(df._jdf))
+                return applied, collect(df, list(prepared.query.output_names))
         finally:
-            for k, v in saved.items():
-                if v is None:
-                    spark.conf.unset(k)
-                else:
-                    spark.conf.set(k, v)
             for table in prepared.sources:
                 spark.catalog.dropTempView(table)
 
@@ -336,15 +330,10 @@ class Harness:
                 else sketched_scan(spark, source, version, part, applied.fragments(table))
             )
             df.createOrReplaceTempView(table)
-        before = spark.conf.get(SKETCH_ENABLED_CONF, None)
-        spark.conf.set(SKETCH_ENABLED_CONF, "false")
         try:
-            return collect(spark.sql(sql), list(prepared.query.output_names))
+            with session_conf(spark, {SKETCH_ENABLED_CONF: "false"}):
+                return collect(spark.sql(sql), list(prepared.query.output_names))
         finally:
-            if before is None:
-                spark.conf.unset(SKETCH_ENABLED_CONF)
-            else:
-                spark.conf.set(SKETCH_ENABLED_CONF, before)
             for table in prepared.sources:
                 spark.catalog.dropTempView(table)
 

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
+from imp_core.errors import PlanError
 from imp_core.maintenance.service import SketchService
 from imp_core.spark import connector
 from imp_core.use.api import sketched_sql
@@ -121,3 +122,17 @@ def test_a_query_with_between_gets_the_sketch(service: SketchService, tmp_path_f
         assert rows(with_sketch) == rows(without)
     finally:
         service.catalog.drop_sketch("sk_rj")
+
+
+def test_a_query_spark_cannot_analyze_is_a_plan_error(service: SketchService, tables: Path) -> None:
+    # the planner reads date - date as the days between them; Spark types it as an INTERVAL DAY, which it will not
+    # compare with a number: the user's SQL is at fault, said in one line, and the session is left as it was
+    spark = service.spark
+    sql = "SELECT f.a FROM sk_f f WHERE DATE '2024-01-04' - DATE '2024-01-01' = 3"
+    with pytest.raises(
+        PlanError, match=r"^Spark cannot run the query: AnalysisException: \[DATATYPE_MISMATCH.*pos 29; fix the SQL"
+    ) as caught:
+        service.query(sql, use_sketch=False)
+    assert "\n" not in str(caught.value)
+    assert spark.conf.get(connector.SKETCH_ENABLED_CONF, None) in (None, "true")
+    assert not spark.catalog.tableExists("sk_f")

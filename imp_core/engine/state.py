@@ -5,11 +5,11 @@ DataFrame as an Arrow IPC stream with a u64 length prefix. The header names the 
 the plan fingerprint, operator metadata and the SHA-256 of the frames. Operator ids (``<kind>@<node path>``) and frame
 names are part of the format.
 
-Format version 2 adds **external frames**: a large frame an operator keeps unchanged across versions (a
+Format version 2 adds **detached frames**: a large frame an operator keeps unchanged across versions (a
 :class:`Chunk`, the top-k's compacted rest) can be stored once, outside the blob, and named in the header by the
-SHA-256 of its Arrow IPC stream (``"external": {name: digest}``). The header is covered by the blob's sealed checksum,
-so a chunk fetched by its digest is as trustworthy as the blob. A blob without external frames is written as version
-1, which earlier imp versions read.
+SHA-256 of its Arrow IPC stream (header key ``"external": {name: digest}``, kept as stored). The header is covered
+by the blob's sealed checksum, so a chunk fetched by its digest is as trustworthy as the blob. A blob without
+detached frames is written as version 1, which earlier imp versions read.
 
 Format version 3 adds **parts**: when the catalog saves state it hands the codec a sink, and a frame of at least
 :data:`PART_FROM` bytes in memory is written to it as consecutive row slices of about :data:`PART_BYTES`, each its own
@@ -42,9 +42,9 @@ _WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 MAGIC = b"IMPS"
 FORMAT = "imp-arrow-ipc"
 FORMAT_VERSION = 1  # blobs whose frames are all inline
-EXTERNAL_VERSION = 2  # blobs naming external frames (chunks) by digest
+DETACHED_VERSION = 2  # blobs naming detached frames (chunks) by digest
 PARTS_VERSION = 3  # blobs naming frames stored as parts
-EXTERNAL_FROM = 8 << 20  # a chunk frame of at least this many bytes in memory is stored outside the blob
+DETACH_FROM = 8 << 20  # a chunk frame of at least this many bytes in memory is stored outside the blob
 PART_FROM = 32 << 20  # with a sink, a frame of at least this many bytes in memory is written as parts
 PART_BYTES = 16 << 20  # about this many bytes in memory per part
 
@@ -129,7 +129,7 @@ class Chunk:
             return int(self._frame.estimated_size())
         return len(self._data) if self._data is not None else 0
 
-    def external(self, threshold: int | None) -> bool:
+    def detached(self, threshold: int | None) -> bool:
         """Whether this chunk is stored outside the blob: one that was (not loaded), or a frame of at least
         ``threshold`` bytes (None: never, every frame inline)."""
         if threshold is None:
@@ -236,25 +236,25 @@ class StatePayload:
 
 def encode(kind: str, op_id: str, fingerprint: str, meta: dict[str, Any], frames: Mapping[str, Frame | Rows]) -> bytes:
     """A self-contained blob: every frame inline, chunks too."""
-    return encode_parts(kind, op_id, fingerprint, meta, frames, external_from=None)[0]
+    return encode_parts(kind, op_id, fingerprint, meta, frames, detach_from=None)[0]
 
 
 def encode_parts(kind: str, op_id: str, fingerprint: str, meta: dict[str, Any], frames: Mapping[str, Frame | Rows],
-                 *, external_from: int | None, sink: Sink | None = None) -> tuple[bytes, dict[str, Chunk]]:
-    """The blob and the chunks it names by digest: chunks of at least ``external_from`` bytes, or never loaded.
+                 *, detach_from: int | None, sink: Sink | None = None) -> tuple[bytes, dict[str, Chunk]]:
+    """The blob and the chunks it names by digest: chunks of at least ``detach_from`` bytes, or never loaded.
 
     With a ``sink``, frames of at least :data:`PART_FROM` bytes go to it as parts (format version 3) instead of into
     the blob; the blob names them in order.
     """
     body = io.BytesIO()
     names = []
-    external: dict[str, str] = {}
+    detached: dict[str, str] = {}
     chunks: dict[str, Chunk] = {}
     parts: dict[str, list[str]] = {}
     part_rows: dict[str, list[int]] = {}
     for name, df in frames.items():
-        if isinstance(df, Chunk) and df.external(external_from):
-            external[name] = df.digest
+        if isinstance(df, Chunk) and df.detached(detach_from):
+            detached[name] = df.digest
             chunks[df.digest] = df
             continue
         if sink is not None and isinstance(df, (pl.DataFrame, Rows)) and df.height and df.estimated_size() >= PART_FROM:
@@ -269,13 +269,13 @@ def encode_parts(kind: str, op_id: str, fingerprint: str, meta: dict[str, Any], 
     raw = body.getvalue()
     fields: dict[str, Any] = {"format": FORMAT, "kind": kind, "op_id": op_id, "fingerprint": fingerprint,
                               "frames": names, "meta": meta, "sha256": hashlib.sha256(raw).hexdigest()}
-    if external:
-        fields["external"] = external
+    if detached:
+        fields["external"] = detached
     if parts:
         fields["parts"] = parts
         fields["part_rows"] = part_rows
     header = json.dumps(fields, sort_keys=True, default=str).encode()
-    version = PARTS_VERSION if parts else EXTERNAL_VERSION if external else FORMAT_VERSION
+    version = PARTS_VERSION if parts else DETACHED_VERSION if detached else FORMAT_VERSION
     return MAGIC + struct.pack("<HI", version, len(header)) + header + raw, chunks
 
 
@@ -322,7 +322,7 @@ def decode(blob: bytes, *, kind: str | None = None, op_id: str | None = None,
            fingerprint: str | None = None, fetch: Fetch | None = None) -> StatePayload:
     """The payload of a blob, checked against its checksum and, when given, the operator it must belong to.
 
-    External frames come back as :class:`Chunk` s fetched with ``fetch`` on first use (without it, using one is a
+    Detached frames come back as :class:`Chunk` s fetched with ``fetch`` on first use (without it, using one is a
     ``StateError``); frames stored as parts as :class:`Parts`, read when the operator takes them over.
     """
     where = f"operator {op_id}" if op_id else "operator state"
@@ -353,7 +353,7 @@ def _read_header(blob: bytes, where: str) -> tuple[dict[str, Any], memoryview]:
     version, hlen = struct.unpack("<HI", blob[4:10])
     if 10 + hlen > len(blob):
         raise StateError(f"{where}: state header runs past the end of the blob; recapture the sketch")
-    if version not in (FORMAT_VERSION, EXTERNAL_VERSION, PARTS_VERSION):
+    if version not in (FORMAT_VERSION, DETACHED_VERSION, PARTS_VERSION):
         raise StateError(f"{where}: state format version {version} is not supported by this imp version "
                          f"(reads {FORMAT_VERSION} to {PARTS_VERSION}); recapture the sketch")
     try:
@@ -363,7 +363,7 @@ def _read_header(blob: bytes, where: str) -> tuple[dict[str, Any], memoryview]:
     # a header that parses can still be damaged (a flipped bit turns the key "frames" into "grames")
     if not (isinstance(header, dict) and header.get("format") == FORMAT and isinstance(header.get("frames"), list)
             and all(isinstance(n, str) for n in header["frames"]) and isinstance(header.get("meta", {}), dict)
-            and _valid_external(header.get("external", {}), version, header["frames"])
+            and _valid_detached(header.get("external", {}), version, header["frames"])
             and _valid_parts(header.get("parts", {}), version, [*header["frames"], *header.get("external", {})])
             and _valid_part_rows(header.get("part_rows", {}), header.get("parts", {}))):
         raise StateError(f"{where}: state header is malformed; recapture the sketch")
@@ -373,13 +373,13 @@ def _read_header(blob: bytes, where: str) -> tuple[dict[str, Any], memoryview]:
     return header, raw
 
 
-def _valid_external(external: Any, version: int, inline: list[str]) -> bool:
-    """Whether a header's external frames are well formed: a map of new frame names to SHA-256 digests, present
+def _valid_detached(detached: Any, version: int, inline: list[str]) -> bool:
+    """Whether a header's detached frames are well formed: a map of new frame names to SHA-256 digests, present
     in format version 2 (and possibly 3)."""
-    if not isinstance(external, dict) or (version == FORMAT_VERSION and external) or (
-            version == EXTERNAL_VERSION and not external):
+    if not isinstance(detached, dict) or (version == FORMAT_VERSION and detached) or (
+            version == DETACHED_VERSION and not detached):
         return False
-    return all(_is_digest(d) and n not in inline for n, d in external.items())
+    return all(_is_digest(d) and n not in inline for n, d in detached.items())
 
 
 def _valid_parts(parts: Any, version: int, others: list[str]) -> bool:

@@ -338,7 +338,7 @@ def test_parts_are_checked_and_need_the_catalog(monkeypatch: pytest.MonkeyPatch)
     # a header that names parts in a version that has none, or no parts in version 3, is malformed
     version, _, header = _header(blob)
     with pytest.raises(StateError, match="malformed"):
-        aggregation().load_state(_with_header(blob, header, version=codec.EXTERNAL_VERSION), fetch=store.__getitem__)
+        aggregation().load_state(_with_header(blob, header, version=codec.DETACHED_VERSION), fetch=store.__getitem__)
     with pytest.raises(StateError, match="malformed"):
         aggregation().load_state(_with_header(blob, {**header, "parts": {}}), fetch=store.__getitem__)
     with pytest.raises(StateError, match="malformed"):
@@ -407,7 +407,7 @@ def test_keyed_state_is_loaded_part_by_part(monkeypatch: pytest.MonkeyPatch) -> 
                                            .alias("__n"))
     bad = Parts()
     codec_blob, _ = codec.encode_parts(op.kind, op.op_id, op.fingerprint, meta, {**frames, "fcounts": nulls},
-                                       external_from=None, sink=bad.sink)
+                                       detach_from=None, sink=bad.sink)
     with pytest.raises(StateError, match="NULL"):
         aggregation().load_state(codec_blob, fetch=bad.__getitem__)
 

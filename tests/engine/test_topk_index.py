@@ -15,7 +15,7 @@ import pytest
 
 from imp_core.engine.operators.topk import LAYOUT, TopKOp
 from imp_core.engine.schema import MULT, SET, frag_col
-from imp_core.engine.state import EXTERNAL_VERSION, Chunk, decode, encode, encode_parts
+from imp_core.engine.state import DETACHED_VERSION, Chunk, decode, encode, encode_parts
 from imp_core.errors import StateError
 from imp_core.plan.expr import FLOAT, INT, Col
 from imp_core.plan.nodes import SortKey
@@ -112,14 +112,14 @@ def test_a_saved_base_is_stored_once_and_read_only_when_needed() -> None:
     new.process(delta([(i, float(i), 0, 1) for i in range(20)]))
     base = new.base
     assert base is not None and new.base_rows == 20 - new.rows.height and new.log.height == 0
-    blob, chunks = encode_parts(new.kind, new.op_id, new.fingerprint, *new.state_frames(), external_from=0)
-    assert list(chunks) == [base.digest] and int.from_bytes(blob[4:6], "little") == EXTERNAL_VERSION
+    blob, chunks = encode_parts(new.kind, new.op_id, new.fingerprint, *new.state_frames(), detach_from=0)
+    assert list(chunks) == [base.digest] and int.from_bytes(blob[4:6], "little") == DETACHED_VERSION
     for g in range(3):  # ranked after the boundary: appended to the log, not compacted (below compact_min)
         new.process(delta([(100 + g, 50.0, 0, 1), (3 + g, 50.0 + g, 0, 1)]))
     assert new.base is base and new.log.height == 6
     meta, frames = new.state_frames()
     assert frames["rest"] is base and meta["rest_rows"] == new.base_rows and frames["rest_log"].height == 6
-    blob, chunks = encode_parts(new.kind, new.op_id, new.fingerprint, meta, frames, external_from=0)
+    blob, chunks = encode_parts(new.kind, new.op_id, new.fingerprint, meta, frames, detach_from=0)
     assert list(chunks) == [base.digest]
 
     fetched: list[str] = []
@@ -137,7 +137,7 @@ def test_a_saved_base_is_stored_once_and_read_only_when_needed() -> None:
     assert bag(again.output_relation()) == bag(new.output_relation())
     inline = op(True, False, None)  # a self-contained blob of a loaded state reads its base to write it inline
     blob_again, chunks_again = encode_parts(again.kind, again.op_id, again.fingerprint, *again.state_frames(),
-                                            external_from=0)
+                                            detach_from=0)
     fresh = op(True, False, None)
     fresh.load_state(blob_again, fetch)
     inline.load_state(fresh.state_to_bytes())
@@ -155,7 +155,7 @@ def test_a_saved_base_is_stored_once_and_read_only_when_needed() -> None:
 def test_a_damaged_or_missing_chunk_is_a_state_error() -> None:
     new = op(True, False, None)
     new.process(delta([(i, float(i), 0, 1) for i in range(20)]))
-    blob, chunks = encode_parts(new.kind, new.op_id, new.fingerprint, *new.state_frames(), external_from=0)
+    blob, chunks = encode_parts(new.kind, new.op_id, new.fingerprint, *new.state_frames(), detach_from=0)
     [digest] = chunks
     cases = {"corrupt": lambda d: chunks[d].data()[:-1] + b"x", "without the catalog": None}
     for message, fetch in cases.items():

@@ -44,7 +44,7 @@ def _chunks(service, sketch_id: int) -> tuple[set[str], set[str]]:  # noqa: ANN0
 
 def test_a_topk_base_is_written_once_and_read_only_for_a_refill(service, tmp_path: Path,  # noqa: ANN001
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(state, "EXTERNAL_FROM", 0)  # every base is a chunk (in production from 8 MB)
+    monkeypatch.setattr(state, "DETACH_FROM", 0)  # every base is a chunk (in production from 8 MB)
     reads: list[str] = []
     load_chunk = VersionStore.load_chunk
 
@@ -78,7 +78,7 @@ def test_a_topk_base_is_written_once_and_read_only_for_a_refill(service, tmp_pat
 
 def test_a_changed_chunk_is_caught_when_read_and_the_sketch_recaptured(service, tmp_path: Path,  # noqa: ANN001
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(state, "EXTERNAL_FROM", 0)
+    monkeypatch.setattr(state, "DETACH_FROM", 0)
     path = _sketch(service, tmp_path)
     try:
         sketch_id = service.catalog.get_sketch("chunky_s").id

@@ -156,7 +156,7 @@ class StatefulOperator(Operator, ABC):
         and shared by the versions that keep it); large frames go to ``sink`` as parts, when given."""
         meta, frames = self.saved_frames()
         return state_codec.encode_parts(self.kind, self.op_id, self.fingerprint, meta, frames,
-                                        external_from=state_codec.EXTERNAL_FROM, sink=sink)
+                                        detach_from=state_codec.DETACH_FROM, sink=sink)
 
     def load_state(self, blob: bytes, fetch: Fetch | None = None) -> None:
         """Load a blob of :meth:`state_to_bytes` or :meth:`saved_state` (its chunks read with ``fetch`` when the

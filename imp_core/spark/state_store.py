@@ -134,7 +134,9 @@ class DeltaGroupStore:
         if set(rows) != set(schemas):
             raise StateError(f"external state at {storage.redact(reference['location'])} has components "
                              f"{sorted(rows)}, the operator {sorted(schemas)}; recapture the sketch")
-        return cls(spark, reference["location"], keys, schemas, int(reference["version"]), int(reference["buckets"]),
+        version = reference["version"]  # None: the store was never written (an operator that saw no row yet)
+        return cls(spark, reference["location"], keys, schemas, None if version is None else int(version),
+                   int(reference["buckets"]),
                    rows, int(reference.get("log", 0)), reference.get("pins", ()), retention, reference.get("span"))
 
     # -- the contract ------------------------------------------------------------------------------------------------

@@ -57,7 +57,10 @@ def _worker(first: int, count: int, job: int, jobs: int, master: str) -> int:
                 outcomes.append(outcome)
                 print(
                     f"seed {seed}: {len(outcome.differences)} differences, {outcome.steps} checks, "
-                    f"{outcome.seconds:.1f} s" + (f" (not sketchable: {outcome.skipped})" if outcome.skipped else ""),
+                    f"{outcome.seconds:.1f} s ("
+                    + ", ".join(f"{k} {v:.1f}" for k, v in outcome.timings.most_common(4))
+                    + ")"
+                    + (f" (not sketchable: {outcome.skipped})" if outcome.skipped else ""),
                     flush=True,
                 )
                 if outcome.differences:

@@ -15,5 +15,7 @@ REPRODUCTIONS_ON_MAIN: dict[str, str] = {}
 REGRESSION_SEEDS: dict[int, str] = {
     6: "four rows of 6e37 in a DECIMAL(38, 0) SUM: every maintain job ended in a polars decimal overflow (issue 53, "
     "item 4)",
+    111: "an aggregation kept in Delta tables whose input had no row at the capture saved a store without a Delta "
+    "version, and the next job could not open it (int(None))",
 }
 """Seed of a random stream that found a defect -> the defect."""

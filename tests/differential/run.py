@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import time
 from collections import Counter
@@ -45,6 +46,7 @@ from tests.differential.generate import Row, Stream, _key, columns, renamed
 if TYPE_CHECKING:
     from imp_core.maintenance.service import SketchService
 
+log = logging.getLogger(__name__)
 RID = "__rid"
 MODES = ("memory", "outside", "moved")
 _ids = itertools.count()
@@ -203,7 +205,8 @@ class Harness:
                 try:
                     with timed(out, f"maintain {mode}"):
                         self.service(mode, step).maintain(names[mode], strategy="lazy")
-                except Exception as e:  # noqa: BLE001 - every failure of imp is a finding, with its reproduction
+                except Exception as e:
+                    log.warning("stream %s step %s %s: maintain failed", stream.seed, step, mode, exc_info=True)
                     out.differences.append(Difference(step, mode, "error", f"maintain: {type(e).__name__}: {e}"))
                     live.discard(mode)
             recaptured = None

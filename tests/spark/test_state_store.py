@@ -77,6 +77,19 @@ def test_the_delta_store_keeps_the_contract_of_the_memory_store(spark, tmp_path:
     assert same(reopened.fetch(pl.DataFrame({"k": [1], "s": ["a"]}))[GROUPS], groups([(1, "a", 2, 1.5, [0])]))
 
 
+def test_a_store_never_written_reopens_from_its_reference(spark, tmp_path: Path) -> None:  # noqa: ANN001
+    """An operator whose input had no row at the capture (a condition nothing passed) saves a store without a Delta
+    version; the next job opens it, finds nothing, and its first replace writes the table."""
+    empty = DeltaGroupStore(spark, str(tmp_path / "state"), KEYS, SCHEMAS_OF, buckets=2)
+    assert empty.reference()["version"] is None
+    reopened = DeltaGroupStore.from_reference(spark, KEYS, SCHEMAS_OF, empty.reference())
+    keys = pl.DataFrame({"k": [1], "s": ["a"]})
+    assert reopened.fetch(keys)[GROUPS].height == 0
+    reopened.replace(keys, {GROUPS: groups([(1, "a", 1, 1.0, [0])]), FCOUNTS: fcounts([(1, "a", 0, 1)])})
+    again = DeltaGroupStore.from_reference(spark, KEYS, SCHEMAS_OF, reopened.reference())
+    assert again.fetch(keys)[GROUPS].get_column("__n").to_list() == [1]
+
+
 def test_the_groups_a_replace_wrote_are_read_back_without_a_spark_job(spark, tmp_path: Path) -> None:  # noqa: ANN001
     """A join above an external aggregation asks in the same pass for the groups its batch touched: the store answers
     from the replace's rows, equal to what its table holds (a fresh store from the reference reads them), and reads

@@ -141,6 +141,7 @@ class NodeRole:
     conservative: bool = False  # selection / top-k decides membership from intervals or the certain flag
     flagged_input: bool = False  # the input carries ``__certain``
     flagged_output: bool = False  # the output carries ``__certain``
+    certain_right: bool = False  # an anti join: its right input carries ``__certain``, and only sure rows block
 
 
 class OrderDependence:
@@ -236,7 +237,10 @@ class OrderDependence:
         role.flagged_output = flag and facts.maybe == Maybe.FLAGGED
         if isinstance(node, (Scan,)):
             return
-        if isinstance(node, (Aggregate, Distinct, Join, AntiJoin, Union)):
+        if isinstance(node, AntiJoin):
+            self._anti_join_needs(node, role)
+            return
+        if isinstance(node, (Aggregate, Distinct, Join, Union)):
             for c in node.children:
                 self._needs(c, set())
             return
@@ -258,6 +262,19 @@ class OrderDependence:
         elif isinstance(node, TopK):
             own = set().union(*(k.expr.columns() for k in node.order)) & child_facts.bounded
         self._needs(child, role.carry | own, child_flag)
+
+    def _anti_join_needs(self, node: AntiJoin, role: NodeRole) -> None:
+        """An anti join is monotone the other way on its right side: a right row Spark's answer lacks would block
+        left rows Spark keeps. Right rows a conservative condition kept are flagged, and only the sure ones block
+        (the output then holds at least Spark's rows); right rows that may or may not exist unflagged are refused."""
+        right = self.facts[id(node.right)]
+        if right.maybe == Maybe.UNFLAGGED:
+            raise UnsupportedError(
+                "NOT EXISTS / NOT IN over a subquery whose rows a floating-point SUM/AVG condition may or may not "
+                f"keep (through a join, an aggregation or a LIMIT) cannot be sketched safely; {FIX_HINT}")
+        role.certain_right = right.maybe == Maybe.FLAGGED
+        self._needs(node.left, set())
+        self._needs(node.right, set(), role.certain_right)
 
 
 def _group_topk_facts(node: GroupTopK, c: Facts) -> Facts:

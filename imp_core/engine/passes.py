@@ -120,7 +120,7 @@ class TreePass:
         if self.capture and isinstance(op, AntiJoinOp):
             if isinstance(op, ExternalOperator) and (kept := self._capture_anti_join(stage)) is not None:
                 return kept
-            dl, dr = self._anti_join_inputs(left, right, op.right_keys)
+            dl, dr = self._anti_join_inputs(left, right, op.right_keys, op.certain_right)
         else:
             dl, dr = self.deltas([left, right])
         self.pipeline.stats.join_calls += int(dl is not None and dl.height > 0) + \
@@ -222,6 +222,8 @@ class TreePass:
         brings both inputs whole into this process."""
         if not isinstance(self.backend, StoreReadingBackend) or not self._may_defer(stage):
             return None
+        if isinstance(stage.op, AntiJoinOp) and stage.op.certain_right:  # only the engine computes its right flag
+            return None
         sides: list[tuple[Relation, list[Stage]]] = []
         for side in stage.inputs:
             found = (self.relation(side), []) if side.stateless else self._backend_relation(side)
@@ -301,21 +303,30 @@ class TreePass:
             self._speculative.discard(r.path)
         self.deferred = [d for d in self.deferred if d not in roots]
 
-    def _anti_join_inputs(self, left: Stage, right: Stage, keys: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    def _anti_join_inputs(self, left: Stage, right: Stage, keys: list[str],
+                          certain_right: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
         """In a capture, an anti join's inputs whole (its state starts from them): read by the backend with the
-        results of external operators below from their stores where it can, else pushed up through the pass."""
+        results of external operators below from their stores where it can, else pushed up through the pass (always
+        a right side whose sure rows the engine's conservative condition flags: ``certain_right``)."""
         dl = dr = None
         if holds_external(left) and (found := self._backend_relation(left)) is not None:
             dl = self.backend.relation(found[0], self.versions)
             self._consumed(found[1])
-        if holds_external(right) and isinstance(self.backend, JoinCacheBackend) and \
+        if not certain_right and holds_external(right) and isinstance(self.backend, JoinCacheBackend) and \
                 (found := self._backend_relation(right)) is not None:
             counts = self.backend.key_counts(found[0], keys, ALL_KEYS, self.versions)
             if counts is not None:
                 dr = counts.select([*keys, pl.col(COUNT).cast(pl.Int64).alias(MULT)])
                 self._consumed(found[1])
-        return (dl if dl is not None else self._input_relation(left),
-                dr if dr is not None else self._key_rows(right, keys))
+        if dl is None:
+            dl = self._input_relation(left)
+        if dr is None and certain_right:  # through this pass, whole: nothing below it is kept back for the backend
+            stacking, self._stacking = self._stacking, 0
+            try:
+                dr = self._key_rows(right, keys)
+            finally:
+                self._stacking = stacking
+        return dl, dr if dr is not None else self._key_rows(right, keys)
 
     def rows_for(self, stage: Stage, wanted: pl.DataFrame) -> pl.DataFrame | None:
         """``stage``'s current rows whose columns ``wanted.columns`` equal a row of ``wanted`` (no NULL, no float

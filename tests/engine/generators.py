@@ -342,7 +342,8 @@ def gen_num(draw: st.DrawFn, cols: Sequence[X], depth: int, exact: bool = False)
         part = _pick(draw, ["YEAR", "MONTH", "DAY"])
         return X(f"EXTRACT({part} FROM {{0}})", (gen_date(draw, cols, depth - 1, pure=True),), "int")
     if what == "datediff":
-        return X("DATEDIFF({0}, {1})", (gen_date(draw, cols, 0, pure=True), gen_date(draw, cols, 0, pure=True)), "int")
+        return X("DATEDIFF({0}, {1})", (gen_date(draw, cols, 0, pure=True), gen_date(draw, cols, 0, pure=True)), "int",
+                 duck_fmt="({0} - {1})")  # DuckDB: date - date is the days between them
     floats = [c for c in atoms if c.kind == "float" and not c.special]
     a = draw(st.sampled_from(floats))
     if what == "floor":

@@ -21,7 +21,7 @@ from imp_core.engine.float_keys import nan_free
 from imp_core.engine.operators.base import BinaryOperator, InputSide, StatefulOperator
 from imp_core.engine.operators.context import BuildContext
 from imp_core.engine.operators.group_topk import SKEY, skey_expr
-from imp_core.engine.schema import COUNT, MULT, is_carried, nan_flag
+from imp_core.engine.schema import CERTAIN, COUNT, MULT, is_carried, nan_flag
 from imp_core.errors import StateError
 from imp_core.plan.nodes import AntiJoin, Plan
 
@@ -45,9 +45,12 @@ class AntiJoinOp(BinaryOperator, StatefulOperator):
     kind = "anti_join"
 
     def __init__(self, op_id: str, node: AntiJoin, annotations: AnnotationLayout | None = None,
-                 fingerprint: str = "") -> None:
+                 fingerprint: str = "", certain_right: bool = False) -> None:
+        """``certain_right``: the right input carries ``__certain`` (a conservative condition below kept rows Spark
+        may lack) and only its sure rows block (``order_dependence.OrderDependence``)."""
         super().__init__(op_id)
         self.node = node
+        self.certain_right = certain_right
         self.annotations = annotations
         self.fingerprint = fingerprint
         self.null_aware = node.null_aware
@@ -62,7 +65,7 @@ class AntiJoinOp(BinaryOperator, StatefulOperator):
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> AntiJoinOp:
         assert isinstance(node, AntiJoin)
-        return cls(ctx.op_id(cls.kind), node, ctx.annotations, ctx.fingerprint)
+        return cls(ctx.op_id(cls.kind), node, ctx.annotations, ctx.fingerprint, ctx.role(node).certain_right)
 
     # -- state ---------------------------------------------------------------------------------------------------
 
@@ -126,6 +129,7 @@ class AntiJoinOp(BinaryOperator, StatefulOperator):
         """The output delta of one batch: the right delta applied to the stored left rows, then the left delta
         against the new right side. The sides are never read: the state holds what the rule needs."""
         parts = []
+        right = self.sure_rows(right)
         if right is not None and right.height:
             parts.append(self._right_delta(right))
         if left is not None and left.height:
@@ -138,6 +142,13 @@ class AntiJoinOp(BinaryOperator, StatefulOperator):
         if not parts:
             return self.empty_delta()
         return pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0]
+
+    def sure_rows(self, right: pl.DataFrame | None) -> pl.DataFrame | None:
+        """The right rows that block: with ``certain_right`` only the sure ones (a row's flag is a function of its
+        values, so its later ``Δ−`` is dropped exactly when its ``Δ+`` was)."""
+        if not self.certain_right or right is None:
+            return right
+        return right.filter(pl.col(CERTAIN).fill_null(False)).drop(CERTAIN)
 
     def output_relation(self) -> pl.DataFrame:
         """The current output as a whole relation (all-insert, annotated): the stored left rows that pass."""

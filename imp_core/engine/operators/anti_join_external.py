@@ -62,8 +62,9 @@ class ExternalAntiJoin(ExternalOperator, AntiJoinOp):
     """A ``NOT EXISTS`` keeping its right key counts and left rows in a :class:`GroupStore` keyed by the anti-join
     key."""
 
-    def __init__(self, op_id: str, node: AntiJoin, annotations: Any = None, fingerprint: str = "") -> None:
-        AntiJoinOp.__init__(self, op_id, node, annotations, fingerprint)
+    def __init__(self, op_id: str, node: AntiJoin, annotations: Any = None, fingerprint: str = "",
+                 certain_right: bool = False) -> None:
+        AntiJoinOp.__init__(self, op_id, node, annotations, fingerprint, certain_right)
         self.key_names = list(self.kcols)
         self.store = MemoryGroupStore(self.key_names, self.component_schemas())
         self._cleared = True
@@ -71,7 +72,7 @@ class ExternalAntiJoin(ExternalOperator, AntiJoinOp):
     @classmethod
     def from_node(cls, node: Plan, ctx: BuildContext) -> ExternalAntiJoin:
         assert isinstance(node, AntiJoin)
-        return cls(ctx.op_id(cls.kind), node, ctx.annotations, ctx.fingerprint)
+        return cls(ctx.op_id(cls.kind), node, ctx.annotations, ctx.fingerprint, ctx.role(node).certain_right)
 
     def component_schemas(self) -> dict[str, dict[str, pl.DataType]]:
         keys = {k: self.right.schema[k] for k in self.kcols}
@@ -93,6 +94,7 @@ class ExternalAntiJoin(ExternalOperator, AntiJoinOp):
         """The output delta of one batch, from the touched keys' rows read from the store (see the module)."""
         change = self.right.clear().select(self.kcols).with_columns(pl.lit(0, dtype=pl.Int64).alias(DELTA))
         nulls, total = self.right_nulls, self.right_total
+        right = self.sure_rows(right)
         if right is not None and right.height:
             keyed = right.select([*self._key_exprs(self.right_keys), pl.col(MULT)])
             nulls += int(keyed.filter(pl.col(NULL_KEY)).get_column(MULT).sum())

@@ -52,6 +52,11 @@ class UnsupportedError(PlanError):
     """A SQL construct or plan shape the platform does not support (rejected at registration)."""
 
 
+class OrderDependentValueError(UnsupportedError):
+    """The data made a value depend on the order in which Spark adds rows where the query uses it in a way the
+    sketch cannot keep conservative (raised while capturing or maintaining; the sketch stays at its last version)."""
+
+
 class UnsafeSketchError(PlanError):
     """The partition column is not safe for the query: a sketch on it could make the query wrong."""
 

@@ -17,6 +17,7 @@ import polars as pl
 import pyarrow as pa
 
 from imp_core.engine.evaluate import compile_expr
+from imp_core.engine.running_sums import guarded_sums
 from imp_core.engine.schema import INTERVAL_TMP, hi_name, lo_name
 from imp_core.errors import UnsupportedError
 from imp_core.plan.expr import (
@@ -142,6 +143,7 @@ class NodeRole:
     flagged_input: bool = False  # the input carries ``__certain``
     flagged_output: bool = False  # the output carries ``__certain``
     certain_right: bool = False  # an anti join: its right input carries ``__certain``, and only sure rows block
+    guarded: frozenset[str] = frozenset()  # an aggregation's wide decimal sums whose Σ|x| it checks (``running_sums``)
 
 
 class OrderDependence:
@@ -152,6 +154,8 @@ class OrderDependence:
         self.roles: dict[int, NodeRole] = {}
         self._facts(plan)
         self._needs(plan, set())
+        for node_id, names in guarded_sums(plan).items():
+            self.roles.setdefault(node_id, NodeRole()).guarded = names
 
     def role(self, node: Plan) -> NodeRole:
         return self.roles.setdefault(id(node), NodeRole())

@@ -205,7 +205,9 @@ class DeltaGroupStore:
             out = out.unionByName(p)
         self._overwrite(out)
         first = F.col(_q(self.sort_key))
-        physical = (F.unix_date(first) if self.key_types[self.sort_key] == pl.Date else first).cast("long")
+        # the span of a ranged key only: another type (a TIMESTAMP_NTZ, a string) has no physical value Spark casts
+        physical = ((F.unix_date(first) if self.key_types[self.sort_key] == pl.Date else first).cast("long")
+                    if self.ranged else F.lit(None).cast("long"))
         stats = self._table().groupBy(COMPONENT).agg(F.count(F.lit(1)), F.min(physical), F.max(physical)).collect()
         self.rows = {name: 0 for name in self.schemas}
         self.rows.update({str(r[0]): int(r[1]) for r in stats if str(r[0]) in self.rows})

@@ -19,5 +19,9 @@ REGRESSION_SEEDS: dict[int, str] = {
     "version, and the next job could not open it (int(None))",
     168: "a NOT IN over a float HAVING blocked left rows with a subquery row the conservative HAVING kept at its "
     "threshold (sum 1.5 > 1.5 is false in Spark): the sketch lacked two groups in every mode and through the rule",
+    249: "a MAX over a date grouped by a float key, kept in Delta tables: the capture's value counts carried the "
+    "key's NaN flag last and the multiset's fold could not stack them (ShapeError at create)",
+    335: "state kept in Delta tables sorted by a TIMESTAMP_NTZ key: writing it cast the key to BIGINT for a span only "
+    "integer and date keys have (AnalysisException at create)",
 }
 """Seed of a random stream that found a defect -> the defect."""

@@ -28,10 +28,11 @@ from imp_core.engine.operators.minmax_keyed import SLOT, KeyedValueMultiset
 from imp_core.engine.operators.partials import DECIMAL_TERMS, PartialLayout, Partials, Term, agg_columns
 from imp_core.engine.operators.sum_state import LAYOUT, canonical_groups, check_layout, wide_normalized
 from imp_core.engine.order_dependence import grown_bound, is_order_dependent, sum_interval
+from imp_core.engine.running_sums import is_order_dependent_decimal
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, NO_GROUP, ROW, SET, hi_name, lo_name
 from imp_core.engine.slot_columns import SlotColumns, nullable_index
 from imp_core.engine.state import Parts, Rows
-from imp_core.errors import StateError
+from imp_core.errors import OrderDependentValueError, StateError
 from imp_core.plan.expr import AggCall, Expr
 from imp_core.plan.nodes import Aggregate, Plan
 
@@ -67,7 +68,8 @@ class Aggregation(OutputStateOperator):
 
     def __init__(self, op_id: str, keys: tuple[tuple[str, Expr], ...], aggs: tuple[tuple[str, AggCall], ...],
                  key_types: dict[str, pl.DataType], fingerprint: str = "", minmax_buffer: int = 0,
-                 bounds: frozenset[str] | set[str] = frozenset(), keyed: bool = True) -> None:
+                 bounds: frozenset[str] | set[str] = frozenset(), keyed: bool = True,
+                 guarded: frozenset[str] | set[str] = frozenset()) -> None:
         super().__init__(op_id)
         self.keyed = keyed
         self.keys = keys
@@ -78,7 +80,8 @@ class Aggregation(OutputStateOperator):
         if unknown:
             raise StateError(f"operator {op_id}: no interval for {', '.join(sorted(unknown))}")
         self.bounded = [j for j, (n, _) in enumerate(aggs) if n in bounds]
-        self.layout = PartialLayout(keys, aggs, key_types, frozenset(self.bounded))
+        self.guarded = [j for j, (n, a) in enumerate(aggs) if n in guarded and is_order_dependent_decimal(a)]
+        self.layout = PartialLayout(keys, aggs, key_types, frozenset(self.bounded), frozenset(self.guarded))
         self.key_names = self.layout.key_names
         self.key_types = {k: self.layout.key_types[k] for k in self.key_names}
         self._key_out = [from_nan_free(n) if n in self.layout.float_keys else pl.col(n) for n, _ in keys]
@@ -93,14 +96,15 @@ class Aggregation(OutputStateOperator):
     def from_node(cls, node: Plan, ctx: BuildContext) -> Aggregation:
         assert isinstance(node, Aggregate)
         return cls(ctx.op_id(cls.kind), node.keys, node.aggs, {n: polars_type(e.dtype) for n, e in node.keys},
-                   ctx.fingerprint, minmax_buffer=ctx.minmax_buffer, bounds=ctx.role(node).carry, keyed=ctx.agg_index)
+                   ctx.fingerprint, minmax_buffer=ctx.minmax_buffer, bounds=ctx.role(node).carry, keyed=ctx.agg_index,
+                   guarded=ctx.role(node).guarded)
 
     # -- state ---------------------------------------------------------------------------------------------------
 
     def _groups_schema(self) -> dict[str, pl.DataType]:
         schema: dict[str, pl.DataType] = dict(self.key_types)
         schema[GROUP_ROWS] = pl.Int64()
-        for j, (_, a) in enumerate(self.aggs):
+        for j, (_, a) in enumerate(self.layout.aggs):  # with the hidden aggregates of ``guarded``
             for c in self.layout.of_agg(j):
                 schema[c.name] = c.dtype
                 if c.compensation is not None:
@@ -192,7 +196,7 @@ class Aggregation(OutputStateOperator):
                 frames[f"mm{j}"] = multiset.values
             if isinstance(multiset, ValueMultiset) and self.minmax_buffer:
                 frames[f"mmb{j}"] = multiset.bounds
-        return {"keys": self.key_names, "aggs": state_names(self.aggs), "layout": LAYOUT}, frames
+        return {"keys": self.key_names, "aggs": state_names(self.layout.aggs), "layout": LAYOUT}, frames
 
     @property
     def streamed_frames(self) -> frozenset[str]:
@@ -200,7 +204,7 @@ class Aggregation(OutputStateOperator):
         return frozenset({"groups", "fcounts", *keyed}) if self.keyed else frozenset()
 
     def set_state_frames(self, meta: dict[str, Any], frames: dict[str, Any]) -> None:
-        if meta.get("keys") != self.key_names or meta.get("aggs") != state_names(self.aggs):
+        if meta.get("keys") != self.key_names or meta.get("aggs") != state_names(self.layout.aggs):
             raise StateError(f"operator {self.op_id}: saved state is for a different aggregation; recapture")
         check_layout(self.op_id, self.layout, meta.get("layout"))
         try:
@@ -245,13 +249,34 @@ class Aggregation(OutputStateOperator):
                 n = c(agg_columns(j).non_null)
                 value, exact = self._sum_value(j, a, c)
                 value = pl.when(n > 0).then(value).otherwise(None).cast(polars_type(a.dtype))
-                out.append(value.alias(name))
+                out.append(self._checked(j, value, c).alias(name) if j in self.layout.guards else value.alias(name))
                 if j in self.bounded and intervals:
                     lo, hi = self._interval(j, value, n, self._abs_sum(j, c), exact, self._bound(j, c))
                     bounds += [lo.alias(lo_name(name)), hi.alias(hi_name(name))]
             else:
                 out.append(c(agg_columns(j).extreme).alias(name))
         return out + bounds
+
+    def _checked(self, j: int, value: pl.Expr, c: Any) -> pl.Expr:
+        """A guarded wide decimal sum's value, refusing a group whose Σ|x| leaves 38 digits: Spark's value may then
+        be NULL or not depending on the order of the rows (``running_sums``)."""
+        h = agg_columns(self.layout.guards[j])
+        magnitude = decimal_sums.value(c(h.sum), c(h.carry), self.layout.scale_of(j))
+        unsure = magnitude.is_null() & (c(agg_columns(j).non_null) > 0)
+        arg, op_id = self.aggs[j][1].arg, self.op_id
+
+        def check(s: pl.Series) -> pl.Series:
+            if s.struct.field("unsure").any():
+                raise OrderDependentValueError(
+                    f"operator {op_id}: a group's {self.aggs[j][1].func.upper()}({arg}) adds values whose absolute "
+                    f"sum reaches 10^38, so Spark's result (NULL when a running sum leaves 38 digits) depends on the "
+                    f"order of the rows, and the query uses it beyond a comparison (ORDER BY, GROUP BY, a join, an "
+                    f"aggregation, COALESCE/CASE/IS NULL); the sketch stays at its last version: keep that sum "
+                    f"only in comparisons, or cast its argument to DOUBLE")
+            return s.struct.field("value")
+
+        dtype = polars_type(self.aggs[j][1].dtype)
+        return pl.struct(value.alias("value"), unsure.alias("unsure")).map_batches(check, return_dtype=dtype)
 
     def _abs_sum(self, j: int, c: Any) -> pl.Expr:
         cols = agg_columns(j)
@@ -523,7 +548,7 @@ class Aggregation(OutputStateOperator):
             return (pl.col(f"{name}{OLD}").fill_null(zero) + pl.col(name).fill_null(zero)).alias(name)
 
         upd = []
-        for j in [None, *range(len(self.aggs))]:
+        for j in [None, *range(len(self.layout.aggs))]:
             for c in self.layout.of_agg(j) if j is not None else self.layout.accumulators[:1]:
                 if c.compensation is not None:
                     upd += neumaier(c.name, c.compensation, OLD, errors[c.name])

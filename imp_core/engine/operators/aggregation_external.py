@@ -80,7 +80,7 @@ class _External(ExternalOperator):
         return groups.select([*self.output_exprs(), pl.lit(1, dtype=pl.Int64).alias(MULT), pl.col(SET)])
 
     def state_frames(self: Any) -> tuple[dict[str, Any], dict[str, pl.DataFrame]]:
-        meta = {"keys": self.key_names, "aggs": state_names(self.aggs), "layout": LAYOUT,
+        meta = {"keys": self.key_names, "aggs": state_names(self.layout.aggs), "layout": LAYOUT,
                 "external": self.store.reference()}
         return meta, {}
 
@@ -94,7 +94,7 @@ class _External(ExternalOperator):
                 for name, schema in schemas.items()}
 
     def set_state_frames(self: Any, meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> None:
-        if meta.get("keys") != self.key_names or meta.get("aggs") != state_names(self.aggs):
+        if meta.get("keys") != self.key_names or meta.get("aggs") != state_names(self.layout.aggs):
             raise StateError(f"operator {self.op_id}: saved state is for a different aggregation; recapture")
         check_layout(self.op_id, self.layout, meta.get("layout"))
         self.take_state(meta, frames or None)
@@ -106,7 +106,8 @@ class _External(ExternalOperator):
     def canonical(self: Any) -> dict[str, pl.DataFrame]:
         """The store's contents in the in-memory engine's canonical form (frames saved the same way)."""
         memory = Aggregation(self.op_id, self.keys, self.aggs, self.key_types, self.fingerprint,
-                             bounds={self.aggs[j][0] for j in self.bounded}, keyed=False)
+                             bounds={self.aggs[j][0] for j in self.bounded}, keyed=False,
+                             guarded={self.aggs[j][0] for j in self.guarded})
         frames = self.whole_frames()
         memory._load(frames[GROUPS], frames[FCOUNTS], {j: frames[f"mm{j}"] for j in stored(self.multisets)})
         return memory.canonical()
@@ -125,7 +126,7 @@ class ExternalAggregation(_External, Aggregation):
     def from_node(cls, node: Plan, ctx: BuildContext) -> ExternalAggregation:
         base = Aggregation.from_node(node, ctx)
         return cls(base.op_id, base.keys, base.aggs, base.key_types, base.fingerprint,
-                   bounds={base.aggs[j][0] for j in base.bounded})
+                   bounds={base.aggs[j][0] for j in base.bounded}, guarded={base.aggs[j][0] for j in base.guarded})
 
 
 class ExternalDistinct(_External, DistinctOp):

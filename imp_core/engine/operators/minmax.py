@@ -83,7 +83,8 @@ class ValueMultiset:
         if changes is None or not changes.height or self.owner is not None:  # a shared multiset: folded by its owner
             return values
         changes = changes.cast(self.key_types)  # type: ignore[arg-type]
-        changes = changes.with_columns(pl.col(VALUE).cast(self.value_type))
+        # in the multiset's column order: a backend's changes may carry the float keys' NaN flags last
+        changes = changes.with_columns(pl.col(VALUE).cast(self.value_type)).select(values.columns)
         if self.buffer and self.bounds.height:
             changes = self._within_bounds(changes)
         merged = (pl.concat([values.join(changes.select([*keys, VALUE]), on=[*keys, VALUE], how="semi",

@@ -30,7 +30,7 @@ from imp_core.engine.float_keys import float_order_key, nan_free, normalize_floa
 from imp_core.engine.order_dependence import rounding_bound
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, NO_GROUP, SET, VALUE, is_annotation, nan_flag
 from imp_core.engine.slot_columns import numpy_layout, take
-from imp_core.plan.expr import AggCall, Expr
+from imp_core.plan.expr import AggCall, Expr, Func
 
 Frame = pl.DataFrame | pl.LazyFrame
 
@@ -166,13 +166,19 @@ class PartialLayout:
     """The layout of one aggregation's groups: state key columns and accumulator columns.
 
     Float GROUP BY keys are stored NaN-free (``imp_core.engine.float_keys``); without GROUP BY there is one group
-    with the constant key ``__gk``. ``bounded`` are the aggregates whose interval an operator above reads.
+    with the constant key ``__gk``. ``bounded`` are the aggregates whose interval an operator above reads;
+    ``guarded`` the wide decimal sums whose Σ|x| the state keeps, as hidden aggregates after ``aggs`` (``guards``).
     """
 
     def __init__(self, keys: tuple[tuple[str, Expr], ...], aggs: tuple[tuple[str, AggCall], ...],
-                 key_types: dict[str, pl.DataType], bounded: frozenset[int] = frozenset()) -> None:
+                 key_types: dict[str, pl.DataType], bounded: frozenset[int] = frozenset(),
+                 guarded: frozenset[int] = frozenset()) -> None:
         self.keys = keys
-        self.aggs = aggs
+        # per guarded wide decimal sum j, the hidden aggregate SUM(ABS(x)) that keeps its Σ|x| (``running_sums``)
+        self.guards = {j: len(aggs) + k for k, j in enumerate(sorted(guarded))}
+        hidden = tuple((f"__abs{j}", AggCall("sum", Func("abs", (arg,)))) for j in sorted(guarded)
+                       if (arg := aggs[j][1].arg) is not None)
+        self.aggs = aggs = aggs + hidden
         self.float_keys = [n for n, _ in keys if key_types[n] in (pl.Float32, pl.Float64)]
         self.plain_keys = [n for n, _ in keys] if keys else [NO_GROUP]
         self.key_names = [*self.plain_keys, *[nan_flag(n) for n in self.float_keys]]

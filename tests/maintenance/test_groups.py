@@ -145,7 +145,8 @@ def test_a_dropped_table_does_not_hide_the_other_stale_sketches(grouped, tmp_pat
     shutil.rmtree(tmp_path / "gone")
     try:
         listed = {name for group in service.stale_groups(25) for name in group}
-        assert listed == {*sketches, "grp_gone"}
+        # The catalog is the test session's: other modules' stale sketches are listed too; only ours are judged.
+        assert {name for name in listed if name.startswith("grp_")} == {*sketches, "grp_gone"}
         assert {name for group in service.stale_groups(25, "gu") for name in group} == {"grp_u"}
     finally:
         service.drop_sketch("grp_gone")

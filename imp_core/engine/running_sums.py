@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from imp_core.engine.decimal_sums import is_wide
+from imp_core.errors import OrderDependentValueError
 from imp_core.plan.expr import AggCall, Between, Binary, Cast, Col, Expr, Func, InList, Unary
 from imp_core.plan.nodes import Aggregate, AntiJoin, Distinct, GroupTopK, Join, Plan, Project, Scan, Select, TopK, Union
 
@@ -29,8 +30,20 @@ _STRICT_FUNCS = ("abs", "round", "floor", "ceil", "sign", "sqrt", "ln", "exp")  
 
 
 def is_order_dependent_decimal(a: AggCall) -> bool:
-    """Whether Spark's value of ``a`` is NULL for some orders of the rows and the exact sum for others."""
-    return a.arg is not None and a.func in ("sum", "avg") and not a.distinct and is_wide(a.arg.dtype)
+    """Whether Spark's value of ``a`` is NULL for some orders of the rows and the exact sum for others (a DISTINCT
+    one: of its distinct values)."""
+    return a.arg is not None and a.func in ("sum", "avg") and is_wide(a.arg.dtype)
+
+
+def order_dependent(aggregate: str) -> OrderDependentValueError:
+    """The refusal of a guarded sum (``aggregate``: which, as "operator ...: SUM(x)") whose group's absolute sum
+    reached 10^38 units."""
+    return OrderDependentValueError(
+        f"{aggregate} of a group adds values whose absolute sum reaches 10^38, so Spark's result (NULL when a "
+        f"running sum leaves 38 digits) depends on the order of the rows, and the query uses it beyond a comparison "
+        f"(ORDER BY, GROUP BY, a join, an aggregation, COALESCE/CASE/IS NULL); the sketch stays at its last "
+        f"version: keep that sum only in comparisons, or cast its argument to DOUBLE"
+    )
 
 
 @dataclass(frozen=True)
@@ -151,4 +164,4 @@ def _monotone(e: Expr, cols: set[str]) -> bool:
     return False
 
 
-__all__ = ["guarded_sums", "is_order_dependent_decimal"]
+__all__ = ["guarded_sums", "is_order_dependent_decimal", "order_dependent"]

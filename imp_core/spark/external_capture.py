@@ -8,7 +8,8 @@ partials' row count per fragment; a MIN/MAX or DISTINCT aggregate's value counts
 and its value in the groups table the extreme, the count or the sum of the values with a positive count. This is
 the state the in-memory engine builds from the same partials (``tests/spark/test_state_store.py`` compares them).
 Shapes it leaves to the in-process fold (the caller then folds the partials there): float group keys, floating
-point MIN/MAX or DISTINCT values (kept as order keys), rows with multiplicities other than one.
+point MIN/MAX or DISTINCT values (kept as order keys), rows with multiplicities other than one, a SUM(DISTINCT) of a
+wide decimal (its exact sum, or NULL beyond 38 digits, is ``distinct_values.distinct_sums``').
 
 Stacked external operators: the input of an aggregation may read the result of external operators below it
 (``Relation.external``); :func:`output_frame` computes such a result from its Delta tables on Spark (the groups with
@@ -36,6 +37,7 @@ from imp_core.engine.operators.anti_join_external import CLOSED, LEFT, OPEN, RIG
 from imp_core.engine.operators.group_topk import SKEY, N
 from imp_core.engine.operators.group_topk_external import ROWS, ExternalGroupTopK
 from imp_core.engine.operators.partials import Term, agg_columns
+from imp_core.engine.running_sums import is_order_dependent_decimal
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, SET, VALUE, is_frag_col
 from imp_core.spark.compile import as_set, col, compile_expr
 from imp_core.spark.frames import spark_schema, to_spark
@@ -49,6 +51,8 @@ def capture_state(spark: SparkSession, df: DataFrame, op: ExternalAggregation | 
     layout = op.layout
     if layout.float_keys or not layout.keys or any(layout.float_values(j) for j in layout.valued):
         return False
+    if any(is_order_dependent_decimal(layout.aggs[j][1]) for j in layout.distinct):
+        return False  # Spark's SUM over the distinct values may be NULL where the exact sum is not
     m = col(MULT)
     if df.where(F.abs(m) != 1).limit(1).count():
         return False

@@ -28,11 +28,11 @@ from imp_core.engine.operators.minmax_keyed import SLOT, KeyedValueMultiset
 from imp_core.engine.operators.partials import DECIMAL_TERMS, PartialLayout, Partials, Term, agg_columns
 from imp_core.engine.operators.sum_state import LAYOUT, canonical_groups, check_layout, wide_normalized
 from imp_core.engine.order_dependence import grown_bound, is_order_dependent, sum_interval
-from imp_core.engine.running_sums import is_order_dependent_decimal
+from imp_core.engine.running_sums import is_order_dependent_decimal, order_dependent
 from imp_core.engine.schema import COUNT, FRAG, GROUP_ROWS, MULT, NO_GROUP, ROW, SET, hi_name, lo_name
 from imp_core.engine.slot_columns import SlotColumns, nullable_index
 from imp_core.engine.state import Parts, Rows
-from imp_core.errors import OrderDependentValueError, StateError
+from imp_core.errors import StateError
 from imp_core.plan.expr import AggCall, Expr
 from imp_core.plan.nodes import Aggregate, Plan
 
@@ -80,7 +80,10 @@ class Aggregation(OutputStateOperator):
         if unknown:
             raise StateError(f"operator {op_id}: no interval for {', '.join(sorted(unknown))}")
         self.bounded = [j for j, (n, _) in enumerate(aggs) if n in bounds]
-        self.guarded = [j for j, (n, a) in enumerate(aggs) if n in guarded and is_order_dependent_decimal(a)]
+        # guarded wide decimal sums: a plain one keeps its Σ|x| (hidden aggregates), a DISTINCT one is checked when its
+        # value is added up again from its values (``distinct_values.distinct_sums``)
+        watched = [j for j, (n, a) in enumerate(aggs) if n in guarded and is_order_dependent_decimal(a)]
+        self.guarded = [j for j in watched if not aggs[j][1].distinct]
         self.layout = PartialLayout(keys, aggs, key_types, frozenset(self.bounded), frozenset(self.guarded))
         self.key_names = self.layout.key_names
         self.key_types = {k: self.layout.key_types[k] for k in self.key_names}
@@ -88,7 +91,8 @@ class Aggregation(OutputStateOperator):
         self.floats = sorted({c.agg for c in self.layout.compensated})  # type: ignore[type-var]
         self.numpy_outputs = small_batch.computes_outputs(self)  # output values of small batches in NumPy
         self.minmax_buffer = max(0, minmax_buffer)
-        self.multisets = value_multisets(op_id, self.layout, keyed, self.minmax_buffer, self._keys_of)
+        self.multisets = value_multisets(op_id, self.layout, keyed, self.minmax_buffer, self._keys_of,
+                                         guarded=frozenset(watched) - frozenset(self.guarded))
         self._expr_cache: dict[tuple[Any, ...], Any] = {}
         self.reset()
 
@@ -267,12 +271,7 @@ class Aggregation(OutputStateOperator):
 
         def check(s: pl.Series) -> pl.Series:
             if s.struct.field("unsure").any():
-                raise OrderDependentValueError(
-                    f"operator {op_id}: a group's {self.aggs[j][1].func.upper()}({arg}) adds values whose absolute "
-                    f"sum reaches 10^38, so Spark's result (NULL when a running sum leaves 38 digits) depends on the "
-                    f"order of the rows, and the query uses it beyond a comparison (ORDER BY, GROUP BY, a join, an "
-                    f"aggregation, COALESCE/CASE/IS NULL); the sketch stays at its last version: keep that sum "
-                    f"only in comparisons, or cast its argument to DOUBLE")
+                raise order_dependent(f"operator {op_id}: {self.aggs[j][1].func.upper()}({arg})")
             return s.struct.field("value")
 
         dtype = polars_type(self.aggs[j][1].dtype)

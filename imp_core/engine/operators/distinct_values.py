@@ -33,6 +33,7 @@ from imp_core.engine.evaluate import polars_type
 from imp_core.engine.operators.minmax import ValueMultiset
 from imp_core.engine.operators.minmax_keyed import SLOT, KeyedValueMultiset, Probe
 from imp_core.engine.operators.partials import PartialLayout, agg_columns
+from imp_core.engine.running_sums import order_dependent
 from imp_core.engine.schema import VALUE
 from imp_core.errors import StateError
 from imp_core.plan.expr import AggCall
@@ -44,11 +45,12 @@ class DistinctValues(ValueMultiset):
     of type ``out_type``."""
 
     def __init__(self, op_id: str, j: int, func: str, key_types: dict[str, pl.DataType], value_type: pl.DataType,
-                 float_values: bool, out_type: pa.DataType) -> None:
+                 float_values: bool, out_type: pa.DataType, guard: str | None = None) -> None:
         super().__init__(op_id, j, func, key_types, value_type, float_values)
         self.label = f"{func.upper()}(DISTINCT)"
         self.out_type = polars_type(out_type)
         self.scale: int | None = out_type.scale if func == "sum" and pa.types.is_decimal(out_type) else None
+        self.guard = guard  # a guarded wide decimal sum, as its refusal names it (``distinct_sums``)
 
     def apply(self, changes: pl.DataFrame | None, touched: pl.DataFrame, groups: pl.DataFrame) -> pl.DataFrame:
         """Fold value-count ``changes`` into the counts; ``groups`` (one row per ``touched`` group) comes back with
@@ -62,7 +64,7 @@ class DistinctValues(ValueMultiset):
             value = pl.col(new).fill_null(0)  # a group without values (all NULL) counts 0
         else:  # values are integers (BIGINT, wrapping like Spark's) or decimals (exact); floats are refused
             per_group = distinct_sums(values.join(touched, on=keys, how="semi", nulls_equal=True), keys, self.scale,
-                                      new)
+                                      new, self.guard)
             value = pl.col(new).cast(self.out_type, strict=False)  # a group without values: NULL
         return (groups.join(per_group, on=keys, how="left", nulls_equal=True, maintain_order="left")
                 .with_columns(value.alias(agg_columns(self.j).extreme)).drop(new))
@@ -74,10 +76,12 @@ class KeyedDistinctValues(KeyedValueMultiset):
     ``DistinctValues`` saves them); the group's value is kept in ``__m{j}``, of type ``out_type``."""
 
     def __init__(self, op_id: str, j: int, func: str, value_type: pl.DataType, float_values: bool,
-                 keys_of: Callable[[np.ndarray], pl.DataFrame], out_type: pa.DataType) -> None:
+                 keys_of: Callable[[np.ndarray], pl.DataFrame], out_type: pa.DataType,
+                 guard: str | None = None) -> None:
         super().__init__(op_id, j, func, value_type, float_values, keys_of)
         self.label = f"{func.upper()}(DISTINCT)"
         self.scale: int | None = out_type.scale if func == "sum" and pa.types.is_decimal(out_type) else None
+        self.guard = guard  # a guarded wide decimal sum, as its refusal names it (``distinct_sums``)
 
     def prepare(self, changes: pl.DataFrame | None, slots: np.ndarray, old: pl.Series,
                 non_null: np.ndarray) -> tuple[pl.Series, Callable[[], None]]:
@@ -121,27 +125,41 @@ class KeyedDistinctValues(KeyedValueMultiset):
         new = (batch.pos < 0) & (batch.after > 0)
         values = pl.concat([self.held(slots[slots >= 0], batch),
                             batch.changes.filter(pl.Series(new)).select(SLOT, VALUE)])
-        sums = distinct_sums(values, [SLOT], self.scale, "__sum")
+        sums = distinct_sums(values, [SLOT], self.scale, "__sum", self.guard)
         return pl.DataFrame([pl.Series(SLOT, slots, dtype=pl.Int64)]).join(
             sums, on=SLOT, how="left", maintain_order="left").get_column("__sum")
 
 
-def distinct_sums(values: pl.DataFrame, keys: list[str], scale: int | None, new: str) -> pl.DataFrame:
+def distinct_sums(values: pl.DataFrame, keys: list[str], scale: int | None, new: str,
+                  guard: str | None = None) -> pl.DataFrame:
     """Per ``keys`` the sum of ``values``' ``__v`` in ``new``. A decimal sum (``scale``) beyond 38 digits is NULL, as
     Spark's non-ANSI SUM gives it (below 38 digits, DECIMAL(p + 10, s) holds the sum of 10^10 values of
-    DECIMAL(p, s))."""
+    DECIMAL(p, s)).
+
+    ``guard`` (the aggregate, as an error names it) refuses a group whose values' absolute sum reaches 10^38 units
+    while their sum does not: Spark's running sum over them may then be NULL or not depending on their order
+    (``running_sums``).
+
+    Raises:
+        OrderDependentValueError: ``guard`` is given and a group's value depends on the order of the values.
+    """
     if scale is None:
         return values.group_by(keys).agg(pl.col(VALUE).sum().alias(new))
-    # polars adds decimals in 128 bits and wraps around: groups whose sum may come near 38 digits are added up
-    # exactly in Python (a rare case, of a few huge values)
+    # polars adds decimals in 128 bits and wraps around beyond 1.7 * 10^38 units: groups whose absolute sum may
+    # come near 10^38 units (10^(38 - scale) in value) are added up exactly in Python (a few huge values)
+    near = 10.0 ** (37 - scale)
     sums = values.group_by(keys).agg(pl.col(VALUE).sum().alias(new), pl.col(VALUE).cast(pl.Float64).abs().sum()
-                                     .alias("__size")).with_columns(pl.col("__size") >= 1e37)
+                                     .alias("__size")).with_columns(pl.col("__size") >= near)
     if not sums.get_column("__size").any():
         return sums.drop("__size")
     exact = sums.filter("__size").drop(new).join(values, on=keys, how="left", nulls_equal=True).group_by(
         keys).agg(pl.col(VALUE))
     wide, limit = decimal.Context(prec=100), decimal.Decimal(10) ** (38 - scale)
-    totals = [functools.reduce(wide.add, v, decimal.Decimal(0)) for v in exact.get_column(VALUE).to_list()]
+    groups = exact.get_column(VALUE).to_list()
+    totals = [functools.reduce(wide.add, v, decimal.Decimal(0)) for v in groups]
+    if guard is not None and any(abs(t) < limit <= functools.reduce(wide.add, map(abs, v), decimal.Decimal(0))
+                                 for t, v in zip(totals, groups, strict=True)):
+        raise order_dependent(guard)
     exact = exact.drop(VALUE).with_columns(pl.Series(new, [t if abs(t) < limit else None for t in totals],
                                                      dtype=sums.schema[new]))
     return pl.concat([sums.filter(~pl.col("__size")).drop("__size"), exact])
@@ -160,9 +178,11 @@ def _weakly(method: Callable[[np.ndarray], pl.DataFrame]) -> Callable[[np.ndarra
 
 
 def value_multisets(op_id: str, layout: PartialLayout, keyed: bool, buffer: int,
-                    keys_of: Callable[[np.ndarray], pl.DataFrame]) -> dict[int, ValueMultiset | KeyedValueMultiset]:
+                    keys_of: Callable[[np.ndarray], pl.DataFrame],
+                    guarded: frozenset[int] = frozenset()) -> dict[int, ValueMultiset | KeyedValueMultiset]:
     """The value counts of an aggregation's MIN/MAX (keyed, or frames when ``buffer`` or not ``keyed``) and DISTINCT
-    aggregates, by aggregate index.
+    aggregates, by aggregate index; ``guarded`` the wide decimal SUM(DISTINCT)s that refuse an order-dependent value
+    (``running_sums``).
 
     ``keys_of`` (the aggregation's bound method) is held weakly: the multisets must not point back at their operator,
     a cycle that kept a dropped pipeline's whole state alive until a full garbage collection.
@@ -173,14 +193,16 @@ def value_multisets(op_id: str, layout: PartialLayout, keyed: bool, buffer: int,
     """
     key_types = {k: layout.key_types[k] for k in layout.key_names}
     keys_of = _weakly(keys_of)
+    guards = {j: f"operator {op_id}: {layout.aggs[j][1].func.upper()}(DISTINCT {layout.aggs[j][1].arg})"
+              for j in guarded}
     out: dict[int, ValueMultiset | KeyedValueMultiset] = {}
     for j in layout.valued:
         a = layout.aggs[j][1]
         value_type, floats = layout.value_type(j), layout.float_values(j)
         if a.distinct and keyed:
-            out[j] = KeyedDistinctValues(op_id, j, a.func, value_type, floats, keys_of, a.dtype)
+            out[j] = KeyedDistinctValues(op_id, j, a.func, value_type, floats, keys_of, a.dtype, guards.get(j))
         elif a.distinct:
-            out[j] = DistinctValues(op_id, j, a.func, key_types, value_type, floats, a.dtype)
+            out[j] = DistinctValues(op_id, j, a.func, key_types, value_type, floats, a.dtype, guards.get(j))
         elif keyed and not buffer:
             out[j] = KeyedValueMultiset(op_id, j, a.func, value_type, floats, keys_of)
         else:

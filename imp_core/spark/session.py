@@ -40,6 +40,7 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
     """Return the active session or start one for ``settings.spark_master``."""
     from pyspark.sql import SparkSession  # this module imports without starting (or loading) Spark
 
+    _quiet_query_context_logs()
     remote = remote_url()
     if remote:
         return _connect(remote)  # the session on that server, checked with one quick call
@@ -100,6 +101,16 @@ def driver_memory() -> str:
     10M rows. Under spark-submit it only takes effect as ``--driver-memory`` (the JVM is already running when the
     job's session is built), so every place that starts a driver JVM passes this value."""
     return os.environ.get(ENV_DRIVER_MEMORY) or DEFAULT_DRIVER_MEMORY
+
+
+def _quiet_query_context_logs() -> None:
+    """PySpark logs each error of a query's analysis or execution, stack trace and all, as one JSON line before it
+    raises it; imp reports those errors itself, in one line (``errors.first_line``), so the two loggers stay quiet.
+    They must be PySpark's own logger class (it logs with keyword context), hence its ``getLogger``."""
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def remote_url() -> str | None:

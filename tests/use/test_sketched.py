@@ -124,15 +124,20 @@ def test_a_query_with_between_gets_the_sketch(service: SketchService, tmp_path_f
         service.catalog.drop_sketch("sk_rj")
 
 
-def test_a_query_spark_cannot_analyze_is_a_plan_error(service: SketchService, tables: Path) -> None:
+def test_a_query_spark_cannot_analyze_is_a_plan_error(
+    service: SketchService, tables: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     # the planner reads date - date as the days between them; Spark types it as an INTERVAL DAY, which it will not
-    # compare with a number: the user's SQL is at fault, said in one line, and the session is left as it was
+    # compare with a number: the user's SQL is at fault, said in one line (PySpark's own log of the error, a JSON
+    # line with the whole stack trace, stays quiet), and the session is left as it was
     spark = service.spark
+    capfd.readouterr()
     sql = "SELECT f.a FROM sk_f f WHERE DATE '2024-01-04' - DATE '2024-01-01' = 3"
     with pytest.raises(
         PlanError, match=r"^Spark cannot run the query: AnalysisException: \[DATATYPE_MISMATCH.*pos 29; fix the SQL"
     ) as caught:
         service.query(sql, use_sketch=False)
     assert "\n" not in str(caught.value)
+    assert "QueryContextLogger" not in capfd.readouterr().err
     assert spark.conf.get(connector.SKETCH_ENABLED_CONF, None) in (None, "true")
     assert not spark.catalog.tableExists("sk_f")

@@ -1,11 +1,12 @@
-"""The reproductions of issue 53 as differential streams (items 1-5), run by the harness like any other stream."""
+"""The reproductions of issue 53 as differential streams (items 1-5), run by the harness like any other stream, and
+the streams that take a guarded wide decimal sum into Spark's order-dependent range and back."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 from typing import Any
 
-from tests.differential.generate import BIG_DECIMAL, Batch, Stream, targeted_sql
+from tests.differential.generate import BIG_DECIMAL, DSUM_VARIANTS, Batch, Stream, targeted_sql
 
 ONE = Decimal(1)
 
@@ -100,6 +101,24 @@ def not_in_over_float_having() -> Stream:
         on,
         bounds,
         [Batch({}, {"e": [(6, 1.5)]}, ["block k = 6"]), Batch({"e": [(5, 1.0)]}, {}, ["unblock k = 5"])],
+    )
+
+
+def ranked_wide_sum(distinct: bool) -> Stream:
+    """A DECIMAL(38, 0) sum ranked by ORDER BY ... LIMIT (a guarded aggregation), plain or DISTINCT: group 1 holds 6e37
+    and -5; batch 1 adds -6e37, so its sum is -5 but Spark's running sum may leave 38 digits (NULL) depending on the
+    order of the rows, and every maintain job and the recapture are refused; batch 2 deletes it again, and the next
+    job maintains the sketch from its last version."""
+    sql = DSUM_VARIANTS[2 if distinct else 1]
+    neg = (1, 1.0, -BIG_DECIMAL, 5)
+    return Stream(
+        -7 if distinct else -6,
+        "guard:distinct" if distinct else "guard:sum",
+        sql,
+        {"d": [(1, 1.0, BIG_DECIMAL, 5), (1, 1.0, Decimal(-5), 5), (2, 1.0, ONE, 6), (3, 1.0, Decimal(2), 7)]},
+        ["d.g"],
+        ["1,2,3,4"],
+        [Batch({}, {"d": [neg]}, ["insert -6e37"]), Batch({"d": [neg]}, {}, ["delete it"])],
     )
 
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from imp_core.engine.operators.aggregation import Aggregation
+from imp_core.engine.operators.aggregation_external import ExternalAggregation
 from imp_core.engine.running_sums import guarded_sums
 from imp_core.engine.schema import MULT
 from imp_core.errors import OrderDependentValueError
@@ -167,3 +168,10 @@ def test_a_distinct_sum_with_a_scale_leaves_38_digits_at_10_to_the_38_units(keye
     assert op.output_relation().get_column("s").to_list() == [None]
     op.process(_values([Decimal(9 * 10**27)], -1, scale=10))
     assert op.output_relation().get_column("s").to_list() == [Decimal(8 * 10**27)]
+
+
+def test_a_guarded_distinct_sum_kept_in_delta_tables_is_guarded_too() -> None:
+    op = _distinct(True, keyed=False)
+    external = ExternalAggregation(op.op_id, op.keys, op.aggs, op.key_types, guarded={"s"})
+    assert external.guarded == op.guarded == [0]
+    assert all(m.guard for m in external.multisets.values())  # type: ignore[union-attr]

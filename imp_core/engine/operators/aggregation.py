@@ -82,9 +82,9 @@ class Aggregation(OutputStateOperator):
         self.bounded = [j for j, (n, _) in enumerate(aggs) if n in bounds]
         # guarded wide decimal sums: a plain one keeps its Σ|x| (hidden aggregates), a DISTINCT one is checked when its
         # value is added up again from its values (``distinct_values.distinct_sums``)
-        watched = [j for j, (n, a) in enumerate(aggs) if n in guarded and is_order_dependent_decimal(a)]
-        self.guarded = [j for j in watched if not aggs[j][1].distinct]
-        self.layout = PartialLayout(keys, aggs, key_types, frozenset(self.bounded), frozenset(self.guarded))
+        self.guarded = [j for j, (n, a) in enumerate(aggs) if n in guarded and is_order_dependent_decimal(a)]
+        plain = frozenset(j for j in self.guarded if not aggs[j][1].distinct)
+        self.layout = PartialLayout(keys, aggs, key_types, frozenset(self.bounded), plain)
         self.key_names = self.layout.key_names
         self.key_types = {k: self.layout.key_types[k] for k in self.key_names}
         self._key_out = [from_nan_free(n) if n in self.layout.float_keys else pl.col(n) for n, _ in keys]
@@ -92,7 +92,7 @@ class Aggregation(OutputStateOperator):
         self.numpy_outputs = small_batch.computes_outputs(self)  # output values of small batches in NumPy
         self.minmax_buffer = max(0, minmax_buffer)
         self.multisets = value_multisets(op_id, self.layout, keyed, self.minmax_buffer, self._keys_of,
-                                         guarded=frozenset(watched) - frozenset(self.guarded))
+                                         guarded=frozenset(self.guarded) - plain)
         self._expr_cache: dict[tuple[Any, ...], Any] = {}
         self.reset()
 

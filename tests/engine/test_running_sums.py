@@ -72,9 +72,10 @@ def test_other_uses_guard_the_sum(sql: str, names: set[str]) -> None:
     assert guarded(sql) == names  # a HAVING's own aggregate is named __agg0
 
 
-def _ranked(guard: bool, keyed: bool) -> Aggregation:
-    t = pa.decimal128(38, 0)
-    aggs = (("s", AggCall("sum", Col("m", t), t)),)
+def _ranked(guard: bool, keyed: bool, scale: int = 0, distinct: bool = False) -> Aggregation:
+    """SUM(m) (or SUM(DISTINCT m)) of a DECIMAL(38, ``scale``) per g, guarded or not."""
+    t = pa.decimal128(38, scale)
+    aggs = (("s", AggCall("sum", Col("m", t), t, distinct=distinct)),)
     return Aggregation(
         "aggregation@r",
         (("g", Col("g", INT)),),
@@ -85,9 +86,9 @@ def _ranked(guard: bool, keyed: bool) -> Aggregation:
     )
 
 
-def _batch(values: list[Decimal], mult: int) -> pl.DataFrame:
+def _batch(values: list[Decimal], mult: int, scale: int = 0) -> pl.DataFrame:
     return pl.DataFrame(
-        {"g": [1] * len(values), "m": pl.Series(values, dtype=pl.Decimal(38, 0)), MULT: [mult] * len(values)}
+        {"g": [1] * len(values), "m": pl.Series(values, dtype=pl.Decimal(38, scale)), MULT: [mult] * len(values)}
     )
 
 
@@ -124,39 +125,24 @@ def test_a_distinct_sum_used_beyond_a_comparison_is_guarded() -> None:
 
 
 def _distinct(guard: bool, keyed: bool, scale: int = 0) -> Aggregation:
-    t = pa.decimal128(38, scale)
-    aggs = (("s", AggCall("sum", Col("m", t), t, distinct=True)),)
-    return Aggregation(
-        "aggregation@d",
-        (("g", Col("g", INT)),),
-        aggs,
-        {"g": pl.Int64()},
-        keyed=keyed,
-        guarded={"s"} if guard else frozenset(),
-    )
-
-
-def _values(values: list[Decimal], mult: int, scale: int = 0) -> pl.DataFrame:
-    return pl.DataFrame(
-        {"g": [1] * len(values), "m": pl.Series(values, dtype=pl.Decimal(38, scale)), MULT: [mult] * len(values)}
-    )
+    return _ranked(guard, keyed, scale, distinct=True)
 
 
 @pytest.mark.parametrize("keyed", [True, False])
 def test_a_guarded_distinct_sum_refuses_values_whose_absolute_sum_leaves_38_digits(keyed: bool) -> None:
     op = _distinct(True, keyed)
-    op.process(_values([BIG, Decimal(-5)], 1))
+    op.process(_batch([BIG, Decimal(-5)], 1))
     with pytest.raises(OrderDependentValueError, match=r"SUM\(DISTINCT m\).*10\^38"):
-        op.process(_values([-BIG], 1))  # distinct sum -5, but Σ|x| 1.2e38: Spark may give NULL
+        op.process(_batch([-BIG], 1))  # distinct sum -5, but Σ|x| 1.2e38: Spark may give NULL
 
 
 @pytest.mark.parametrize("keyed", [True, False])
 def test_an_unguarded_distinct_sum_is_exact_or_null_beyond_38_digits(keyed: bool) -> None:
     op = _distinct(False, keyed)
-    op.process(_values([BIG, -BIG, Decimal(3)], 1))
+    op.process(_batch([BIG, -BIG, Decimal(3)], 1))
     assert op.output_relation().get_column("s").to_list() == [Decimal(3)]
-    op.process(_values([BIG, -BIG], -1))
-    op.process(_values([BIG, Decimal(6 * 10**37 + 1)], 1))  # 1.2e38 + 4: beyond 38 digits, Spark's NULL
+    op.process(_batch([BIG, -BIG], -1))
+    op.process(_batch([BIG, Decimal(6 * 10**37 + 1)], 1))  # 1.2e38 + 4: beyond 38 digits, Spark's NULL
     assert op.output_relation().get_column("s").to_list() == [None]
 
 
@@ -164,9 +150,9 @@ def test_an_unguarded_distinct_sum_is_exact_or_null_beyond_38_digits(keyed: bool
 def test_a_distinct_sum_with_a_scale_leaves_38_digits_at_10_to_the_38_units(keyed: bool) -> None:
     """DECIMAL(38, 10): 9e27 + 8e27 is 1.7e38 units, NULL in Spark (polars' 128-bit sum would keep 39 digits)."""
     op = _distinct(False, keyed, scale=10)
-    op.process(_values([Decimal(9 * 10**27), Decimal(8 * 10**27)], 1, scale=10))
+    op.process(_batch([Decimal(9 * 10**27), Decimal(8 * 10**27)], 1, scale=10))
     assert op.output_relation().get_column("s").to_list() == [None]
-    op.process(_values([Decimal(9 * 10**27)], -1, scale=10))
+    op.process(_batch([Decimal(9 * 10**27)], -1, scale=10))
     assert op.output_relation().get_column("s").to_list() == [Decimal(8 * 10**27)]
 
 

@@ -161,3 +161,12 @@ def test_a_guarded_distinct_sum_kept_in_delta_tables_is_guarded_too() -> None:
     external = ExternalAggregation(op.op_id, op.keys, op.aggs, op.key_types, guarded={"s"})
     assert external.guarded == op.guarded == [0]
     assert all(m.guard for m in external.multisets.values())  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+def test_a_distinct_sum_of_38_nines_fits(keyed: bool) -> None:
+    """99...9 (38 digits) fits DECIMAL(38, 0): Spark returns it, not NULL (28-digit rounding made it 10^38)."""
+    nines = Decimal("9" * 38)
+    op = _distinct(False, keyed)
+    op.process(_batch([Decimal("9" * 37 + "8"), Decimal(1)], 1))
+    assert op.output_relation().get_column("s").to_list() == [nines]

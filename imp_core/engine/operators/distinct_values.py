@@ -157,10 +157,11 @@ def distinct_sums(values: pl.DataFrame, keys: list[str], scale: int | None, new:
     wide, limit = decimal.Context(prec=100), decimal.Decimal(10) ** (38 - scale)
     groups = exact.get_column(VALUE).to_list()
     totals = [functools.reduce(wide.add, v, decimal.Decimal(0)) for v in groups]
-    if guard is not None and any(abs(t) < limit <= functools.reduce(wide.add, map(abs, v), decimal.Decimal(0))
+    # ``wide.abs``: the built-in abs() rounds to the default context's 28 digits (38 nines would become 10^38)
+    if guard is not None and any(wide.abs(t) < limit <= functools.reduce(wide.add, map(wide.abs, v), decimal.Decimal(0))
                                  for t, v in zip(totals, groups, strict=True)):
         raise order_dependent(guard)
-    exact = exact.drop(VALUE).with_columns(pl.Series(new, [t if abs(t) < limit else None for t in totals],
+    exact = exact.drop(VALUE).with_columns(pl.Series(new, [t if wide.abs(t) < limit else None for t in totals],
                                                      dtype=sums.schema[new]))
     return pl.concat([sums.filter(~pl.col("__size")).drop("__size"), exact])
 
